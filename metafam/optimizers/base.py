@@ -1,0 +1,123 @@
+"""The `Optimizer` interface: states that carry the parameters.
+
+An optimizer state holds the params, the model state, an int32 iteration counter and the optimizer's own statistics.
+``init(params, model_state=None, num_steps=None) -> state``, ``update(state, grad, loss=None, model_state=None)
+-> state``, ``get_params(state)`` and ``get_state(state)`` are pure functions, so they work under `jit` and `vmap`.
+`OptaxOptimizer` turns any `optax.GradientTransformation` into an `Optimizer`; `SGD` and `Adam` are such wrappers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+import optax
+
+
+@functools.partial(jax.tree_util.register_dataclass,
+                   data_fields=["params", "state", "iteration", "opt_state"], meta_fields=[])
+@dataclasses.dataclass(frozen=True)
+class OptimizerState:
+  """Generic optimizer state.
+
+  Attributes:
+    params: the parameters being optimized (any pytree).
+    state: the model state (e.g. batch-norm statistics), or None.
+    iteration: int32 scalar, the number of updates applied so far.
+    opt_state: the optimizer's own statistics (e.g. an optax state).
+  """
+  params: Any
+  state: Any
+  iteration: jax.Array
+  opt_state: Any
+
+
+class Optimizer:
+  """Base class. Subclasses implement `init` and `update`; both must be pure."""
+
+  def init(self, params: Any, model_state: Any = None, num_steps: Optional[int] = None,
+           key: Optional[jax.Array] = None) -> Any:
+    raise NotImplementedError
+
+  def update(self, opt_state: Any, grad: Any, loss: Optional[jax.Array] = None, model_state: Any = None,
+             key: Optional[jax.Array] = None) -> Any:
+    raise NotImplementedError
+
+  def get_params(self, opt_state: Any) -> Any:
+    return opt_state.params
+
+  def get_state(self, opt_state: Any) -> Any:
+    return opt_state.state
+
+  @property
+  def name(self) -> str:
+    return type(self).__name__
+
+  def __repr__(self) -> str:
+    return f"<Optimizer {self.name}>"
+
+
+def check_grad_matches(params: Any, grad: Any) -> None:
+  """Raises ValueError naming the first gradient leaf whose structure or shape differs from the params."""
+  p_leaves, p_def = jax.tree_util.tree_flatten_with_path(params)
+  g_leaves, g_def = jax.tree_util.tree_flatten(grad)
+  if p_def != g_def:
+    raise ValueError(f"grad structure {g_def} does not match params structure {p_def}.")
+  for (path, p), g in zip(p_leaves, g_leaves):
+    if jnp.shape(p) != jnp.shape(g):
+      raise ValueError(f"grad leaf {jax.tree_util.keystr(path)} has shape {jnp.shape(g)}, "
+                       f"but the parameter has shape {jnp.shape(p)}.")
+
+
+class OptaxOptimizer(Optimizer):
+  """Any `optax.GradientTransformation` as an `Optimizer` (its state lives in ``OptimizerState.opt_state``)."""
+
+  def __init__(self, tx: optax.GradientTransformation, name: Optional[str] = None):
+    if not isinstance(tx, optax.GradientTransformation):
+      raise TypeError(f"OptaxOptimizer needs an optax.GradientTransformation, got {type(tx).__name__}.")
+    self.tx = tx
+    self._name = name
+
+  @property
+  def name(self) -> str:
+    return self._name or type(self).__name__
+
+  def init(self, params, model_state=None, num_steps=None, key=None) -> OptimizerState:
+    return OptimizerState(params=params, state=model_state, iteration=jnp.asarray(0, jnp.int32),
+                          opt_state=self.tx.init(params))
+
+  def update(self, opt_state: OptimizerState, grad, loss=None, model_state=None, key=None) -> OptimizerState:
+    check_grad_matches(opt_state.params, grad)
+    updates, new_inner = self.tx.update(grad, opt_state.opt_state, opt_state.params)
+    params = optax.apply_updates(opt_state.params, updates)
+    return OptimizerState(params=params, state=opt_state.state if model_state is None else model_state,
+                          iteration=opt_state.iteration + 1, opt_state=new_inner)
+
+
+class SGD(OptaxOptimizer):
+  """Plain gradient descent: ``p <- p - learning_rate * g``."""
+
+  def __init__(self, learning_rate: float = 0.01):
+    self.learning_rate = learning_rate
+    super().__init__(optax.sgd(learning_rate), name=f"SGD(lr={learning_rate:g})")
+
+
+class SGDM(OptaxOptimizer):
+  """SGD with (heavy-ball) momentum: ``m <- momentum * m + g; p <- p - learning_rate * m``."""
+
+  def __init__(self, learning_rate: float = 0.01, momentum: float = 0.9):
+    self.learning_rate, self.momentum = learning_rate, momentum
+    super().__init__(optax.sgd(learning_rate, momentum=momentum),
+                     name=f"SGDM(lr={learning_rate:g}, momentum={momentum:g})")
+
+
+class Adam(OptaxOptimizer):
+  """Adam (Kingma & Ba) with bias correction; ``epsilon`` is added outside the square root."""
+
+  def __init__(self, learning_rate: float = 1e-3, beta1: float = 0.9, beta2: float = 0.999,
+               epsilon: float = 1e-8):
+    self.learning_rate, self.beta1, self.beta2, self.epsilon = learning_rate, beta1, beta2, epsilon
+    super().__init__(optax.adam(learning_rate, b1=beta1, b2=beta2, eps=epsilon), name=f"Adam(lr={learning_rate:g})")

@@ -1,0 +1,84 @@
+"""A family of image-MLP classifiers: fixed architecture, sampled initialization, activation and label noise."""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence, Tuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from metafam.datasets.base import Datasets
+from metafam.datasets.images import fashion_mnist_datasets
+from metafam.taskfamilies.base import TaskFamily
+from metafam.tasks.base import Task
+from metafam.tasks.image_mlp import ACTIVATIONS, cross_entropy_and_accuracy, mlp_forward
+
+
+class _ImageMLPInstance(Task):
+
+  def __init__(self, family: "ImageMLPFamily", cfg):
+    self.family, self.cfg, self.datasets = family, cfg, family.datasets
+    self.name = family.name
+
+  def init(self, key):
+    image = self.datasets.abstract_batch["image"]
+    params = self.family.net.init(key, jnp.zeros(image.shape, image.dtype))
+    # Scale the weight matrices (not the biases) by the sampled initializer scale.
+    return {mod: {k: v * self.cfg["init_scale"] if k == "w" else v for k, v in p.items()}
+            for mod, p in params.items()}
+
+  def loss_and_aux(self, params, key, batch):
+    labels = batch["label"]
+    flip_key, label_key = jax.random.split(key)
+    flip = jax.random.bernoulli(flip_key, self.cfg["label_noise"], labels.shape)
+    noisy = jnp.where(flip, jax.random.randint(label_key, labels.shape, 0, self.family.num_classes), labels)
+    loss, accuracy = cross_entropy_and_accuracy(self.family.net.apply(params, batch["image"],
+                                                                     self.cfg["activation"]), noisy)
+    return loss, {"accuracy": accuracy}
+
+  def normalizer(self, loss):
+    return loss / jnp.log(self.family.num_classes)
+
+
+class ImageMLPFamily(TaskFamily):
+  """MLP classifiers whose hidden sizes are fixed per family; per instance (config leaves):
+
+  * ``activation``: int32 index into ``activations`` (dispatched with `jax.lax.switch`),
+  * ``init_scale``: f32, multiplies every initial weight matrix; log-uniform in ``init_scale_range``,
+  * ``label_noise``: f32, probability that a training label is replaced by a uniformly random class (drawn from the
+    loss key, so evaluation with ``label_noise = 0`` sees clean labels); uniform in ``label_noise_range``.
+  """
+
+  def __init__(self, hidden_sizes: Sequence[int] = (32,), image_size: int = 8, batch_size: int = 128,
+               activations: Sequence[str] = ("relu", "tanh", "gelu", "swish"),
+               init_scale_range: Tuple[float, float] = (0.5, 2.0),
+               label_noise_range: Tuple[float, float] = (0.0, 0.1), datasets: Optional[Datasets] = None):
+    super().__init__()
+    unknown = [a for a in activations if a not in ACTIVATIONS]
+    if unknown or not activations:
+      raise ValueError(f"activations must be a non-empty list from {sorted(ACTIVATIONS)}; unknown: {unknown}.")
+    if not 0 < init_scale_range[0] <= init_scale_range[1]:
+      raise ValueError(f"init_scale_range must satisfy 0 < low <= high, got {init_scale_range!r}.")
+    if not 0 <= label_noise_range[0] <= label_noise_range[1] <= 1:
+      raise ValueError(f"label_noise_range must satisfy 0 <= low <= high <= 1, got {label_noise_range!r}.")
+    self.datasets = datasets if datasets is not None else fashion_mnist_datasets(batch_size, image_size)
+    self.hidden_sizes = tuple(int(h) for h in hidden_sizes)
+    self.activations = tuple(activations)
+    self.init_scale_range = tuple(float(x) for x in init_scale_range)
+    self.label_noise_range = tuple(float(x) for x in label_noise_range)
+    self.num_classes = int(self.datasets.extra_info.get("num_classes", 10))
+    fns = [ACTIVATIONS[a] for a in self.activations]
+    self.net = mlp_forward(self.hidden_sizes, self.num_classes, fns)
+    shape = self.datasets.abstract_batch["image"].shape
+    self.name = f"ImageMLPFamily_{shape[1]}x{shape[2]}_{'x'.join(map(str, self.hidden_sizes))}"
+
+  def sample(self, key):
+    k1, k2, k3 = jax.random.split(key, 3)
+    lo, hi = np.log(self.init_scale_range[0]), np.log(self.init_scale_range[1])
+    return {"activation": jax.random.randint(k1, (), 0, len(self.activations), jnp.int32),
+            "init_scale": jnp.exp(jax.random.uniform(k2, (), jnp.float32, lo, hi)),
+            "label_noise": jax.random.uniform(k3, (), jnp.float32, *self.label_noise_range)}
+
+  def task_fn(self, cfg):
+    return _ImageMLPInstance(self, cfg)
