@@ -27,9 +27,14 @@ import numpy as np
 SPLITS = ("train", "inner_valid", "outer_valid", "test")
 
 
+def dtype_of(x: Any) -> np.dtype:
+  """The dtype of an array-like (numpy, JAX or Python scalar)."""
+  return np.dtype(x.dtype) if hasattr(x, "dtype") else np.result_type(x)
+
+
 def abstract_of(tree: Any) -> Any:
   """The `jax.ShapeDtypeStruct` pytree describing ``tree``."""
-  return jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), np.result_type(x)), tree)
+  return jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), dtype_of(x)), tree)
 
 
 def check_batch(batch: Any, abstract_batch: Any, where: str = "batch") -> None:
@@ -39,7 +44,7 @@ def check_batch(batch: Any, abstract_batch: Any, where: str = "batch") -> None:
   if want_def != got_def:
     raise ValueError(f"{where} has structure {got_def}, but abstract_batch expects {want_def}.")
   for (path, want), (_, got) in zip(want_leaves, got_leaves):
-    shape, dtype = np.shape(got), np.result_type(got)
+    shape, dtype = np.shape(got), dtype_of(got)
     if tuple(shape) != tuple(want.shape) or np.dtype(dtype) != np.dtype(want.dtype):
       raise ValueError(f"{where} leaf {jax.tree_util.keystr(path)} is {np.dtype(dtype).name}{list(shape)}, "
                        f"but abstract_batch expects {np.dtype(want.dtype).name}{list(want.shape)}.")

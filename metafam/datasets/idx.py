@@ -16,14 +16,12 @@ _CODES = {0x08: np.dtype(">u1"), 0x09: np.dtype(">i1"), 0x0B: np.dtype(">i2"), 0
 _BY_KIND = {(np.dtype(v).kind, np.dtype(v).itemsize): k for k, v in _CODES.items()}
 
 
-def _open(path: str, mode: str):
-  return gzip.open(path, mode) if str(path).endswith(".gz") else open(path, mode)
-
-
 def read_idx(path: str) -> np.ndarray:
-  """Reads an IDX file (``.gz`` is decompressed) into a native-endian numpy array."""
-  with _open(path, "rb") as f:
+  """Reads an IDX file (gzipped or not, detected from its bytes) into a native-endian numpy array."""
+  with open(path, "rb") as f:
     raw = f.read()
+  if raw[:2] == b"\x1f\x8b":  # gzip magic, whatever the file is called
+    raw = gzip.decompress(raw)
   if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _CODES:
     raise ValueError(f"{path}: not an IDX file (bad magic number {raw[:4].hex() or 'empty'}).")
   dtype, ndim = _CODES[raw[2]], raw[3]
@@ -44,7 +42,10 @@ def write_idx(path: str, array: np.ndarray) -> None:
   if code is None:
     raise ValueError(f"IDX cannot store dtype {array.dtype}; use uint8, int8, int16, int32, float32 or float64.")
   header = bytes([0, 0, code, array.ndim]) + np.asarray(array.shape, dtype=">u4").tobytes()
+  data = header + array.astype(_CODES[code]).tobytes()
+  if str(path).endswith(".gz"):
+    data = gzip.compress(data, mtime=0)
   tmp = f"{path}.tmp{os.getpid()}"
-  with _open(tmp, "wb") as f:
-    f.write(header + array.astype(_CODES[code]).tobytes())
+  with open(tmp, "wb") as f:
+    f.write(data)
   os.replace(tmp, path)

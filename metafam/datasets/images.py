@@ -126,9 +126,15 @@ def image_datasets(raw: RawSplits, batch_size: int, image_size: int = 8, normali
 
 
 @dataset_lru_cache
+def _cached_image_datasets(directory: Optional[str], batch_size: int, image_size: int, normalization: str,
+                           channels: int, seed: int) -> Datasets:
+  raw = embedded_fashion_mnist() if directory is None else read_mnist_style_dir(directory)
+  return image_datasets(raw, batch_size, image_size, normalization, channels, seed)
+
+
 def fashion_mnist_datasets(batch_size: int = 128, image_size: int = 8, normalization: str = "unit",
                            channels: int = 1, seed: int = 0, data_dir: Optional[str] = None) -> Datasets:
-  """Fashion-MNIST batches ``{"image": f32[B, S, S, C], "label": i32[B]}``.
+  """Fashion-MNIST batches ``{"image": f32[B, S, S, C], "label": i32[B]}`` (memoized per resolved arguments).
 
   Args:
     batch_size: examples per batch.
@@ -140,21 +146,21 @@ def fashion_mnist_datasets(batch_size: int = 128, image_size: int = 8, normaliza
       set from ``$METAFAM_FASHION_MNIST_DIR`` or, if unset, the Debian location
       ``/usr/share/datasets/fashion-mnist``; any other string is a directory holding the four IDX files.
   """
-  if data_dir is None:
-    raw = embedded_fashion_mnist()
-  else:
-    directory = resolve_data_dir(None if data_dir == "full" else data_dir, FASHION_MNIST_ENV,
-                                 DEBIAN_FASHION_MNIST_DIR)
-    raw = read_mnist_style_dir(directory)
-  return image_datasets(raw, batch_size, image_size, normalization, channels, seed)
+  directory = None
+  if data_dir is not None:
+    directory = os.path.abspath(resolve_data_dir(None if data_dir == "full" else data_dir, FASHION_MNIST_ENV,
+                                                 DEBIAN_FASHION_MNIST_DIR))
+  return _cached_image_datasets(directory, batch_size, image_size, normalization, channels, seed)
 
 
-@dataset_lru_cache
 def mnist_datasets(batch_size: int = 128, image_size: int = 28, normalization: str = "unit", channels: int = 1,
                    seed: int = 0, data_dir: Optional[str] = None) -> Datasets:
   """MNIST digits from the four standard IDX files in ``data_dir`` (or ``$METAFAM_MNIST_DIR``).
 
   Nothing is downloaded; arguments as in `fashion_mnist_datasets`.
   """
-  raw = read_mnist_style_dir(resolve_data_dir(data_dir, MNIST_ENV))
-  return image_datasets(raw, batch_size, image_size, normalization, channels, seed)
+  directory = os.path.abspath(resolve_data_dir(data_dir, MNIST_ENV))
+  return _cached_image_datasets(directory, batch_size, image_size, normalization, channels, seed)
+
+
+fashion_mnist_datasets.cache_clear = mnist_datasets.cache_clear = _cached_image_datasets.cache_clear

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from metafam.datasets.base import dtype_of
 from metafam.tasks.base import Task
 
 
@@ -71,7 +72,7 @@ def single_task_to_family(task: Task) -> TaskFamily:
 
 
 def _describe(tree: Any) -> dict:
-  return {jax.tree_util.keystr(path): (tuple(np.shape(x)), np.dtype(np.result_type(x)).name)
+  return {jax.tree_util.keystr(path): (tuple(np.shape(x)), dtype_of(x).name)
           for path, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
 

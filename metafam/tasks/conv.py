@@ -1,0 +1,121 @@
+"""Small convolutional classifiers on images (dm-haiku models), including a CIFAR-shaped (32x32x3) one.
+
+Architecture: ``[Conv2D(c_i, k x k, stride 2, SAME) -> activation] * L -> global average pool -> Linear(classes)``.
+Parameters: ``sum_i (k * k * c_{i-1} + 1) * c_i + (c_L + 1) * classes`` with ``c_0`` the input channels. Registered:
+
+  * ``fmnist_conv_16x16_16x32``: 16x16x1, channels (16, 32): 5,130 params.
+  * ``fmnist_conv_28x28_16x32x32``: 28x28x1, channels (16, 32, 32): 14,378 params.
+  * ``fmnist_conv_32x32x3_16x32x64``: CIFAR-shaped 32x32x3 (embedded Fashion-MNIST, gray repeated), channels
+    (16, 32, 64): 24,234 params; `cifar10_conv_task` builds the same model on real CIFAR-10 files.
+
+Batches are ``{"image": f32[B, H, W, C], "label": i32[B]}``; the loss is the mean softmax cross-entropy, the aux
+output holds the accuracy, and `normalizer` divides by ``log(num_classes)`` (chance level -> 1.0).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence
+
+import haiku as hk
+import jax
+import jax.numpy as jnp
+
+from metafam.datasets.base import Datasets
+from metafam.datasets.cifar import cifar10_datasets
+from metafam.datasets.images import fashion_mnist_datasets
+from metafam.tasks.base import Task
+from metafam.tasks.image_mlp import activation_by_name, cross_entropy_and_accuracy
+
+Activation = Callable[[jax.Array], jax.Array]
+
+
+def select_activation(activations: Sequence[Activation], index=0) -> Activation:
+  """The activation ``activations[index]``; with several, dispatched by `jax.lax.switch` (``index`` may be traced)."""
+  activations = tuple(activations)
+  if len(activations) == 1:
+    return activations[0]
+  return lambda v: jax.lax.switch(index, activations, v)
+
+
+def smoothed_cross_entropy(logits: jax.Array, labels: jax.Array, smoothing=0.0) -> jax.Array:
+  """Mean cross-entropy of ``logits f32[..., K]`` against ``labels i32[...]`` smoothed towards uniform.
+
+  The target puts ``1 - smoothing`` on the label and ``smoothing / K`` on every class; ``smoothing`` may be traced.
+  """
+  logp = jax.nn.log_softmax(logits)
+  nll = -jnp.take_along_axis(logp, labels[..., None], axis=-1)[..., 0]
+  return jnp.mean((1.0 - smoothing) * nll - smoothing * jnp.mean(logp, axis=-1))
+
+
+def conv_forward(channels: Sequence[int], num_classes: int, activations: Sequence[Activation],
+                 kernel_size: int = 3) -> hk.Transformed:
+  """A haiku conv net ``forward(images f32[B, H, W, C], activation_index=0) -> logits f32[B, num_classes]``.
+
+  Every conv has stride 2 and SAME padding, so spatial sides shrink as ``ceil(side / 2)`` per layer. With several
+  ``activations`` the int32 ``activation_index`` picks one via `jax.lax.switch` (may be a vmapped config leaf).
+  """
+  channels = tuple(int(c) for c in channels)
+
+  def forward(images, activation_index=0):
+    act = select_activation(activations, activation_index)
+    x = images
+    for i, c in enumerate(channels):
+      x = act(hk.Conv2D(c, kernel_size, stride=2, padding="SAME", name=f"conv_{i}")(x))
+    return hk.Linear(num_classes, name="logits")(jnp.mean(x, axis=(1, 2)))
+
+  return hk.without_apply_rng(hk.transform(forward))
+
+
+def conv_num_params(in_channels: int, channels: Sequence[int], num_classes: int, kernel_size: int = 3) -> int:
+  """The documented parameter count of `conv_forward` (see the module docstring)."""
+  widths = (in_channels,) + tuple(channels)
+  return sum((kernel_size * kernel_size * a + 1) * b for a, b in zip(widths[:-1], widths[1:])) + \
+      (widths[-1] + 1) * num_classes
+
+
+class ConvTask(Task):
+  """A small conv-net classifier (`conv_forward`) on an image `Datasets`.
+
+  Args:
+    channels: output channels of the conv layers (each stride 2).
+    activation: a name from `metafam.tasks.image_mlp.ACTIVATIONS`.
+    kernel_size: square kernel side.
+    datasets: the data; defaults to the embedded Fashion-MNIST at ``image_size`` with ``in_channels`` channels.
+    image_size, in_channels, batch_size: used only to build the default datasets.
+
+  Parameter count: `conv_num_params` (registered configs in the module docstring).
+  """
+
+  def __init__(self, channels: Sequence[int] = (16, 32), activation: str = "relu", kernel_size: int = 3,
+               datasets: Optional[Datasets] = None, image_size: int = 16, in_channels: int = 1,
+               batch_size: int = 128, name: Optional[str] = None):
+    self.datasets = datasets if datasets is not None else fashion_mnist_datasets(batch_size, image_size,
+                                                                                 channels=in_channels)
+    self.channels = tuple(int(c) for c in channels)
+    self.activation = activation
+    self.num_classes = int(self.datasets.extra_info.get("num_classes", 10))
+    self.net = conv_forward(self.channels, self.num_classes, [activation_by_name(activation)], kernel_size)
+    shape = self.datasets.abstract_batch["image"].shape
+    self.name = name or f"Conv_{'x'.join(map(str, shape[1:]))}_{'x'.join(map(str, self.channels))}"
+
+  def init(self, key):
+    image = self.datasets.abstract_batch["image"]
+    return self.net.init(key, jnp.zeros(image.shape, image.dtype))
+
+  def loss_and_aux(self, params, key, batch):
+    loss, accuracy = cross_entropy_and_accuracy(self.net.apply(params, batch["image"]), batch["label"])
+    return loss, {"accuracy": accuracy}
+
+  def normalizer(self, loss):
+    return loss / jnp.log(self.num_classes)
+
+
+def cifar10_conv_task(data_dir: Optional[str] = None, channels: Sequence[int] = (16, 32, 64),
+                      activation: str = "relu", batch_size: int = 128, normalization: str = "unit") -> ConvTask:
+  """`ConvTask` on real CIFAR-10 (32x32x3) read from ``data_dir`` or ``$METAFAM_CIFAR10_DIR``.
+
+  With the default channels it has 24,234 params, like the registered CIFAR-shaped ``fmnist_conv_32x32x3_16x32x64``.
+  """
+  datasets = cifar10_datasets(batch_size, 32, normalization, data_dir=data_dir)
+  return ConvTask(channels, activation, datasets=datasets,
+                  name=f"cifar10_conv_32x32x3_{'x'.join(str(int(c)) for c in channels)}")
