@@ -30,9 +30,12 @@ class _ImageMLPInstance(Task):
 
   def loss_and_aux(self, params, key, batch):
     labels = batch["label"]
-    flip_key, label_key = jax.random.split(key)
-    flip = jax.random.bernoulli(flip_key, self.cfg["label_noise"], labels.shape)
-    noisy = jnp.where(flip, jax.random.randint(label_key, labels.shape, 0, self.family.num_classes), labels)
+    # One uniform draw per example: u < p flips the label, and given a flip u / p is uniform on [0, 1), which
+    # picks the replacement class (half the random numbers of a separate bernoulli + randint).
+    p, k = self.cfg["label_noise"], self.family.num_classes
+    u = jax.random.uniform(key, labels.shape)
+    random_labels = jnp.minimum((u / jnp.maximum(p, 1e-12) * k).astype(jnp.int32), k - 1)
+    noisy = jnp.where(u < p, random_labels, labels)
     loss, accuracy = cross_entropy_and_accuracy(self.family.net.apply(params, batch["image"],
                                                                      self.cfg["activation"]), noisy)
     return loss, {"accuracy": accuracy}

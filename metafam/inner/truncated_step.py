@@ -1,0 +1,301 @@
+"""Vectorized, truncated inner training: ``num_tasks`` lanes of task instances trained by one (learned) optimizer.
+
+Each lane holds its own task config, optimizer state (which carries the params), inner iteration and trajectory
+length. `TruncatedStep.unroll` runs ``num_steps`` inner steps for all lanes in one jitted `lax.scan` over a `vmap`,
+with batches gathered on the device from splits handed over once.
+
+Timeline of a lane (the contract the outer-gradient estimators rely on). A trajectory of length ``L`` consists of
+exactly ``L`` steps with ``iteration = 0, 1, ..., L - 1``. In the step at iteration ``t`` the lane
+
+  1. computes the train loss and gradient at its current params on a fresh train batch (``loss``: *before* the
+     update) and applies the optimizer update;
+  2. computes ``meta_loss``: the loss of the *updated* params on the meta-loss data (``meta_loss_split``);
+  3. if ``t == L - 1`` or anything went non-finite, resets at the end of the same step: samples a new config from
+     the family, new params, a new optimizer state and a new length from the schedule, with ``iteration = 0``.
+
+So every step's outputs belong to exactly one trajectory and every output is valid (no wasted reset steps):
+``is_new_trajectory`` is True exactly for the first step (iteration 0) of a trajectory, and that step belongs to the
+*new* trajectory; ``is_done`` is True exactly for a trajectory's last step, which
+belongs to the *old* one. A step whose loss, meta-loss or updated params are non-finite has ``mask = 0`` (its losses
+are reported as 0) and ends its trajectory, so one diverging lane never poisons the others.
+
+With ``random_initial_iteration=True``, `init_step_state` starts each lane at a uniform iteration in ``[0, L)`` of
+a fresh trajectory (fresh params), so resets are staggered across lanes; those first, shortened trajectories begin
+at a nonzero iteration and thus have no ``is_new_trajectory`` step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+
+from metafam.datasets.base import SPLITS
+from metafam.inner.schedules import ConstantSchedule
+from metafam.optimizers.base import Optimizer
+from metafam.taskfamilies.base import TaskFamily
+
+META_LOSS_SPLITS = ("same_batch",) + SPLITS
+
+
+@functools.partial(jax.tree_util.register_dataclass,
+                   data_fields=["cfg", "opt_state", "iteration", "length"], meta_fields=[])
+@dataclasses.dataclass(frozen=True)
+class LaneState:
+  """Per-lane inner state; every leaf has a leading ``num_tasks`` axis.
+
+  Attributes:
+    cfg: the family config of the current task instance.
+    opt_state: the inner optimizer state (it carries the params and the model state).
+    iteration: int32, the step index within the current trajectory.
+    length: int32, the current trajectory's length.
+  """
+  cfg: Any
+  opt_state: Any
+  iteration: jax.Array
+  length: jax.Array
+
+
+@functools.partial(jax.tree_util.register_dataclass,
+                   data_fields=["loss", "normalized_loss", "meta_loss", "normalized_meta_loss", "mask", "iteration",
+                                "is_new_trajectory", "is_done"], meta_fields=[])
+@dataclasses.dataclass(frozen=True)
+class UnrollOutput:
+  """Per-step outputs, each of shape ``[num_steps, num_tasks]``.
+
+  Attributes:
+    loss: train-batch loss before the step's update (0 where ``mask == 0``).
+    normalized_loss: ``task.normalizer(loss)``.
+    meta_loss: loss of the updated params on the meta-loss data (0 where ``mask == 0``).
+    normalized_meta_loss: ``task.normalizer(meta_loss)``.
+    mask: float32, 1 for a finite step, 0 for a step that went non-finite.
+    iteration: int32, the step's index within its trajectory.
+    is_new_trajectory: bool, this step is the first (iteration 0) of its trajectory.
+    is_done: bool, this step is the last of its trajectory (length reached or non-finite); the lane resets after it.
+  """
+  loss: jax.Array
+  normalized_loss: jax.Array
+  meta_loss: jax.Array
+  normalized_meta_loss: jax.Array
+  mask: jax.Array
+  iteration: jax.Array
+  is_new_trajectory: jax.Array
+  is_done: jax.Array
+
+
+def _all_finite(tree: Any) -> jax.Array:
+  leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
+  return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
+
+
+def _select(pred: jax.Array, on_true: Any, on_false: Any) -> Any:
+  return jax.tree.map(lambda a, b: jnp.where(pred, a, b), on_true, on_false)
+
+
+class _Fixed:
+  """A hand-designed `Optimizer` seen as a learned optimizer with no meta-parameters (theta is ``{}``)."""
+
+  def __init__(self, opt: Optimizer):
+    self.opt = opt
+    self.name = opt.name
+
+  def init(self, key):
+    return {}
+
+  def opt_fn(self, theta, is_training=False):
+    return self.opt
+
+
+class TruncatedStep:
+  """Trains ``num_tasks`` instances of ``family`` with ``learned_opt`` in truncated, vectorized unrolls.
+
+  Args:
+    family: the `TaskFamily`. Tasks with data need ``family.datasets`` built from `ArraySplit`s (device path).
+    learned_opt: a learned optimizer (``opt_fn(theta) -> Optimizer``), or a plain `Optimizer` whose theta is ``{}``.
+    num_tasks: number of lanes.
+    schedule: the truncation schedule (default ``ConstantSchedule(50)``).
+    random_initial_iteration: stagger lanes by starting each at a random iteration of its first trajectory.
+    meta_loss_split: data for ``meta_loss``: "same_batch" (the step's training batch), a split name, or None to
+      skip it (then ``meta_loss`` repeats ``loss`` at no extra cost).
+    meta_loss_aux: report this aux value of the task (``loss_with_state_and_aux``) as ``meta_loss`` instead of the
+      loss, e.g. "accuracy".
+    antithetic: lanes ``i`` and ``i + num_tasks // 2`` form a pair: they draw the same keys (same configs, inits,
+      lengths and batches) and reset together (a non-finite step in either ends the trajectory of both), so they
+      differ only through their theta. ``num_tasks`` must be even.
+    stack_antithetic: with ``antithetic``, run both halves as one vmap of ``num_tasks`` lanes (True) or as two
+      vmaps of ``num_tasks // 2`` (False); the numbers are the same, only the batching differs.
+    donate: donate the input state's buffers to `unroll` (the passed state must not be used afterwards).
+  """
+
+  def __init__(self, family: TaskFamily, learned_opt: Any, num_tasks: int, schedule: Any = None,
+               random_initial_iteration: bool = False, meta_loss_split: Optional[str] = "same_batch",
+               meta_loss_aux: Optional[str] = None, antithetic: bool = False, stack_antithetic: bool = True,
+               donate: bool = True):
+    if not isinstance(family, TaskFamily):
+      raise TypeError(f"family must be a TaskFamily, got {type(family).__name__}.")
+    if isinstance(learned_opt, Optimizer):
+      learned_opt = _Fixed(learned_opt)
+    if not hasattr(learned_opt, "opt_fn"):
+      raise TypeError(f"learned_opt must be a learned optimizer (with opt_fn) or an Optimizer, "
+                      f"got {type(learned_opt).__name__}.")
+    if not isinstance(num_tasks, int) or num_tasks < 1:
+      raise ValueError(f"num_tasks must be a positive int, got {num_tasks!r}.")
+    if meta_loss_split is not None and meta_loss_split not in META_LOSS_SPLITS:
+      raise ValueError(f"meta_loss_split must be None or one of {META_LOSS_SPLITS}, got {meta_loss_split!r}.")
+    if meta_loss_aux is not None and meta_loss_split is None:
+      raise ValueError("meta_loss_aux needs a meta_loss_split to evaluate the aux value on.")
+    if antithetic and num_tasks % 2:
+      raise ValueError(f"antithetic=True needs an even num_tasks (pairs of lanes), got {num_tasks}.")
+    self.antithetic, self.stack_antithetic = antithetic, stack_antithetic
+    self.meta_loss_aux = meta_loss_aux
+    self.family, self.learned_opt, self.num_tasks = family, learned_opt, num_tasks
+    self.schedule = ConstantSchedule(50) if schedule is None else schedule
+    if not hasattr(self.schedule, "sample"):
+      raise TypeError(f"schedule must have sample(key) -> length, got {type(self.schedule).__name__}.")
+    self.random_initial_iteration = random_initial_iteration
+    self.meta_loss_split = meta_loss_split
+    self.data = self._device_data()
+    self._unroll = jax.jit(self.unroll_fn, static_argnames=("theta_is_batched",),
+                           donate_argnames=("state",) if donate else ())
+    self._init = jax.jit(self.init_fn, static_argnames=("theta_is_batched",))
+
+  # -- data ----------------------------------------------------------------------------------------------------
+  def _device_data(self):
+    datasets = self.family.datasets
+    if datasets is None:
+      return None
+    if not datasets.has_device_data:
+      raise TypeError(f"{self.family.name}: vectorized training samples batches on the device and needs every "
+                      "split of family.datasets to be an ArraySplit (metafam.datasets.ArraySplit).")
+    splits = {"train"} | ({self.meta_loss_split} - {None, "same_batch"})
+    return {name: datasets.device_data(name) for name in sorted(splits)}
+
+  @staticmethod
+  def _sample(data, split, key):
+    return None if data is None else data[split].sample(key)
+
+  # -- one lane -----------------------------------------------------------------------------------------------
+  def _fresh_lane(self, theta, key, random_offset: bool) -> LaneState:
+    k_cfg, k_init, k_len, k_off, k_opt = jax.random.split(key, 5)
+    cfg = self.family.sample(k_cfg)
+    params, model_state = self.family.task_fn(cfg).init_with_state(k_init)
+    length = self.schedule.sample(k_len)
+    opt_state = self.learned_opt.opt_fn(theta).init(params, model_state=model_state, num_steps=length, key=k_opt)
+    iteration = jnp.asarray(0, jnp.int32)
+    if random_offset:
+      iteration = jax.random.randint(k_off, (), 0, jnp.maximum(length, 1), jnp.int32)
+    return LaneState(cfg=cfg, opt_state=opt_state, iteration=iteration, length=length)
+
+  def _train_lane(self, theta, lane: LaneState, key, data):
+    opt = self.learned_opt.opt_fn(theta)
+    task = self.family.task_fn(lane.cfg)
+    k_batch, k_loss, k_meta_batch, k_meta, k_opt = jax.random.split(key, 5)
+    batch = self._sample(data, "train", k_batch)
+    params, model_state = opt.get_params(lane.opt_state), opt.get_state(lane.opt_state)
+
+    def loss_fn(p):
+      loss, new_state = task.loss_with_state(p, model_state, k_loss, batch)
+      return loss, new_state
+
+    (loss, new_model_state), grad = jax.value_and_grad(loss_fn, has_aux=True)(params)
+    opt_state = opt.update(lane.opt_state, grad, loss=loss, model_state=new_model_state, key=k_opt)
+    if self.meta_loss_split is None:
+      meta_loss = loss
+    else:
+      meta_batch = batch if self.meta_loss_split == "same_batch" else self._sample(data, self.meta_loss_split,
+                                                                                    k_meta_batch)
+      meta_loss, _, aux = task.loss_with_state_and_aux(opt.get_params(opt_state), opt.get_state(opt_state), k_meta,
+                                                       meta_batch)
+      if self.meta_loss_aux is not None:
+        if self.meta_loss_aux not in aux:
+          raise KeyError(f"meta_loss_aux={self.meta_loss_aux!r}, but task {task.name!r} reports aux "
+                         f"{sorted(aux)}.")
+        meta_loss = aux[self.meta_loss_aux]
+    finite = jnp.isfinite(loss) & jnp.isfinite(meta_loss) & _all_finite(opt.get_params(opt_state))
+    is_done = (lane.iteration + 1 >= lane.length) | ~finite
+    zero = jnp.zeros_like(loss)
+    out = dict(loss=jnp.where(finite, loss, zero), meta_loss=jnp.where(finite, meta_loss, zero))
+    out["normalized_loss"] = jnp.where(finite, task.normalizer(out["loss"]), zero)
+    out["normalized_meta_loss"] = jnp.where(finite, task.normalizer(out["meta_loss"]), zero)
+    out.update(mask=finite.astype(jnp.float32), iteration=lane.iteration,
+               is_new_trajectory=lane.iteration == 0, is_done=is_done)
+    lane = LaneState(cfg=lane.cfg, opt_state=opt_state, iteration=lane.iteration + 1, length=lane.length)
+    return lane, UnrollOutput(**out), is_done
+
+  # -- public API ---------------------------------------------------------------------------------------------
+  def _lane_keys(self, key: jax.Array) -> jax.Array:
+    """One key per lane; antithetic pairs get the same key."""
+    if not self.antithetic:
+      return jax.random.split(key, self.num_tasks)
+    half = jax.random.split(key, self.num_tasks // 2)
+    return jnp.concatenate([half, half])
+
+  def _pair_done(self, is_done: jax.Array) -> jax.Array:
+    if not self.antithetic:
+      return is_done
+    h = self.num_tasks // 2
+    either = is_done[:h] | is_done[h:]
+    return jnp.concatenate([either, either])
+
+  def init_fn(self, theta: Any, key: jax.Array, theta_is_batched: bool = False) -> LaneState:
+    """Pure: fresh lanes (``[num_tasks]``-leading leaves); see `init_step_state`."""
+    fresh = functools.partial(self._fresh_lane, random_offset=self.random_initial_iteration)
+    return jax.vmap(fresh, in_axes=(0 if theta_is_batched else None, 0))(theta, self._lane_keys(key))
+
+  def init_step_state(self, theta: Any, key: jax.Array, theta_is_batched: bool = False) -> LaneState:
+    """Samples ``num_tasks`` fresh task instances and initializes their params and optimizer states (jitted)."""
+    return self._init(theta, key, theta_is_batched=theta_is_batched)
+
+  def unroll_fn(self, theta: Any, state: LaneState, step_keys: jax.Array, data: Any,
+                theta_is_batched: bool = False):
+    """Pure (un-jitted, differentiable w.r.t. ``theta``) unroll of ``len(step_keys)`` steps, one key per step.
+
+    ``data`` is ``self.data`` (pass it as an argument of your jitted function so the arrays are not baked into the
+    compiled program as constants).
+    """
+    theta_axis = 0 if theta_is_batched else None
+    train_vmap = jax.vmap(self._train_lane, in_axes=(theta_axis, 0, 0, None))
+    fresh = jax.vmap(functools.partial(self._fresh_lane, random_offset=False), in_axes=(theta_axis, 0))
+
+    def train(lanes, keys):
+      if not self.antithetic or self.stack_antithetic:
+        return train_vmap(theta, lanes, keys, data)
+      h = self.num_tasks // 2
+      halves = [jax.tree.map(lambda x: x[sl], (theta if theta_is_batched else None, lanes, keys))
+                for sl in (slice(None, h), slice(h, None))]
+      results = [train_vmap(theta if th is None else th, ln, ks, data) for th, ln, ks in halves]
+      return jax.tree.map(lambda a, b: jnp.concatenate([a, b]), *results)
+
+    def step(lanes, step_key):
+      k_train, k_reset = jax.random.split(step_key)
+      lanes, out, is_done = train(lanes, self._lane_keys(k_train))
+      is_done = self._pair_done(is_done)
+      out = dataclasses.replace(out, is_done=is_done)
+
+      def reset(lanes):
+        return jax.vmap(_select)(is_done, fresh(theta, self._lane_keys(k_reset)), lanes)
+
+      # A scalar predicate: the (batched) reset runs only in steps where some lane finishes.
+      lanes = jax.lax.cond(jnp.any(is_done), reset, lambda l: l, lanes)
+      return lanes, out
+
+    return jax.lax.scan(step, state, step_keys)
+
+  def unroll(self, theta: Any, state: LaneState, key: jax.Array, num_steps: int,
+             theta_is_batched: bool = False):
+    """Runs ``num_steps`` inner steps of every lane; returns ``(new state, UnrollOutput [num_steps, num_tasks])``.
+
+    ``theta`` is shared by all lanes, or per lane (leading ``num_tasks`` axis) with ``theta_is_batched=True``.
+    Step ``i`` uses ``jax.random.split(key, num_steps)[i]`` (see `unroll_with_keys`). Jitted once per
+    (num_steps, theta_is_batched); the state's buffers are donated unless ``donate=False``.
+    """
+    if not isinstance(num_steps, int) or num_steps < 1:
+      raise ValueError(f"num_steps must be a positive int, got {num_steps!r}.")
+    return self.unroll_with_keys(theta, state, jax.random.split(key, num_steps), theta_is_batched)
+
+  def unroll_with_keys(self, theta: Any, state: LaneState, step_keys: jax.Array, theta_is_batched: bool = False):
+    """Like `unroll`, with the per-step keys given explicitly (``step_keys``: ``[num_steps]`` keys)."""
+    return self._unroll(theta, state, step_keys, self.data, theta_is_batched=theta_is_batched)

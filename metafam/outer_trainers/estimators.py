@@ -1,0 +1,304 @@
+"""Meta-gradient estimators: truncated BPTT, full ES, truncated ES, PES and noise-reuse ES.
+
+Every estimator owns a `TruncatedStep` over its family and offers
+
+  * ``init_worker_state(theta, key)``: the per-lane inner states (and accumulators);
+  * ``estimate_fn(theta, worker_state, key, data) -> (GradientEstimate, new_worker_state)``: pure and jittable;
+    ``data`` is ``estimator.data`` passed through your jit boundary (so arrays are not compiled in as constants);
+  * ``estimate(theta, worker_state, key)``: the same, jitted, with ``data = estimator.data``.
+
+The meta-loss of a truncation is the masked mean over its steps of the chosen per-step loss (``loss_kind``, default
+the task-normalized ``meta_loss`` of the updated params on ``meta_loss_split``). ES scaling: see `base`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+
+from metafam.inner.schedules import ConstantSchedule, NeverEndingSchedule
+from metafam.inner.truncated_step import LaneState, TruncatedStep
+from metafam.outer_trainers.base import (GradientEstimate, GradientEstimator, antithetic_thetas, check_loss_kind,
+                                         check_positive, pair_differences, sample_perturbations, step_losses,
+                                         weighted_noise_sum, zero_nonfinite)
+
+FULL_ES_LOSS_TYPES = ("avg", "last", "min")
+_NEVER_RESAMPLED = 2 ** 30
+
+
+def _tile2(tree: Any) -> Any:
+  return jax.tree.map(lambda x: jnp.concatenate([x, x]), tree)
+
+
+def _per_pair_where(pred: jax.Array, a: Any, b: Any) -> Any:
+  """``where(pred[i], a[i], b[i])`` for pytrees with a leading pair axis."""
+  return jax.tree.map(lambda x, y: jnp.where(pred.reshape(pred.shape + (1,) * (x.ndim - 1)), x, y), a, b)
+
+
+class _Estimator(GradientEstimator):
+  """Shared plumbing: argument checks, the jitted `estimate` wrapper, throughput bookkeeping."""
+
+  def __init__(self, loss_kind: str, clip_loss_diff: Optional[float]):
+    self.loss_kind = check_loss_kind(loss_kind)
+    if clip_loss_diff is not None:
+      check_positive("clip_loss_diff", clip_loss_diff)
+    self.clip_loss_diff = clip_loss_diff
+    self._estimate = jax.jit(self.estimate_fn)
+
+  @property
+  def data(self) -> Any:
+    return self.step.data
+
+  def estimate(self, theta: Any, worker_state: Any, key: jax.Array):
+    return self._estimate(theta, worker_state, key, self.data)
+
+  def _unroll_keys(self, key: jax.Array, num_steps: int) -> jax.Array:
+    return jax.random.split(key, num_steps)
+
+
+class TruncatedBPTT(_Estimator):
+  """Backpropagation through each truncation of ``unroll_length`` steps (biased: ignores longer-range effects).
+
+  ``num_tasks`` lanes share theta; the gradient is that of the masked mean meta-loss over the truncation.
+  Non-finite gradient entries are zeroed and counted in ``metrics["num_nonfinite"]``.
+  """
+
+  name = "tbptt"
+
+  def __init__(self, family, learned_opt, num_tasks: int = 8, unroll_length: int = 50, schedule: Any = None,
+               loss_kind: str = "normalized_meta_loss", meta_loss_split: str = "outer_valid",
+               random_initial_iteration: bool = True):
+    self.unroll_length = check_positive("unroll_length", unroll_length, integer=True)
+    self.num_tasks = num_tasks
+    self.step = TruncatedStep(family, learned_opt, num_tasks, schedule or ConstantSchedule(200),
+                              random_initial_iteration, meta_loss_split, donate=False)
+    super().__init__(loss_kind, None)
+
+  @property
+  def inner_steps_per_estimate(self) -> int:
+    return self.num_tasks * self.unroll_length
+
+  def init_worker_state(self, theta, key):
+    return self.step.init_fn(theta, key)
+
+  def estimate_fn(self, theta, worker_state: LaneState, key, data):
+    keys = self._unroll_keys(key, self.unroll_length)
+
+    def meta_loss(theta):
+      lanes, out = self.step.unroll_fn(theta, worker_state, keys, data)
+      losses, mask = step_losses(out, self.loss_kind)
+      return jnp.sum(losses * mask) / jnp.maximum(jnp.sum(mask), 1.0), (lanes, mask)
+
+    (loss, (lanes, mask)), grad = jax.value_and_grad(meta_loss, has_aux=True)(theta)
+    grad, bad = zero_nonfinite(grad)
+    metrics = {"num_nonfinite": jnp.sum(1.0 - mask) + bad}
+    return GradientEstimate(grad, loss, metrics), lanes
+
+
+class FullES(_Estimator):
+  """Antithetic ES over complete inner trajectories of ``trajectory_length`` steps from fresh task instances.
+
+  ``loss_type``: "avg" (mean of the per-step meta-losses), "last" (the final step's), or "min" (their minimum).
+  A pair with any non-finite step is left out of the estimate and counted in ``metrics["num_nonfinite"]``.
+  Stateless: the worker state is ``{}``.
+  """
+
+  name = "full_es"
+
+  def __init__(self, family, learned_opt, num_pairs: int = 8, trajectory_length: int = 200, sigma: float = 0.01,
+               loss_type: str = "avg", loss_kind: str = "normalized_meta_loss", meta_loss_split: str = "outer_valid",
+               clip_loss_diff: Optional[float] = None, stack_antithetic: bool = True):
+    self.num_pairs = check_positive("num_pairs", num_pairs, integer=True)
+    self.trajectory_length = check_positive("trajectory_length", trajectory_length, integer=True)
+    self.sigma = check_positive("sigma", sigma)
+    if loss_type not in FULL_ES_LOSS_TYPES:
+      raise ValueError(f"loss_type must be one of {FULL_ES_LOSS_TYPES}, got {loss_type!r}.")
+    self.loss_type = loss_type
+    self.step = TruncatedStep(family, learned_opt, 2 * num_pairs, NeverEndingSchedule(), False, meta_loss_split,
+                              antithetic=True, stack_antithetic=stack_antithetic, donate=False)
+    super().__init__(loss_kind, clip_loss_diff)
+
+  @property
+  def inner_steps_per_estimate(self) -> int:
+    return 2 * self.num_pairs * self.trajectory_length
+
+  def init_worker_state(self, theta, key):
+    return {}
+
+  def estimate_fn(self, theta, worker_state, key, data):
+    k_eps, k_init, k_unroll = jax.random.split(key, 3)
+    n = self.num_pairs
+    eps = sample_perturbations(theta, k_eps, n, self.sigma)
+    thetas = antithetic_thetas(theta, eps)
+    lanes = self.step.init_fn(thetas, k_init, theta_is_batched=True)
+    _, out = self.step.unroll_fn(thetas, lanes, self._unroll_keys(k_unroll, self.trajectory_length), data,
+                                 theta_is_batched=True)
+    losses, mask = step_losses(out, self.loss_kind)
+    valid = jnp.all(mask > 0, axis=0)
+    pair_valid = valid[:n] & valid[n:]
+    if self.loss_type == "avg":
+      per_lane = jnp.mean(losses, axis=0)
+    elif self.loss_type == "last":
+      per_lane = losses[-1]
+    else:
+      per_lane = jnp.min(losses, axis=0)
+    delta = jnp.where(pair_valid, per_lane[:n] - per_lane[n:], 0.0)
+    if self.clip_loss_diff is not None:
+      delta = jnp.clip(delta, -self.clip_loss_diff, self.clip_loss_diff)
+    num_valid = jnp.maximum(jnp.sum(pair_valid), 1)
+    grad = weighted_noise_sum(delta / (num_valid * 2 * self.sigma ** 2), eps)
+    mean_loss = jnp.sum(jnp.where(pair_valid, 0.5 * (per_lane[:n] + per_lane[n:]), 0.0)) / num_valid
+    metrics = {"num_nonfinite": jnp.sum(~pair_valid).astype(jnp.float32)}
+    return GradientEstimate(grad, mean_loss, metrics), worker_state
+
+
+class TruncatedES(_Estimator):
+  """Antithetic ES over one truncation, both particles starting from the shared unperturbed inner state (biased).
+
+  After the estimate the unperturbed lanes advance ``unroll_length`` steps with theta itself (an extra
+  ``num_pairs``-lane unroll with the same keys, so it sees the same configs and batches as the particles).
+  """
+
+  name = "truncated_es"
+
+  def __init__(self, family, learned_opt, num_pairs: int = 8, unroll_length: int = 50, schedule: Any = None,
+               sigma: float = 0.01, loss_kind: str = "normalized_meta_loss", meta_loss_split: str = "outer_valid",
+               clip_loss_diff: Optional[float] = None, stack_antithetic: bool = True,
+               random_initial_iteration: bool = True):
+    self.num_pairs = check_positive("num_pairs", num_pairs, integer=True)
+    self.unroll_length = check_positive("unroll_length", unroll_length, integer=True)
+    self.sigma = check_positive("sigma", sigma)
+    schedule = schedule or ConstantSchedule(200)
+    self.step = TruncatedStep(family, learned_opt, 2 * num_pairs, schedule, random_initial_iteration,
+                              meta_loss_split, antithetic=True, stack_antithetic=stack_antithetic, donate=False)
+    self.plain = TruncatedStep(family, learned_opt, num_pairs, schedule, random_initial_iteration, meta_loss_split,
+                               donate=False)
+    super().__init__(loss_kind, clip_loss_diff)
+
+  @property
+  def inner_steps_per_estimate(self) -> int:
+    return 3 * self.num_pairs * self.unroll_length
+
+  def init_worker_state(self, theta, key):
+    return self.plain.init_fn(theta, key)
+
+  def estimate_fn(self, theta, worker_state: LaneState, key, data):
+    k_eps, k_unroll = jax.random.split(key)
+    n = self.num_pairs
+    eps = sample_perturbations(theta, k_eps, n, self.sigma)
+    thetas = antithetic_thetas(theta, eps)
+    keys = self._unroll_keys(k_unroll, self.unroll_length)
+    _, out = self.step.unroll_fn(thetas, _tile2(worker_state), keys, data, theta_is_batched=True)
+    losses, mask = step_losses(out, self.loss_kind)
+    delta, pair_mask, mean_loss = pair_differences(losses, mask, self.clip_loss_diff)
+    count = jnp.sum(pair_mask, axis=0)
+    coef = jnp.sum(delta, axis=0) / jnp.maximum(count, 1.0)
+    grad = weighted_noise_sum(coef / (jnp.maximum(jnp.sum(count > 0), 1) * 2 * self.sigma ** 2), eps)
+    lanes, _ = self.plain.unroll_fn(theta, worker_state, keys, data)
+    metrics = {"num_nonfinite": jnp.sum(1.0 - pair_mask)}
+    return GradientEstimate(grad, mean_loss, metrics), lanes
+
+
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["lanes", "accumulator", "eps", "age"],
+                   meta_fields=[])
+@dataclasses.dataclass(frozen=True)
+class PESWorkerState:
+  """PES worker state.
+
+  Attributes:
+    lanes: `LaneState` of the ``2 * num_pairs`` antithetic lanes (``theta + eps`` first, ``theta - eps`` second).
+    accumulator: theta-shaped ``[num_pairs, ...]``: the sum of the distinct perturbations applied to each pair's
+      current trajectory before this truncation (0 for a fresh trajectory).
+    eps: ``[num_pairs, ...]``, each pair's current perturbation.
+    age: int32 ``[num_pairs]``, truncations the current ``eps`` has been used for in the current trajectory
+      (0: resample at the next truncation).
+  """
+  lanes: LaneState
+  accumulator: Any
+  eps: Any
+  age: jax.Array
+
+
+class PES(_Estimator):
+  """Persistent evolution strategies (Vicol et al. 2021) with optional noise reuse (Li et al. 2023).
+
+  Each antithetic pair keeps its own inner states (one per particle) across truncations. In a truncation the pair
+  applies ``theta +- eps``; a step of the trajectory that was already running when the truncation began is weighted
+  by ``accumulator + eps`` (every perturbation that shaped it), a step of a trajectory that started inside the
+  truncation (from its ``is_new_trajectory`` step on) by ``eps`` alone. The estimate is the mean over pairs of the
+  masked mean over steps of ``weight * (L+ - L-)``, divided by ``2 sigma^2``. The accumulator restarts exactly at
+  the new-trajectory step; the step before it (``is_done``) still belongs to, and is credited to, the old one.
+
+  ``resample_every = K``: a pair draws a new ``eps`` every K truncations of a trajectory (and after a trajectory
+  restarts) and otherwise reuses it; reused noise is counted once in the accumulator. ``K = 1`` is PES; ``K = None``
+  keeps one perturbation for a whole trajectory: noise-reuse ES, whose variance does not grow with the number of
+  truncations.
+  """
+
+  name = "pes"
+
+  def __init__(self, family, learned_opt, num_pairs: int = 8, unroll_length: int = 50, schedule: Any = None,
+               sigma: float = 0.01, resample_every: Optional[int] = 1, loss_kind: str = "normalized_meta_loss",
+               meta_loss_split: str = "outer_valid", clip_loss_diff: Optional[float] = None,
+               stack_antithetic: bool = True, random_initial_iteration: bool = True):
+    self.num_pairs = check_positive("num_pairs", num_pairs, integer=True)
+    self.unroll_length = check_positive("unroll_length", unroll_length, integer=True)
+    self.sigma = check_positive("sigma", sigma)
+    if resample_every is not None:
+      check_positive("resample_every", resample_every, integer=True)
+    self.resample_every = resample_every
+    self.step = TruncatedStep(family, learned_opt, 2 * num_pairs, schedule or ConstantSchedule(200),
+                              random_initial_iteration, meta_loss_split, antithetic=True,
+                              stack_antithetic=stack_antithetic, donate=False)
+    super().__init__(loss_kind, clip_loss_diff)
+
+  @property
+  def inner_steps_per_estimate(self) -> int:
+    return 2 * self.num_pairs * self.unroll_length
+
+  def init_worker_state(self, theta, key):
+    zeros = jax.tree.map(lambda t: jnp.zeros((self.num_pairs,) + jnp.shape(t), jnp.result_type(t)), theta)
+    return PESWorkerState(lanes=self.step.init_fn(theta, key), accumulator=zeros, eps=zeros,
+                          age=jnp.zeros((self.num_pairs,), jnp.int32))
+
+  def estimate_fn(self, theta, worker_state: PESWorkerState, key, data):
+    k_eps, k_unroll = jax.random.split(key)
+    n, ws = self.num_pairs, worker_state
+    limit = _NEVER_RESAMPLED if self.resample_every is None else self.resample_every
+    resample = (ws.age == 0) | (ws.age >= limit)
+    eps = _per_pair_where(resample, sample_perturbations(theta, k_eps, n, self.sigma), ws.eps)
+    # Weight of the steps that continue the trajectory running at the start of this truncation.
+    continuing = _per_pair_where(resample, jax.tree.map(jnp.add, ws.accumulator, eps), ws.accumulator)
+    thetas = antithetic_thetas(theta, eps)
+    lanes, out = self.step.unroll_fn(thetas, ws.lanes, self._unroll_keys(k_unroll, self.unroll_length), data,
+                                     theta_is_batched=True)
+    losses, mask = step_losses(out, self.loss_kind)
+    delta, pair_mask, mean_loss = pair_differences(losses, mask, self.clip_loss_diff)
+    is_new = out.is_new_trajectory[:, :n]
+    started = jnp.cumsum(is_new.astype(jnp.int32), axis=0) > 0  # step belongs to a trajectory begun in here
+    count = jnp.maximum(jnp.sum(pair_mask, axis=0), 1.0)
+    coef_old = jnp.sum(jnp.where(started, 0.0, delta), axis=0) / count
+    coef_new = jnp.sum(jnp.where(started, delta, 0.0), axis=0) / count
+    scale = 1.0 / (jnp.maximum(jnp.sum(jnp.sum(pair_mask, axis=0) > 0), 1) * 2 * self.sigma ** 2)
+    grad = jax.tree.map(lambda a, b: scale * (a + b), weighted_noise_sum(coef_old, continuing),
+                        weighted_noise_sum(coef_new, eps))
+    restarted = jnp.any(is_new, axis=0)
+    new_state = PESWorkerState(lanes=lanes, accumulator=_per_pair_where(restarted, eps, continuing), eps=eps,
+                               age=jnp.where(restarted, 0, jnp.where(resample, 1, ws.age + 1)).astype(jnp.int32))
+    metrics = {"num_nonfinite": jnp.sum(1.0 - pair_mask)}
+    return GradientEstimate(grad, mean_loss, metrics), new_state
+
+
+class NoiseReuseES(PES):
+  """Noise-reuse ES: `PES` with ``resample_every=None`` (one perturbation per pair for a whole trajectory)."""
+
+  name = "nres"
+
+  def __init__(self, family, learned_opt, **kwargs):
+    if "resample_every" in kwargs:
+      raise TypeError("NoiseReuseES fixes resample_every=None; use PES(resample_every=K) for other K.")
+    super().__init__(family, learned_opt, resample_every=None, **kwargs)
