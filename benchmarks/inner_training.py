@@ -31,6 +31,7 @@ import numpy as np
 
 from metafam.inner import ConstantSchedule, TruncatedStep
 from metafam.optimizers.base import Adam
+from metafam.optimizers.learned import HandDesigned
 from metafam.optimizers.mlp_lopt import MLPLOpt
 from metafam.taskfamilies.image_mlp import ImageMLPFamily
 
@@ -163,10 +164,9 @@ def main():
   for name in args.optimizers:
     theta, opt = make_optimizer(name)
     if theta is None:  # a plain Optimizer: wrap it for the minimal and naive programs as well
-      from metafam.inner.truncated_step import _Fixed
-      opt, theta = _Fixed(opt), {}
+      opt, theta = HandDesigned(opt), {}
     print(f"\n== inner optimizer: {name}")
-    print(f"{'lanes':>5} {'metafam':>9} {'minimal':>9} {'naive':>8} {'reference':>9} | {'min/mf time':>11} "
+    print(f"{'lanes':>5} {'metafam':>9} {'minimal':>9} {'naive':>8} {'reference':>9} | {'mf/min time':>11} "
           f"{'mf/naive':>8} {'mf/ref':>6} | {'mf MB':>6} {'min MB':>6}")
     for lanes in args.lanes:
       t_mf, mem_mf = bench_metafam(family, opt, theta, lanes, args.repeats)
@@ -179,7 +179,7 @@ def main():
             f"{(f'{rate(t_mf) / ref:.2f}' if ref else '-'):>6} | {mem_mf / 2**20:>6.1f} {mem_min / 2**20:>6.1f}",
             flush=True)
   peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-  print(f"\nprocess peak RSS: {peak:,.0f} MB. 'min/mf time' = metafam time / minimal time (1.00 = no overhead).")
+  print(f"\nprocess peak RSS: {peak:,.0f} MB. 'mf/min time' = metafam time / minimal time (1.00 = no overhead).")
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ import jax.numpy as jnp
 from metafam.datasets.base import SPLITS
 from metafam.inner.schedules import ConstantSchedule
 from metafam.optimizers.base import Optimizer
+from metafam.optimizers.learned import HandDesigned
 from metafam.taskfamilies.base import TaskFamily
 
 META_LOSS_SPLITS = ("same_batch",) + SPLITS
@@ -95,20 +96,6 @@ def _select(pred: jax.Array, on_true: Any, on_false: Any) -> Any:
   return jax.tree.map(lambda a, b: jnp.where(pred, a, b), on_true, on_false)
 
 
-class _Fixed:
-  """A hand-designed `Optimizer` seen as a learned optimizer with no meta-parameters (theta is ``{}``)."""
-
-  def __init__(self, opt: Optimizer):
-    self.opt = opt
-    self.name = opt.name
-
-  def init(self, key):
-    return {}
-
-  def opt_fn(self, theta, is_training=False):
-    return self.opt
-
-
 class TruncatedStep:
   """Trains ``num_tasks`` instances of ``family`` with ``learned_opt`` in truncated, vectorized unrolls.
 
@@ -137,7 +124,7 @@ class TruncatedStep:
     if not isinstance(family, TaskFamily):
       raise TypeError(f"family must be a TaskFamily, got {type(family).__name__}.")
     if isinstance(learned_opt, Optimizer):
-      learned_opt = _Fixed(learned_opt)
+      learned_opt = HandDesigned(learned_opt)
     if not hasattr(learned_opt, "opt_fn"):
       raise TypeError(f"learned_opt must be a learned optimizer (with opt_fn) or an Optimizer, "
                       f"got {type(learned_opt).__name__}.")

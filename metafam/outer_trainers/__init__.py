@@ -5,3 +5,7 @@ from metafam.outer_trainers.estimators import PES, FullES, NoiseReuseES, PESWork
 
 __all__ = ["GradientEstimate", "GradientEstimator", "PES", "FullES", "NoiseReuseES", "PESWorkerState",
            "TruncatedBPTT", "TruncatedES"]
+from metafam.outer_trainers.checkpoint import CheckpointError
+from metafam.outer_trainers.meta_trainer import MetaTrainer, MetaTrainState
+
+__all__ += ["CheckpointError", "MetaTrainer", "MetaTrainState"]

@@ -261,8 +261,9 @@ class PES(_Estimator):
     return 2 * self.num_pairs * self.unroll_length
 
   def init_worker_state(self, theta, key):
-    zeros = jax.tree.map(lambda t: jnp.zeros((self.num_pairs,) + jnp.shape(t), jnp.result_type(t)), theta)
-    return PESWorkerState(lanes=self.step.init_fn(theta, key), accumulator=zeros, eps=zeros,
+    zeros = lambda: jax.tree.map(lambda t: jnp.zeros((self.num_pairs,) + jnp.shape(t), jnp.result_type(t)), theta)
+    # Distinct buffers for accumulator and eps, so a meta-step may donate the whole worker state.
+    return PESWorkerState(lanes=self.step.init_fn(theta, key), accumulator=zeros(), eps=zeros(),
                           age=jnp.zeros((self.num_pairs,), jnp.int32))
 
   def estimate_fn(self, theta, worker_state: PESWorkerState, key, data):

@@ -1,0 +1,461 @@
+"""Training with periodic evaluation on the four splits: `train_and_evaluate` and its vmapped twin.
+
+Both run on the `Runner` engine, which the high-level `metafam.training.Trainer` shares:
+
+* The steps between two evaluation points are one jitted `lax.scan`. When the task's datasets are all `ArraySplit`s
+  (``datasets.has_device_data``) every split is moved to the device once and batches are gathered inside the scan
+  from `DeviceData.sample`; otherwise the chunk's batches are pulled from the host iterators, stacked and scanned
+  over. Data-free tasks (``datasets is None``) get ``batch=None``.
+* The jitted functions live at module level with the task and optimizer as static arguments (hashed by identity), so
+  a (task, optimizer, mode) triple compiles once per chunk length and is reused across calls.
+* Randomness is a function of the step, not of the chunking: step ``t`` uses ``fold_in(train_key, t)`` split into
+  (batch, loss, optimizer) keys, and the evaluation at step ``s`` uses ``fold_in(eval_key, s)``, so curves do not
+  depend on ``eval_every``. On the device path (and for data-free tasks) instance ``i`` of a vectorized run with
+  key ``k`` equals a single run with key ``jax.random.split(k, n)[i]``.
+* Losses come from ``loss_with_state`` / ``init_with_state``; the model state travels in the optimizer state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from metafam.datasets.base import SPLITS, DeviceData
+from metafam.optimizers.base import OptaxOptimizer, Optimizer
+from metafam.taskfamilies.base import TaskFamily
+from metafam.tasks.base import Task
+
+OptimizerLike = Union[Optimizer, optax.GradientTransformation]
+
+
+# -- argument checking --------------------------------------------------------------------------------------------
+def check_positive_int(name: str, value: Any) -> int:
+  """``int(value)`` if it is a positive integer (not a bool), else a ValueError naming ``name``."""
+  if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+    raise ValueError(f"{name} must be a positive int, got {value!r}.")
+  return int(value)
+
+
+def check_splits(name: str, splits: Sequence[str]) -> Tuple[str, ...]:
+  """A non-empty tuple of distinct split names from `SPLITS`, else a ValueError naming ``name``."""
+  if isinstance(splits, str):
+    splits = (splits,)
+  splits = tuple(splits)
+  unknown = [s for s in splits if s not in SPLITS]
+  if not splits or unknown or len(set(splits)) != len(splits):
+    raise ValueError(f"{name} must be distinct names from {SPLITS}, got {splits!r}"
+                     + (f" (unknown: {unknown})." if unknown else "."))
+  return splits
+
+
+def as_optimizer(optimizer: OptimizerLike) -> Optimizer:
+  """An `Optimizer` as is; a raw `optax.GradientTransformation` wrapped in `OptaxOptimizer`."""
+  if isinstance(optimizer, Optimizer):
+    return optimizer
+  if isinstance(optimizer, optax.GradientTransformation):
+    return OptaxOptimizer(optimizer)
+  raise TypeError(f"optimizer must be a metafam Optimizer or an optax.GradientTransformation, "
+                  f"got {type(optimizer).__name__}.")
+
+
+def _is_typed_key(key: jax.Array) -> bool:
+  return jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
+
+
+def as_keys(key: Optional[jax.Array], num: Optional[int] = None) -> jax.Array:
+  """Normalizes ``key`` to typed keys: one key (``num=None``) or ``num`` keys.
+
+  Accepts None (``jax.random.key(0)``), a typed key or a raw ``uint32[2]`` key; with ``num`` also a batch of
+  ``num`` keys (typed ``[num]`` or raw ``[num, 2]``), used as given, while a single key is split into ``num``.
+  """
+  key = jax.random.key(0) if key is None else jnp.asarray(key)
+  if not _is_typed_key(key):
+    if key.dtype != jnp.uint32 or key.ndim < 1 or key.shape[-1] != 2:
+      raise TypeError(f"key must be a jax.random.key or a raw uint32[..., 2] key, got {key.dtype}{list(key.shape)}.")
+    key = jax.random.wrap_key_data(key)
+  if num is None:
+    if key.ndim:
+      raise ValueError(f"key must be a single key, got a batch of shape {key.shape}.")
+    return key
+  if key.ndim == 0:
+    return jax.random.split(key, num)
+  if key.shape != (num,):
+    raise ValueError(f"key must be one key or a batch of {num} keys, got a batch of shape {key.shape}.")
+  return key
+
+
+# -- keys ---------------------------------------------------------------------------------------------------------
+@functools.partial(jax.tree_util.register_dataclass,
+                   data_fields=["cfg", "init", "opt", "train", "eval", "shared_train", "shared_eval"], meta_fields=[])
+@dataclasses.dataclass(frozen=True)
+class RunKeys:
+  """The typed keys of a run. Member fields are scalars (single run) or ``[M]`` (one per member).
+
+  Attributes:
+    cfg: samples the task config (families only).
+    init: initializes params and model state.
+    opt: initializes the optimizer.
+    train: step ``t`` uses ``fold_in(train, t)``.
+    eval: the evaluation at step ``s`` uses ``fold_in(eval, s)``.
+    shared_train, shared_eval: scalar keys of batches shared by all members (ensembles with shared batches).
+  """
+  cfg: jax.Array
+  init: jax.Array
+  opt: jax.Array
+  train: jax.Array
+  eval: jax.Array
+  shared_train: jax.Array
+  shared_eval: jax.Array
+
+
+def derive_keys(key: Optional[jax.Array], num_members: Optional[int] = None) -> RunKeys:
+  """`RunKeys` from one key (or ``num_members`` keys); member ``i`` of ``split(key, n)`` is a single run's key."""
+  if num_members is None:
+    root = as_keys(key)
+    per_member = jax.random.split(root, 5)
+  else:
+    keys = as_keys(key, num_members)
+    root = keys[0]
+    per_member = jax.vmap(lambda k: jax.random.split(k, 5), out_axes=1)(keys)
+  shared_train, shared_eval = jax.random.split(jax.random.fold_in(root, 0x5EED), 2)
+  return RunKeys(*per_member, shared_train=shared_train, shared_eval=shared_eval)
+
+
+# -- jitted programs ----------------------------------------------------------------------------------------------
+class _ByIdentity:
+  """Hashes and compares by the identity of the wrapped object, so any task or optimizer can be a static arg."""
+  __slots__ = ("value",)
+
+  def __init__(self, value: Any):
+    self.value = value
+
+  def __hash__(self) -> int:
+    return id(self.value)
+
+  def __eq__(self, other: Any) -> bool:
+    return isinstance(other, _ByIdentity) and other.value is self.value
+
+
+def _task_of(obj: Union[Task, TaskFamily], cfg: Any) -> Task:
+  return obj.task_fn(cfg) if isinstance(obj, TaskFamily) else obj
+
+
+def _init_member(obj, opt, num_steps, cfg_key, init_key, opt_key):
+  cfg = obj.sample(cfg_key) if isinstance(obj, TaskFamily) else None
+  params, model_state = _task_of(obj, cfg).init_with_state(init_key)
+  return cfg, opt.init(params, model_state=model_state, num_steps=num_steps, key=opt_key)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
+def _init_program(obj, opt, vmapped, num_steps, keys):
+  fn = functools.partial(_init_member, obj.value, opt.value, num_steps)
+  if vmapped:
+    fn = jax.vmap(fn)
+  return fn(keys.cfg, keys.init, keys.opt)
+
+
+def _train_step(task, opt, opt_state, step_key, batch, device_data):
+  """One update; samples the batch from ``device_data`` when given. Returns ``(opt_state, loss before update)``."""
+  batch_key, loss_key, opt_key = jax.random.split(step_key, 3)
+  if device_data is not None:
+    batch = device_data.sample(batch_key)
+  params, model_state = opt.get_params(opt_state), opt.get_state(opt_state)
+  loss_fn = lambda p: task.loss_with_state(p, model_state, loss_key, batch)
+  (loss, model_state), grad = jax.value_and_grad(loss_fn, has_aux=True)(params)
+  return opt.update(opt_state, grad, loss=loss, model_state=model_state, key=opt_key), loss
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))
+def _train_program(obj, opt, vmapped, data_kind, shared, opt_state, cfg, keys, steps, host_batches, device_data):
+  """Scans ``len(steps)`` updates. Losses: ``f32[L]`` or ``f32[L, M]``.
+
+  ``host_batches`` (host mode) has a leading step axis, then a member axis unless shared; ``device_data`` is the
+  train `DeviceData` (device mode), sampled per member or, when shared, once per step from ``keys.shared_train``.
+  """
+  obj, opt = obj.value, opt.value
+  per_member_device = data_kind == "device" and not (vmapped and shared)
+
+  def member(opt_state, cfg, train_key, step, batch):
+    return _train_step(_task_of(obj, cfg), opt, opt_state, jax.random.fold_in(train_key, step), batch,
+                       device_data if per_member_device else None)
+
+  def body(opt_state, xs):
+    step, batch = xs
+    if data_kind == "device" and not per_member_device:
+      batch = device_data.sample(jax.random.split(jax.random.fold_in(keys.shared_train, step), 3)[0])
+    if not vmapped:
+      return member(opt_state, cfg, keys.train, step, batch)
+    batch_axis = 0 if data_kind == "host" and not shared else None
+    return jax.vmap(member, in_axes=(0, 0, 0, None, batch_axis))(opt_state, cfg, keys.train, step, batch)
+
+  return jax.lax.scan(body, opt_state, (steps, host_batches))
+
+
+def _eval_keys(eval_key, step, splits, num_batches):
+  """``[S, K + 1]`` keys per evaluated split: its batch key, then K loss keys.
+
+  One split of ``fold_in(eval_key, step)`` into ``[4, K + 1]`` keys with rows in `SPLITS` order, so a split's keys
+  do not depend on which other splits are evaluated.
+  """
+  keys = jax.random.split(jax.random.fold_in(eval_key, step), len(SPLITS) * (num_batches + 1))
+  return keys.reshape(len(SPLITS), num_batches + 1)[np.array([SPLITS.index(s) for s in splits])]
+
+
+def _sample_eval_batches(device_data, splits, keys):
+  """``[S * K, ...]`` batches: one draw of ``K * batch_size`` examples per split with its batch key ``keys[s, 0]``.
+
+  That is K i.i.d. batches (sampling is with replacement), and one draw compiles much faster than K draws.
+  """
+  num_batches = keys.shape[1] - 1
+  parts = []
+  for i, s in enumerate(splits):
+    data = device_data[s]
+    flat = DeviceData(data.arrays, data.batch_size * num_batches).sample(keys[i, 0])
+    parts.append(jax.tree.map(lambda x, b=data.batch_size: x.reshape((num_batches, b) + x.shape[1:]), flat))
+  return jax.tree.map(lambda *xs: jnp.concatenate(xs), *parts)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4, 5, 6))
+def _eval_program(obj, opt, vmapped, data_kind, shared, splits, num_batches, opt_state, cfg, keys, step,
+                  host_batches, device_data):
+  """Mean loss over ``num_batches`` batches per split: ``{split: f32[]}`` or ``{split: f32[M]}``.
+
+  All splits' batches are stacked (``[S * K, ...]``) and go through one `lax.map` of the loss, so the loss is
+  compiled once, not once per split. Host batches are shared by all members; device batches are sampled per
+  member from its eval key or, when shared, from ``keys.shared_eval``.
+  """
+  obj, opt = obj.value, opt.value
+  per_member_device = data_kind == "device" and not (vmapped and shared)
+
+  def member(opt_state, cfg, eval_key, batches):
+    task = _task_of(obj, cfg)
+    params, model_state = opt.get_params(opt_state), opt.get_state(opt_state)
+    keys = _eval_keys(eval_key, step, splits, num_batches)
+    if per_member_device:
+      batches = _sample_eval_batches(device_data, splits, keys)
+
+    def one(xs):
+      loss_key, batch = xs
+      return task.loss_with_state(params, model_state, loss_key, batch)[0]
+
+    loss_keys = keys[:, 1:].reshape(len(splits) * num_batches)
+    losses = jax.lax.map(one, (loss_keys, batches)).reshape(len(splits), num_batches).mean(axis=1)
+    return {s: losses[i] for i, s in enumerate(splits)}
+
+  batches = host_batches
+  if data_kind == "device" and not per_member_device:
+    batches = _sample_eval_batches(device_data, splits, _eval_keys(keys.shared_eval, step, splits, num_batches))
+  if not vmapped:
+    return member(opt_state, cfg, keys.eval, batches)
+  return jax.vmap(member, in_axes=(0, 0, 0, None))(opt_state, cfg, keys.eval, batches)
+
+
+def _stack_host(batches):
+  return jax.tree.map(lambda *xs: np.stack(xs), *batches)
+
+
+# -- the engine ---------------------------------------------------------------------------------------------------
+class Runner:
+  """Compiled training chunks and evaluations of one task, or of M vmapped members (seeds or family samples).
+
+  Args:
+    task_or_family: a `Task`, or a `TaskFamily` (then ``num_members`` is required and each member samples a config).
+    optimizer: a metafam `Optimizer` or an optax transformation.
+    num_members: None for one unbatched run, else M (every state and curve gets a member axis).
+    splits: the splits `evaluate` reports.
+    eval_batches: batches averaged per split and evaluation.
+    shared_train: members train on the same batch each step (else each member draws its own).
+    shared_eval: members are evaluated on the same batches (else each member draws its own; host batches are
+      always shared).
+    use_device_data: None picks the device path when ``datasets.has_device_data``; True requires it; False forces
+      the host iterators (then evaluating ``train`` draws from the training iterator itself).
+  """
+
+  def __init__(self, task_or_family: Union[Task, TaskFamily], optimizer: OptimizerLike, *,
+               num_members: Optional[int] = None, splits: Sequence[str] = SPLITS, eval_batches: int = 1,
+               shared_train: bool = False, shared_eval: bool = False, use_device_data: Optional[bool] = None):
+    if not isinstance(task_or_family, (Task, TaskFamily)):
+      raise TypeError(f"task must be a metafam Task or TaskFamily, got {type(task_or_family).__name__}.")
+    if isinstance(task_or_family, TaskFamily) and num_members is None:
+      raise ValueError("a TaskFamily needs num_members (the number of sampled instances to train).")
+    self.obj = task_or_family
+    self.optimizer = as_optimizer(optimizer)
+    self.num_members = None if num_members is None else check_positive_int("num_members", num_members)
+    self.splits = check_splits("splits", splits)
+    self.eval_batches = check_positive_int("eval_batches", eval_batches)
+    self.shared_train, self.shared_eval = bool(shared_train), bool(shared_eval)
+    self.datasets = task_or_family.datasets
+    if self.datasets is None:
+      self.data_kind = "none"
+    elif use_device_data is None:
+      self.data_kind = "device" if self.datasets.has_device_data else "host"
+    elif use_device_data:
+      if not self.datasets.has_device_data:
+        raise ValueError(f"use_device_data=True, but the datasets of {task_or_family.name!r} are not all "
+                         "ArraySplits, so they have no device path.")
+      self.data_kind = "device"
+    else:
+      self.data_kind = "host"
+    if self.data_kind == "device":
+      self.train_data = self.datasets.device_data("train")
+      self.eval_data = {s: self.datasets.device_data(s) for s in self.splits}
+    else:
+      self.train_data, self.eval_data = None, None
+    self._obj, self._opt = _ByIdentity(self.obj), _ByIdentity(self.optimizer)
+
+  @property
+  def vmapped(self) -> bool:
+    return self.num_members is not None
+
+  def keys(self, key: Optional[jax.Array]) -> RunKeys:
+    return derive_keys(key, self.num_members)
+
+  def init(self, keys: RunKeys, num_steps: Optional[int] = None) -> Tuple[Any, Any]:
+    """``(cfg, opt_state)``; cfg is None for a `Task`, else the sampled configs ``[M, ...]``."""
+    return _init_program(self._obj, self._opt, self.vmapped, num_steps, keys)
+
+  def train(self, opt_state: Any, cfg: Any, keys: RunKeys, start: int, length: int) -> Tuple[Any, jax.Array]:
+    """Runs steps ``start .. start + length - 1``; returns ``(opt_state, losses f32[L] or f32[L, M])``."""
+    host = None
+    if self.data_kind == "host":
+      split = self.datasets.split("train")
+      per_step = 1 if not self.vmapped or self.shared_train else self.num_members
+      if per_step == 1:
+        host = _stack_host([next(split) for _ in range(length)])
+      else:
+        host = _stack_host([_stack_host([next(split) for _ in range(per_step)]) for _ in range(length)])
+    steps = jnp.arange(start, start + length, dtype=jnp.int32)
+    return _train_program(self._obj, self._opt, self.vmapped, self.data_kind, self.shared_train, opt_state, cfg,
+                          keys, steps, host, self.train_data)
+
+  def evaluate(self, opt_state: Any, cfg: Any, keys: RunKeys, step: int) -> Dict[str, jax.Array]:
+    """``{split: mean loss}`` (scalars, or ``[M]``) over ``eval_batches`` batches per split."""
+    host = None
+    if self.data_kind == "host":
+      host = _stack_host([next(self.datasets.split(s)) for s in self.splits for _ in range(self.eval_batches)])
+    return _eval_program(self._obj, self._opt, self.vmapped, self.data_kind, self.shared_eval, self.splits,
+                         self.eval_batches, opt_state, cfg, keys, jnp.asarray(step, jnp.int32), host,
+                         self.eval_data)
+
+  def params(self, opt_state: Any) -> Any:
+    return jax.vmap(self.optimizer.get_params)(opt_state) if self.vmapped else self.optimizer.get_params(opt_state)
+
+  def model_state(self, opt_state: Any) -> Any:
+    return jax.vmap(self.optimizer.get_state)(opt_state) if self.vmapped else self.optimizer.get_state(opt_state)
+
+
+def eval_points(num_steps: int, eval_every: int) -> np.ndarray:
+  """Steps after which to evaluate: 0, eval_every, 2 * eval_every, ... and always num_steps. ``i32[E]``."""
+  return np.unique(np.append(np.arange(0, num_steps, eval_every), num_steps)).astype(np.int32)
+
+
+# -- public API ---------------------------------------------------------------------------------------------------
+@functools.partial(jax.tree_util.register_dataclass,
+                   data_fields=["train_losses", "eval_steps", "eval_losses", "wall_time", "params", "model_state",
+                                "opt_state", "cfg"], meta_fields=[])
+@dataclasses.dataclass(frozen=True)
+class EvalResult:
+  """Curves of one run (or of N vmapped runs: curves and states gain a leading axis N, ``eval_steps`` does not).
+
+  Attributes:
+    train_losses: ``f32[T]``, the loss of step t's batch at the params before update t.
+    eval_steps: ``i32[E]``, the number of updates done at each evaluation: 0, eval_every, ..., num_steps.
+    eval_losses: ``{split: f32[E]}``, each the mean loss over ``eval_batches`` batches of the split.
+    wall_time: seconds for the whole call, compilation included.
+    params, model_state: after the final step.
+    opt_state: the final optimizer state.
+    cfg: the sampled family configs ``[N, ...]`` (vectorized runs of a `TaskFamily`), else None.
+  """
+  train_losses: np.ndarray
+  eval_steps: np.ndarray
+  eval_losses: Dict[str, np.ndarray]
+  wall_time: float
+  params: Any
+  model_state: Any
+  opt_state: Any
+  cfg: Any = None
+
+
+def _run(runner: Runner, key: Optional[jax.Array], num_steps: int, eval_every: int) -> EvalResult:
+  start_time = time.perf_counter()
+  keys = runner.keys(key)
+  cfg, opt_state = runner.init(keys, num_steps)
+  points = eval_points(num_steps, eval_every)
+  evals = [runner.evaluate(opt_state, cfg, keys, 0)]
+  chunks = []
+  for begin, end in zip(points[:-1], points[1:]):
+    opt_state, losses = runner.train(opt_state, cfg, keys, int(begin), int(end - begin))
+    chunks.append(losses)
+    evals.append(runner.evaluate(opt_state, cfg, keys, int(end)))
+  train_losses = np.concatenate([np.asarray(c) for c in chunks], axis=0)
+  eval_losses = {s: np.stack([np.asarray(e[s]) for e in evals]) for s in runner.splits}
+  if runner.vmapped:  # time-major to member-major: [T, N] -> [N, T]
+    train_losses = train_losses.T
+    eval_losses = {s: v.T for s, v in eval_losses.items()}
+  opt_state = jax.block_until_ready(opt_state)
+  return EvalResult(train_losses=train_losses, eval_steps=points, eval_losses=eval_losses,
+                    wall_time=time.perf_counter() - start_time, params=runner.params(opt_state),
+                    model_state=runner.model_state(opt_state), opt_state=opt_state, cfg=cfg)
+
+
+def train_and_evaluate(task: Task, optimizer: OptimizerLike, num_steps: int, eval_every: int, eval_batches: int,
+                       key: Optional[jax.Array] = None, *, splits: Sequence[str] = SPLITS,
+                       use_device_data: Optional[bool] = None) -> EvalResult:
+  """Trains ``task`` for ``num_steps`` updates, evaluating every ``eval_every`` steps (and at 0 and the end).
+
+  Args:
+    task: the `Task` to train.
+    optimizer: a metafam `Optimizer` or an optax transformation.
+    num_steps: number of updates T.
+    eval_every: updates between evaluations; each stretch is one jitted scan.
+    eval_batches: batches averaged per split and evaluation.
+    key: one PRNG key (default ``jax.random.key(0)``).
+    splits: the splits to evaluate (default all four).
+    use_device_data: None = device sampling when possible; False forces the host iterators. On the host path,
+      evaluating the ``train`` split draws its batches from the training iterator, which shifts the batches that
+      training sees.
+
+  Returns:
+    An `EvalResult` with ``train_losses f32[T]``, ``eval_steps i32[E]`` and ``eval_losses {split: f32[E]}``.
+  """
+  if not isinstance(task, Task):
+    raise TypeError(f"task must be a metafam Task, got {type(task).__name__} (use train_and_evaluate_vectorized "
+                    "for a TaskFamily).")
+  num_steps = check_positive_int("num_steps", num_steps)
+  eval_every = check_positive_int("eval_every", eval_every)
+  runner = Runner(task, optimizer, splits=splits, eval_batches=eval_batches, use_device_data=use_device_data)
+  return _run(runner, key, num_steps, eval_every)
+
+
+def train_and_evaluate_vectorized(task_or_family: Union[Task, TaskFamily], optimizer: OptimizerLike, num_steps: int,
+                                  eval_every: int, eval_batches: int, num_instances: int,
+                                  key: Optional[jax.Array] = None, *, splits: Sequence[str] = SPLITS,
+                                  shared_batches: bool = False,
+                                  use_device_data: Optional[bool] = None) -> EvalResult:
+  """`train_and_evaluate` for N instances in one vmapped program: N seeds of a `Task`, or N samples of a family.
+
+  Instance ``i`` uses key ``jax.random.split(key, N)[i]`` (or ``key[i]`` when ``key`` is a batch of N keys). By
+  default every instance draws its own training batches (on the host path: N consecutive batches of the iterator
+  per step) and, on the device path, its own evaluation batches, so instance i equals
+  ``train_and_evaluate(task_i, optimizer, ..., key=that key)`` on the device path. With ``shared_batches=True`` all
+  instances see the same batch each step and the same evaluation batches. Host evaluation batches are always
+  shared.
+
+  Returns:
+    An `EvalResult` whose curves gain a leading axis N (``train_losses f32[N, T]``, ``eval_losses {split:
+    f32[N, E]}``; ``eval_steps`` stays ``i32[E]``), with ``params``/``opt_state`` leaves ``[N, ...]`` and ``cfg``
+    the sampled family configs (None for a `Task`).
+  """
+  num_steps = check_positive_int("num_steps", num_steps)
+  eval_every = check_positive_int("eval_every", eval_every)
+  num_instances = check_positive_int("num_instances", num_instances)
+  runner = Runner(task_or_family, optimizer, num_members=num_instances, splits=splits, eval_batches=eval_batches,
+                  shared_train=shared_batches, shared_eval=shared_batches, use_device_data=use_device_data)
+  return _run(runner, key, num_steps, eval_every)

@@ -1,0 +1,253 @@
+"""The meta-training loop: estimators -> averaged meta-gradient -> optax meta-optimizer, with checkpoints.
+
+One meta-step (estimates of every estimator, averaging, non-finite handling, clipping and the optax update) is a
+single jitted program. Step ``i`` uses the key ``fold_in(state.key, i)``, and the whole `MetaTrainState` (theta,
+meta-optimizer state, worker states, base key, step) is checkpointed, so a run resumed from a checkpoint produces
+exactly the numbers of an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from tqdm.auto import tqdm
+
+from metafam.inner.schedules import ConstantSchedule
+from metafam.inner.truncated_step import TruncatedStep
+from metafam.outer_trainers import checkpoint
+from metafam.outer_trainers.base import GradientEstimator, zero_nonfinite
+
+CHECKPOINT_NAME = "checkpoint.pkl"
+METRICS_NAME = "metrics.jsonl"
+
+
+@functools.partial(jax.tree_util.register_dataclass,
+                   data_fields=["theta", "opt_state", "worker_states", "key_data", "step"], meta_fields=[])
+@dataclasses.dataclass(frozen=True)
+class MetaTrainState:
+  """Everything a meta-training run needs to continue.
+
+  Attributes:
+    theta: the learned optimizer's meta-parameters.
+    opt_state: the optax meta-optimizer's state.
+    worker_states: tuple, one worker state per estimator.
+    key_data: uint32 raw data of the run's base PRNG key (``jax.random.key_data``), checkpoint-friendly.
+    step: int32, meta-steps taken.
+  """
+  theta: Any
+  opt_state: Any
+  worker_states: tuple
+  key_data: jax.Array
+  step: jax.Array
+
+
+def tree_norm(tree: Any) -> jax.Array:
+  leaves = jax.tree.leaves(tree)
+  return jnp.sqrt(sum(jnp.sum(jnp.square(x)) for x in leaves)) if leaves else jnp.asarray(0.0)
+
+
+class MetaTrainer:
+  """Meta-trains ``learned_opt`` with the average of ``estimators``' meta-gradients.
+
+  Args:
+    learned_opt: the learned optimizer (``init(key) -> theta``, ``opt_fn(theta)``).
+    estimators: one or more `GradientEstimator`s (their gradients are averaged).
+    meta_optimizer: an optax transformation applied to the averaged gradient.
+    clip_grad_norm: clip the averaged gradient to this global norm (None: no clipping).
+    eval_family: family for `evaluate` (held-out instances trained on ``train``, scored on ``eval_split``).
+    eval_num_tasks, eval_steps: instances and inner steps per evaluation.
+    eval_split: the split scored by `evaluate` (default "test").
+    config: JSON-able description of the run, stored in checkpoints; resuming from a checkpoint whose config
+      differs is refused.
+  """
+
+  def __init__(self, learned_opt: Any, estimators: Sequence[GradientEstimator],
+               meta_optimizer: optax.GradientTransformation, clip_grad_norm: Optional[float] = None,
+               eval_family: Any = None, eval_num_tasks: int = 8, eval_steps: int = 100, eval_split: str = "test",
+               config: Optional[Dict[str, Any]] = None):
+    estimators = list(estimators) if isinstance(estimators, (list, tuple)) else [estimators]
+    if not estimators:
+      raise ValueError("MetaTrainer needs at least one estimator.")
+    for i, est in enumerate(estimators):
+      if not isinstance(est, GradientEstimator):
+        raise TypeError(f"estimators[{i}] is a {type(est).__name__}, not a GradientEstimator.")
+    if clip_grad_norm is not None and not clip_grad_norm > 0:
+      raise ValueError(f"clip_grad_norm must be positive or None, got {clip_grad_norm!r}.")
+    self.learned_opt, self.estimators, self.meta_optimizer = learned_opt, estimators, meta_optimizer
+    self.clip_grad_norm = clip_grad_norm
+    self.config = dict(config or {})
+    self.config.setdefault("estimators", [type(e).__name__ for e in estimators])
+    self.config.setdefault("learned_opt", type(learned_opt).__name__)
+    self._step = jax.jit(self.step_fn, donate_argnums=0)
+    self.evaluator = None
+    if eval_family is not None:
+      self.evaluator = TruncatedStep(eval_family, learned_opt, eval_num_tasks, ConstantSchedule(eval_steps),
+                                     meta_loss_split=eval_split, donate=True)
+      self.eval_steps = eval_steps
+      self._evaluate = jax.jit(self._evaluate_fn)
+
+  @property
+  def data(self) -> tuple:
+    return tuple(est.data for est in self.estimators)
+
+  @property
+  def inner_steps_per_meta_step(self) -> int:
+    return sum(est.inner_steps_per_estimate for est in self.estimators)
+
+  # -- state ----------------------------------------------------------------------------------------------------
+  def init(self, key: jax.Array, theta: Any = None) -> MetaTrainState:
+    """A fresh run: theta from ``learned_opt.init`` (unless given), worker states from each estimator."""
+    k_theta, k_workers, k_run = jax.random.split(key, 3)
+    theta = self.learned_opt.init(k_theta) if theta is None else theta
+    workers = tuple(est.init_worker_state(theta, k)
+                    for est, k in zip(self.estimators, jax.random.split(k_workers, len(self.estimators))))
+    return MetaTrainState(theta=theta, opt_state=self.meta_optimizer.init(theta), worker_states=workers,
+                          key_data=jax.random.key_data(k_run), step=jnp.asarray(0, jnp.int32))
+
+  # -- one meta-step --------------------------------------------------------------------------------------------
+  def step_fn(self, state: MetaTrainState, data: tuple):
+    """Pure meta-step: ``(state, data) -> (new state, metrics)``; ``data`` is `MetaTrainer.data`."""
+    key = jax.random.fold_in(jax.random.wrap_key_data(state.key_data), state.step)
+    keys = jax.random.split(key, len(self.estimators))
+    grads, losses, workers, nonfinite = [], [], [], 0.0
+    for est, ws, k, d in zip(self.estimators, state.worker_states, keys, data):
+      estimate, ws = est.estimate_fn(state.theta, ws, k, d)
+      grads.append(estimate.grad)
+      losses.append(estimate.meta_loss)
+      workers.append(ws)
+      nonfinite = nonfinite + estimate.metrics["num_nonfinite"]
+    grad = jax.tree.map(lambda *g: sum(g) / len(g), *grads)
+    grad, bad_grad = zero_nonfinite(grad)
+    grad_norm = tree_norm(grad)
+    if self.clip_grad_norm is not None:
+      factor = jnp.minimum(1.0, self.clip_grad_norm / jnp.maximum(grad_norm, 1e-12))
+      grad = jax.tree.map(lambda g: g * factor, grad)
+    updates, opt_state = self.meta_optimizer.update(grad, state.opt_state, state.theta)
+    theta = optax.apply_updates(state.theta, updates)
+    metrics = {"meta_loss": sum(losses) / len(losses), "grad_norm": grad_norm,
+               "num_nonfinite": jnp.asarray(nonfinite, jnp.float32), "nonfinite_grad_entries": bad_grad}
+    for est, loss in zip(self.estimators, losses):
+      metrics[f"meta_loss/{est.name}"] = loss
+    new_state = MetaTrainState(theta=theta, opt_state=opt_state, worker_states=tuple(workers),
+                               key_data=state.key_data, step=state.step + 1)
+    return new_state, metrics
+
+  def step(self, state: MetaTrainState):
+    """One jitted meta-step (``state`` is donated: use the returned one)."""
+    return self._step(state, self.data)
+
+  # -- evaluation -------------------------------------------------------------------------------------------------
+  def _evaluate_fn(self, theta, key, data):
+    k_init, k_unroll = jax.random.split(key)
+    lanes = self.evaluator.init_fn(theta, k_init)
+    _, out = self.evaluator.unroll_fn(theta, lanes, jax.random.split(k_unroll, self.eval_steps), data)
+    curve = jnp.sum(out.normalized_meta_loss * out.mask, axis=1) / jnp.maximum(jnp.sum(out.mask, axis=1), 1.0)
+    return {"eval_final_loss": curve[-1], "eval_mean_loss": jnp.mean(curve), "eval_curve": curve}
+
+  def evaluate(self, theta: Any, key: jax.Array) -> Dict[str, Any]:
+    """Trains ``eval_num_tasks`` fresh instances for ``eval_steps`` steps with ``opt_fn(theta)``.
+
+    Returns the normalized ``eval_split`` loss after each step averaged over instances (``eval_curve``), its last
+    value and its mean.
+    """
+    if self.evaluator is None:
+      raise ValueError("MetaTrainer was built without eval_family; pass one to evaluate.")
+    return jax.device_get(self._evaluate(theta, key, self.evaluator.data))
+
+  # -- checkpoints ------------------------------------------------------------------------------------------------
+  def save(self, state: MetaTrainState, path: str) -> None:
+    checkpoint.save(path, state, {"step": int(state.step), "config": self.config})
+
+  def restore(self, path: str, like: MetaTrainState) -> MetaTrainState:
+    """Loads a checkpoint written by `save` for a run with the same config; ``like`` gives the expected structure."""
+    tree, metadata = checkpoint.load(path)
+    if metadata.get("config") != self.config:
+      raise checkpoint.CheckpointError(
+          f"{path} belongs to a different run: its config is {json.dumps(metadata.get('config'), sort_keys=True)}, "
+          f"this run's is {json.dumps(self.config, sort_keys=True)}.")
+    want, got = jax.tree.structure(like), jax.tree.structure(tree)
+    if want != got:
+      raise checkpoint.CheckpointError(f"{path} holds a state of a different structure than this run's.")
+    for (path_, a), b in zip(jax.tree_util.tree_flatten_with_path(like)[0], jax.tree.leaves(tree)):
+      if np.shape(a) != np.shape(b) or np.dtype(a.dtype) != np.dtype(b.dtype):
+        raise checkpoint.CheckpointError(f"checkpoint leaf {jax.tree_util.keystr(path_)} is {np.dtype(b.dtype)}"
+                                         f"{list(np.shape(b))}, expected {np.dtype(a.dtype)}{list(np.shape(a))}.")
+    return jax.tree.map(lambda a, b: jnp.asarray(b, dtype=a.dtype), like, tree)
+
+  # -- the loop ---------------------------------------------------------------------------------------------------
+  def train(self, num_steps: int, key: Optional[jax.Array] = None, state: Optional[MetaTrainState] = None,
+            output_dir: Optional[str] = None, checkpoint_every: int = 50, eval_every: Optional[int] = None,
+            progress: bool = True, log_fn: Optional[Callable[[Dict[str, Any]], None]] = None):
+    """Runs meta-steps until ``state.step == num_steps``; returns ``(state, history)``.
+
+    With ``output_dir``, an existing checkpoint there is resumed (refused if it belongs to a different run), a
+    checkpoint is written atomically every ``checkpoint_every`` steps and at the end, and every logged record is
+    appended to ``metrics.jsonl``. With ``eval_every`` and an ``eval_family``, `evaluate` runs every that many
+    steps and at the end (held-out instances, key derived from the step). ``history`` is the list of records
+    (step, metrics, inner steps/s, and eval results where evaluated).
+    """
+    if not isinstance(num_steps, int) or num_steps < 0:
+      raise ValueError(f"num_steps must be a non-negative int, got {num_steps!r}.")
+    if not isinstance(checkpoint_every, int) or checkpoint_every < 1:
+      raise ValueError(f"checkpoint_every must be a positive int, got {checkpoint_every!r}.")
+    if eval_every is not None and (self.evaluator is None or eval_every < 1):
+      raise ValueError("eval_every needs an eval_family and a positive value.")
+    ckpt = os.path.join(output_dir, CHECKPOINT_NAME) if output_dir else None
+    if output_dir:
+      os.makedirs(output_dir, exist_ok=True)
+    if state is None:
+      state = self.init(jax.random.key(0) if key is None else key)
+      if ckpt and os.path.exists(ckpt):
+        state = self.restore(ckpt, state)
+        _truncate_metrics(os.path.join(output_dir, METRICS_NAME), int(state.step))
+    history: List[Dict[str, Any]] = []
+    start_step = int(state.step)
+    bar = tqdm(total=num_steps, initial=start_step, desc="meta-train", unit="step", disable=not progress)
+    try:
+      while int(state.step) < num_steps:
+        t0 = time.perf_counter()
+        state, metrics = self.step(state)
+        record = {k: float(v) for k, v in jax.device_get(metrics).items()}
+        elapsed = time.perf_counter() - t0
+        step = int(state.step)
+        record.update(step=step, seconds=elapsed, inner_steps_per_s=self.inner_steps_per_meta_step / elapsed)
+        if eval_every and (step % eval_every == 0 or step == num_steps):
+          result = self.evaluate(state.theta, jax.random.fold_in(jax.random.key(12345), step))
+          record.update(eval_final_loss=float(result["eval_final_loss"]),
+                        eval_mean_loss=float(result["eval_mean_loss"]))
+        history.append(record)
+        bar.update(1)
+        bar.set_postfix(meta_loss=f"{record['meta_loss']:.4f}", grad_norm=f"{record['grad_norm']:.3g}")
+        if output_dir:
+          with open(os.path.join(output_dir, METRICS_NAME), "a") as f:
+            f.write(json.dumps(record) + "\n")
+          if step % checkpoint_every == 0 or step == num_steps:
+            self.save(state, ckpt)
+        if log_fn is not None:
+          log_fn(record)
+    finally:
+      bar.close()
+    if output_dir and int(state.step) == start_step and not os.path.exists(ckpt):
+      self.save(state, ckpt)
+    return state, history
+
+
+def _truncate_metrics(path: str, step: int) -> None:
+  """Drops records past ``step`` (steps that ran after the last checkpoint and will run again), atomically."""
+  if not os.path.exists(path):
+    return
+  with open(path) as f:
+    lines = [line for line in f if line.strip() and json.loads(line).get("step", 0) <= step]
+  tmp = path + ".tmp"
+  with open(tmp, "w") as f:
+    f.writelines(lines)
+  os.replace(tmp, path)

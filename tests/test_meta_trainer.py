@@ -1,0 +1,90 @@
+"""The meta-training loop: PES meta-training finds the grid-search learning rate; checkpoints resume exactly."""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from meta_setup import build_trainer, quadratic_family
+from metafam.inner import ConstantSchedule, TruncatedStep
+from metafam.optimizers.learned import LearnableSGD
+from metafam.outer_trainers import CheckpointError
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def grid_search_log_lr(trajectory=50, lanes=256):
+  """The meta-objective (mean loss after each update over a whole trajectory) on a grid of learning rates."""
+  family, lopt = quadratic_family(), LearnableSGD()
+  step = TruncatedStep(family, lopt, lanes, ConstantSchedule(trajectory), meta_loss_split="same_batch")
+  grid = np.linspace(np.log(0.01), np.log(1.2), 41)
+
+  @jax.jit
+  def objective(log_lr):
+    theta = {"log_lr": log_lr}
+    lanes_state = step.init_fn(theta, jax.random.key(0))
+    _, out = step.unroll_fn(theta, lanes_state, jax.random.split(jax.random.key(1), trajectory), step.data)
+    return jnp.mean(out.meta_loss)
+
+  values = np.array([float(objective(jnp.float32(g))) for g in grid])
+  return grid[np.nanargmin(values)], values
+
+
+def test_pes_meta_training_moves_log_lr_to_the_grid_search_optimum():
+  best, values = grid_search_log_lr()
+  trainer = build_trainer()
+  state, history = trainer.train(300, key=jax.random.key(0), progress=False)
+  start, final = np.log(0.01), float(state.theta["log_lr"])
+  # The optimum is far from the start (log 0.01 = -4.6); PES must close most of the gap.
+  assert best - start > 3.0
+  assert abs(final - best) < 0.25 * abs(best - start), (final, best)
+  losses = np.array([h["meta_loss"] for h in history])
+  assert losses[-30:].mean() < 0.5 * losses[:30].mean()
+  assert all(np.isfinite(h["grad_norm"]) for h in history)
+
+
+def test_kill_and_resume_in_a_new_process_equals_an_uninterrupted_run(tmp_path):
+  n = 6
+  trainer = build_trainer(with_tbptt=True)
+  straight, _ = trainer.train(n, key=jax.random.key(7), progress=False)
+  out = str(tmp_path / "run")
+  env = dict(os.environ, PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
+  for steps in (n // 2, n):  # first process stops at n/2 (a checkpoint), the second resumes from it
+    subprocess.run([sys.executable, os.path.join(HERE, "meta_setup.py"), out, str(steps)], check=True, env=env,
+                   capture_output=True, timeout=600)
+  resumed = trainer.restore(os.path.join(out, "checkpoint.pkl"), trainer.init(jax.random.key(7)))
+  assert int(resumed.step) == n
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7),
+               straight, resumed)
+  with open(os.path.join(out, "metrics.jsonl")) as f:
+    steps = [json.loads(line)["step"] for line in f]
+  assert steps == list(range(1, n + 1))
+
+
+def test_checkpoint_from_another_run_or_corrupted_is_refused(tmp_path):
+  trainer = build_trainer()
+  state, _ = trainer.train(2, key=jax.random.key(0), output_dir=str(tmp_path), progress=False)
+  ckpt = tmp_path / "checkpoint.pkl"
+  before = ckpt.read_bytes()
+  other = build_trainer(with_tbptt=True)
+  with pytest.raises(CheckpointError, match="different run"):
+    other.train(4, output_dir=str(tmp_path), progress=False)
+  assert ckpt.read_bytes() == before  # nothing was overwritten
+  ckpt.write_bytes(before[: len(before) // 2])
+  with pytest.raises(CheckpointError, match="corrupted"):
+    trainer.train(4, output_dir=str(tmp_path), progress=False)
+
+
+def test_evaluate_reports_a_learning_curve():
+  trainer = build_trainer()
+  theta = trainer.learned_opt.init(None)
+  good = trainer.evaluate({"log_lr": jnp.log(jnp.float32(0.5))}, jax.random.key(0))
+  bad = trainer.evaluate(theta, jax.random.key(0))
+  assert good["eval_curve"].shape == (20,)
+  assert good["eval_final_loss"] < 0.01 * bad["eval_final_loss"]  # lr 0.5 vs 0.01 after 20 steps
+  assert np.all(np.diff(good["eval_curve"]) < 0)
