@@ -14,6 +14,8 @@ setup(
     include_package_data=True,
     install_requires=["jax>=0.4.35", "dm-haiku>=0.0.13", "optax>=0.2.4", "numpy>=1.24", "tqdm>=4.60",
                       "absl-py>=1.0"],
-    extras_require={"test": ["pytest>=7", "hypothesis>=6", "chex>=0.1.86"]},
+    extras_require={"test": ["pytest>=7", "hypothesis>=6", "chex>=0.1.86", "matplotlib>=3.7"],
+                    "plot": ["matplotlib>=3.7"], "tb": ["tensorboardX>=2.6"]},
+    entry_points={"console_scripts": ["metafam=metafam.cli:run"]},
     license="Apache-2.0",
 )

@@ -114,13 +114,16 @@ class TruncatedStep:
       differ only through their theta. ``num_tasks`` must be even.
     stack_antithetic: with ``antithetic``, run both halves as one vmap of ``num_tasks`` lanes (True) or as two
       vmaps of ``num_tasks // 2`` (False); the numbers are the same, only the batching differs.
+    lane_groups: split the lanes into this many equal groups whose lane ``i`` draws the same keys (same instances
+      and batches), e.g. to compare per-lane thetas on identical problems; unlike ``antithetic`` the groups reset
+      independently. ``antithetic=True`` implies 2 groups.
     donate: donate the input state's buffers to `unroll` (the passed state must not be used afterwards).
   """
 
   def __init__(self, family: TaskFamily, learned_opt: Any, num_tasks: int, schedule: Any = None,
                random_initial_iteration: bool = False, meta_loss_split: Optional[str] = "same_batch",
                meta_loss_aux: Optional[str] = None, antithetic: bool = False, stack_antithetic: bool = True,
-               donate: bool = True):
+               lane_groups: int = 1, donate: bool = True):
     if not isinstance(family, TaskFamily):
       raise TypeError(f"family must be a TaskFamily, got {type(family).__name__}.")
     if isinstance(learned_opt, Optimizer):
@@ -136,6 +139,11 @@ class TruncatedStep:
       raise ValueError("meta_loss_aux needs a meta_loss_split to evaluate the aux value on.")
     if antithetic and num_tasks % 2:
       raise ValueError(f"antithetic=True needs an even num_tasks (pairs of lanes), got {num_tasks}.")
+    if antithetic and lane_groups not in (1, 2):
+      raise ValueError(f"antithetic=True uses 2 lane groups; got lane_groups={lane_groups}.")
+    if not isinstance(lane_groups, int) or lane_groups < 1 or num_tasks % lane_groups:
+      raise ValueError(f"lane_groups must be a positive int dividing num_tasks={num_tasks}, got {lane_groups!r}.")
+    self.lane_groups = 2 if antithetic else lane_groups
     self.antithetic, self.stack_antithetic = antithetic, stack_antithetic
     self.meta_loss_aux = meta_loss_aux
     self.family, self.learned_opt, self.num_tasks = family, learned_opt, num_tasks
@@ -214,11 +222,10 @@ class TruncatedStep:
 
   # -- public API ---------------------------------------------------------------------------------------------
   def _lane_keys(self, key: jax.Array) -> jax.Array:
-    """One key per lane; antithetic pairs get the same key."""
-    if not self.antithetic:
+    """One key per lane; lane ``i`` of every lane group gets the same key."""
+    if self.lane_groups == 1:
       return jax.random.split(key, self.num_tasks)
-    half = jax.random.split(key, self.num_tasks // 2)
-    return jnp.concatenate([half, half])
+    return jnp.concatenate([jax.random.split(key, self.num_tasks // self.lane_groups)] * self.lane_groups)
 
   def _pair_done(self, is_done: jax.Array) -> jax.Array:
     if not self.antithetic:

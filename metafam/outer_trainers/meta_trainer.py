@@ -21,8 +21,7 @@ import numpy as np
 import optax
 from tqdm.auto import tqdm
 
-from metafam.inner.schedules import ConstantSchedule
-from metafam.inner.truncated_step import TruncatedStep
+from metafam.evaluation.family_eval import FamilyEvaluator
 from metafam.outer_trainers import checkpoint
 from metafam.outer_trainers.base import GradientEstimator, zero_nonfinite
 
@@ -90,10 +89,7 @@ class MetaTrainer:
     self._step = jax.jit(self.step_fn, donate_argnums=0)
     self.evaluator = None
     if eval_family is not None:
-      self.evaluator = TruncatedStep(eval_family, learned_opt, eval_num_tasks, ConstantSchedule(eval_steps),
-                                     meta_loss_split=eval_split, donate=True)
-      self.eval_steps = eval_steps
-      self._evaluate = jax.jit(self._evaluate_fn)
+      self.evaluator = FamilyEvaluator(eval_family, eval_num_tasks, eval_steps, split=eval_split)
 
   @property
   def data(self) -> tuple:
@@ -146,22 +142,16 @@ class MetaTrainer:
     return self._step(state, self.data)
 
   # -- evaluation -------------------------------------------------------------------------------------------------
-  def _evaluate_fn(self, theta, key, data):
-    k_init, k_unroll = jax.random.split(key)
-    lanes = self.evaluator.init_fn(theta, k_init)
-    _, out = self.evaluator.unroll_fn(theta, lanes, jax.random.split(k_unroll, self.eval_steps), data)
-    curve = jnp.sum(out.normalized_meta_loss * out.mask, axis=1) / jnp.maximum(jnp.sum(out.mask, axis=1), 1.0)
-    return {"eval_final_loss": curve[-1], "eval_mean_loss": jnp.mean(curve), "eval_curve": curve}
-
   def evaluate(self, theta: Any, key: jax.Array) -> Dict[str, Any]:
     """Trains ``eval_num_tasks`` fresh instances for ``eval_steps`` steps with ``opt_fn(theta)``.
 
     Returns the normalized ``eval_split`` loss after each step averaged over instances (``eval_curve``), its last
-    value and its mean.
+    value and its mean (see `metafam.evaluation.family_eval.FamilyEvaluator`).
     """
     if self.evaluator is None:
       raise ValueError("MetaTrainer was built without eval_family; pass one to evaluate.")
-    return jax.device_get(self._evaluate(theta, key, self.evaluator.data))
+    curve = self.evaluator.evaluate(self.learned_opt, theta, key)
+    return {"eval_final_loss": float(curve[-1]), "eval_mean_loss": float(np.mean(curve)), "eval_curve": curve}
 
   # -- checkpoints ------------------------------------------------------------------------------------------------
   def save(self, state: MetaTrainState, path: str) -> None:

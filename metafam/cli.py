@@ -1,0 +1,299 @@
+"""The `metafam` command line: ``metafam COMMAND [--flags]`` (also ``python -m metafam``).
+
+Commands:
+  meta-train   meta-train a learned optimizer on a task family, then compare it with tuned Adam on held-out
+               instances (test split); writes checkpoints, metrics.jsonl, summary.json and PNG plots.
+  evaluate     train a task or suite with a named optimizer or a saved learned optimizer; print/save the results.
+  benchmark    run the benchmark suite: tuned Adam baselines and the given optimizers, tables and plots.
+  list         list the registered tasks, families, optimizers, estimators and suites.
+
+Bad input (unknown names, invalid numbers, an output directory holding another run, a corrupted checkpoint) gets a
+one-line error naming what was wrong and what is accepted, and exit code 2; no existing file is overwritten.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from typing import Any, Callable, Dict, List
+
+from absl import flags
+
+FLAGS = flags.FlagValues()
+
+COMMANDS = ("meta-train", "evaluate", "benchmark", "list")
+LEARNED_OPTIMIZERS = ("mlp_lopt", "learnable_adam", "learnable_sgd")
+HAND_OPTIMIZERS = ("adam", "sgd", "sgdm", "nadamw")
+ESTIMATORS = ("pes", "nres", "truncated_es", "full_es", "tbptt")
+
+# meta-train
+flags.DEFINE_string("family", "fmnist_mlp_family_8x8_32", "Registered task family to meta-train on.", flag_values=FLAGS)
+flags.DEFINE_string("optimizer", "mlp_lopt", f"Optimizer: learned {LEARNED_OPTIMIZERS} or hand-designed "
+                    f"{HAND_OPTIMIZERS} (evaluate/benchmark).", flag_values=FLAGS)
+flags.DEFINE_string("estimator", "pes", f"Meta-gradient estimator, one of {ESTIMATORS}.", flag_values=FLAGS)
+flags.DEFINE_integer("num_steps", 300, "Meta-training steps (total; a resumed run continues to this count).",
+                     lower_bound=1, flag_values=FLAGS)
+flags.DEFINE_integer("num_pairs", 8, "Antithetic pairs (ES estimators) or lanes (tbptt).", lower_bound=1,
+                     flag_values=FLAGS)
+flags.DEFINE_integer("unroll_length", 10, "Inner steps per truncation.", lower_bound=1, flag_values=FLAGS)
+flags.DEFINE_integer("trajectory_length", 50, "Inner steps per trajectory (full_es: per estimate).", lower_bound=1,
+                     flag_values=FLAGS)
+flags.DEFINE_float("sigma", 0.01, "ES perturbation standard deviation.", lower_bound=1e-12, flag_values=FLAGS)
+flags.DEFINE_float("meta_learning_rate", 3e-3, "Adam learning rate of the meta-optimizer.", lower_bound=1e-12,
+                   flag_values=FLAGS)
+flags.DEFINE_float("clip_grad_norm", 1.0, "Clip meta-gradients to this global norm (0: no clipping).",
+                   lower_bound=0.0, flag_values=FLAGS)
+flags.DEFINE_string("output_dir", "runs/meta_train", "Directory for checkpoints, logs, summary and plots.",
+                    flag_values=FLAGS)
+flags.DEFINE_integer("checkpoint_every", 50, "Meta-steps between checkpoints.", lower_bound=1, flag_values=FLAGS)
+flags.DEFINE_integer("eval_every", 0, "Meta-steps between evaluations during training (0: only at the end).",
+                     lower_bound=0, flag_values=FLAGS)
+flags.DEFINE_integer("eval_tasks", 8, "Held-out task instances per evaluation.", lower_bound=1, flag_values=FLAGS)
+flags.DEFINE_integer("eval_steps", 200, "Inner steps per evaluation.", lower_bound=1, flag_values=FLAGS)
+flags.DEFINE_integer("seed", 0, "Random seed of the run.", flag_values=FLAGS)
+flags.DEFINE_bool("tensorboard", False, "Also log to TensorBoard (needs tensorboardX: pip install 'metafam[tb]').",
+                  flag_values=FLAGS)
+flags.DEFINE_bool("progress", True, "Show progress bars.", flag_values=FLAGS)
+# evaluate / benchmark
+flags.DEFINE_string("task", None, "A registered task name (evaluate).", flag_values=FLAGS)
+flags.DEFINE_string("suite", "tiny", "A benchmark suite name.", flag_values=FLAGS)
+flags.DEFINE_string("checkpoint", None, "A meta-train checkpoint (its learned optimizer is evaluated).",
+                    flag_values=FLAGS)
+flags.DEFINE_float("learning_rate", 1e-3, "Learning rate of a hand-designed optimizer.", lower_bound=1e-12,
+                   flag_values=FLAGS)
+flags.DEFINE_integer("inner_steps", 200, "Inner training steps per task (evaluate/benchmark).", lower_bound=1,
+                     flag_values=FLAGS)
+flags.DEFINE_integer("seeds", 2, "Seeds per task (evaluate/benchmark).", lower_bound=1, flag_values=FLAGS)
+
+
+class UsageError(Exception):
+  """Bad input: reported as one line with exit code 2."""
+
+
+def _choose(kind: str, name: str, accepted) -> str:
+  accepted = sorted(accepted)
+  if name not in accepted:
+    raise UsageError(f"unknown {kind} {name!r}; accepted: {', '.join(accepted)}.")
+  return name
+
+
+def write_json_atomic(path: str, obj: Any) -> None:
+  directory = os.path.dirname(os.path.abspath(path))
+  fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
+  with os.fdopen(fd, "w") as f:
+    json.dump(obj, f, indent=2, sort_keys=True)
+  os.replace(tmp, path)
+
+
+# -- builders --------------------------------------------------------------------------------------------------------
+def build_learned_optimizer(name: str):
+  from metafam.optimizers.learned import LearnableAdam, LearnableSGD
+  from metafam.optimizers.mlp_lopt import MLPLOpt
+  return {"mlp_lopt": MLPLOpt, "learnable_adam": LearnableAdam, "learnable_sgd": LearnableSGD}[name]()
+
+
+def build_hand_optimizer(name: str, lr: float):
+  import optax
+  from metafam.optimizers.base import SGD, SGDM, Adam, OptaxOptimizer
+  if name == "nadamw":
+    return OptaxOptimizer(optax.nadamw(lr), name=f"NAdamW(lr={lr:g})")
+  return {"adam": Adam, "sgd": SGD, "sgdm": SGDM}[name](lr)
+
+
+def build_estimator(name: str, family, lopt):
+  from metafam.inner import ConstantSchedule
+  from metafam.outer_trainers import PES, FullES, NoiseReuseES, TruncatedBPTT, TruncatedES
+  schedule = ConstantSchedule(FLAGS.trajectory_length)
+  es = dict(num_pairs=FLAGS.num_pairs, sigma=FLAGS.sigma)
+  if name == "pes":
+    return PES(family, lopt, unroll_length=FLAGS.unroll_length, schedule=schedule, **es)
+  if name == "nres":
+    return NoiseReuseES(family, lopt, unroll_length=FLAGS.unroll_length, schedule=schedule, **es)
+  if name == "truncated_es":
+    return TruncatedES(family, lopt, unroll_length=FLAGS.unroll_length, schedule=schedule, **es)
+  if name == "full_es":
+    return FullES(family, lopt, trajectory_length=FLAGS.trajectory_length, **es)
+  return TruncatedBPTT(family, lopt, num_tasks=FLAGS.num_pairs, unroll_length=FLAGS.unroll_length,
+                       schedule=schedule)
+
+
+def run_config() -> Dict[str, Any]:
+  """What identifies a meta-training run: resuming with a different value of any of these is refused."""
+  keys = ("family", "optimizer", "estimator", "num_pairs", "unroll_length", "trajectory_length", "sigma",
+          "meta_learning_rate", "clip_grad_norm", "seed")
+  return {k: FLAGS[k].value for k in keys}
+
+
+# -- commands --------------------------------------------------------------------------------------------------------
+def cmd_evaluate() -> None:
+  raise UsageError("evaluate is not available yet.")
+
+
+def cmd_benchmark() -> None:
+  raise UsageError("benchmark is not available yet.")
+
+
+def cmd_list() -> None:
+  from metafam.tasks.registry import list_families, list_tasks
+  print("tasks:       " + ", ".join(list_tasks()))
+  print("families:    " + ", ".join(list_families()))
+  print("optimizers:  learned: " + ", ".join(LEARNED_OPTIMIZERS) + "; hand-designed: " + ", ".join(HAND_OPTIMIZERS))
+  print("estimators:  " + ", ".join(ESTIMATORS))
+  try:
+    from metafam.benchmark.suites import SUITES
+    print("suites:      " + ", ".join(sorted(SUITES)))
+  except ImportError:
+    pass
+
+
+def cmd_meta_train() -> None:
+  from metafam.tasks.registry import FAMILIES, get_family
+  _choose("family", FLAGS.family, FAMILIES)
+  _choose("learned optimizer (--optimizer)", FLAGS.optimizer, LEARNED_OPTIMIZERS)
+  _choose("estimator", FLAGS.estimator, ESTIMATORS)
+  if os.path.exists(FLAGS.output_dir) and not os.path.isdir(FLAGS.output_dir):
+    raise UsageError(f"--output_dir {FLAGS.output_dir!r} exists and is not a directory.")
+  log_fn = _tensorboard_logger(FLAGS.output_dir) if FLAGS.tensorboard else None
+
+  import jax
+  import optax
+  from metafam.outer_trainers import MetaTrainer
+  from metafam.outer_trainers.meta_trainer import METRICS_NAME
+  from metafam.evaluation.family_eval import FamilyEvaluator
+  family, lopt = get_family(FLAGS.family), build_learned_optimizer(FLAGS.optimizer)
+  estimator = build_estimator(FLAGS.estimator, family, lopt)
+  trainer = MetaTrainer(lopt, [estimator], optax.adam(FLAGS.meta_learning_rate),
+                        clip_grad_norm=FLAGS.clip_grad_norm or None, eval_family=family,
+                        eval_num_tasks=FLAGS.eval_tasks, eval_steps=FLAGS.eval_steps, config=run_config())
+  key = jax.random.key(FLAGS.seed)
+  start = time.perf_counter()
+  state, _ = trainer.train(FLAGS.num_steps, key=key, output_dir=FLAGS.output_dir,
+                           checkpoint_every=FLAGS.checkpoint_every, eval_every=FLAGS.eval_every or None,
+                           progress=FLAGS.progress, log_fn=log_fn)
+  train_seconds = time.perf_counter() - start
+
+  evaluator = FamilyEvaluator(family, FLAGS.eval_tasks, FLAGS.eval_steps, split="test")
+  eval_key = jax.random.key(FLAGS.seed + 1_000_003)
+  theta0 = trainer.init(key).theta
+  curves = {"learned (init)": evaluator.evaluate(lopt, theta0, eval_key),
+            "learned (final)": evaluator.evaluate(lopt, state.theta, eval_key)}
+  adam = evaluator.tune_adam(eval_key)
+  curves[f"Adam (tuned lr={adam['best_lr']:.2g})"] = adam["curve"]
+  history = _read_jsonl(os.path.join(FLAGS.output_dir, METRICS_NAME))
+  summary = {
+      "config": run_config(), "meta_steps": int(state.step), "train_seconds_this_session": train_seconds,
+      "eval": {"family": family.name, "split": "test", "tasks": FLAGS.eval_tasks, "inner_steps": FLAGS.eval_steps,
+               "adam_best_lr": adam["best_lr"],
+               "final_loss": {k: float(v[-1]) for k, v in curves.items()},
+               "mean_loss": {k: float(v.mean()) for k, v in curves.items()}},
+      "meta_loss_first_10": [h["meta_loss"] for h in history[:10]],
+      "meta_loss_last_10": [h["meta_loss"] for h in history[-10:]],
+  }
+  write_json_atomic(os.path.join(FLAGS.output_dir, "summary.json"), summary)
+  print(f"\nheld-out evaluation: {FLAGS.eval_tasks} fresh instances of {family.name}, {FLAGS.eval_steps} inner "
+        f"steps, normalized test loss")
+  print(f"{'optimizer':<28} {'final loss':>10} {'mean loss':>10}")
+  for name, curve in curves.items():
+    print(f"{name:<28} {float(curve[-1]):>10.4f} {float(curve.mean()):>10.4f}")
+  plots = _plot_meta_train(FLAGS.output_dir, history, curves)
+  print(f"\nwrote {os.path.join(FLAGS.output_dir, 'summary.json')}, {METRICS_NAME}, checkpoint.pkl"
+        + (", " + ", ".join(plots) if plots else " (install matplotlib for PNG plots: pip install 'metafam[plot]')"))
+
+
+def _read_jsonl(path: str) -> List[Dict[str, Any]]:
+  if not os.path.exists(path):
+    return []
+  with open(path) as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+def _tensorboard_logger(output_dir: str) -> Callable[[Dict[str, Any]], None]:
+  try:
+    from tensorboardX import SummaryWriter
+  except ImportError:
+    raise UsageError("--tensorboard needs tensorboardX: pip install 'metafam[tb]'.") from None
+  writer = SummaryWriter(os.path.join(output_dir, "tensorboard"))
+
+  def log(record):
+    for k, v in record.items():
+      if k != "step" and isinstance(v, (int, float)):
+        writer.add_scalar(k, v, record["step"])
+    writer.flush()
+  return log
+
+
+def _plot_meta_train(output_dir: str, history, curves) -> List[str]:
+  try:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+  except ImportError:
+    return []
+  written = []
+  fig, ax = plt.subplots(figsize=(6, 4))
+  ax.plot([h["step"] for h in history], [h["meta_loss"] for h in history], lw=1)
+  ax.set(xlabel="meta-step", ylabel="meta-loss (normalized)", title="meta-training")
+  written.append(_save_fig(fig, os.path.join(output_dir, "meta_loss.png")))
+  fig, ax = plt.subplots(figsize=(6, 4))
+  for name, curve in curves.items():
+    ax.plot(range(1, len(curve) + 1), curve, label=name)
+  ax.set(xlabel="inner step", ylabel="normalized test loss", title="held-out inner training", yscale="log")
+  ax.legend()
+  written.append(_save_fig(fig, os.path.join(output_dir, "inner_curves.png")))
+  plt.close("all")
+  return written
+
+
+def _save_fig(fig, path: str) -> str:
+  fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".png", dir=os.path.dirname(os.path.abspath(path)))
+  os.close(fd)
+  fig.savefig(tmp, dpi=100, bbox_inches="tight")
+  os.replace(tmp, path)
+  return os.path.basename(path)
+
+
+def _enable_compilation_cache() -> None:
+  """Persists compiled programs across runs (``$METAFAM_JAX_CACHE``, default ~/.cache/metafam/jax; "" disables).
+
+  Compilation dominates short CPU runs; a second run of the same command starts in seconds. Only the command line
+  does this: the library never changes JAX's configuration.
+  """
+  import jax
+  path = os.environ.get("METAFAM_JAX_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "metafam", "jax"))
+  if path and not jax.config.jax_compilation_cache_dir:
+    jax.config.update("jax_compilation_cache_dir", path)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+
+
+# -- entry point -----------------------------------------------------------------------------------------------------
+def main(argv: List[str]) -> int:
+  """Runs ``metafam`` with ``argv`` (program name first); returns the exit code."""
+  from metafam.outer_trainers.checkpoint import CheckpointError
+  FLAGS.unparse_flags()  # main() may run several times in one process (tests)
+  try:
+    rest = FLAGS(argv)
+  except flags.Error as e:
+    print(f"metafam: error: {e}", file=sys.stderr)
+    return 2
+  commands = rest[1:]
+  if len(commands) != 1 or commands[0] not in COMMANDS:
+    got = " ".join(commands) or "nothing"
+    print(f"metafam: error: expected one command from {', '.join(COMMANDS)}; got {got}. "
+          "Try `metafam list` or `metafam --help`.", file=sys.stderr)
+    return 2
+  handlers = {"meta-train": cmd_meta_train, "list": cmd_list, "evaluate": cmd_evaluate, "benchmark": cmd_benchmark}
+  _enable_compilation_cache()
+  try:
+    handlers[commands[0]]()
+  except (UsageError, CheckpointError) as e:
+    print(f"metafam: error: {e}", file=sys.stderr)
+    return 2
+  return 0
+
+
+def run() -> None:
+  """Console-script entry point."""
+  sys.exit(main(sys.argv))

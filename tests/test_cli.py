@@ -1,0 +1,91 @@
+"""The command line end to end on tiny settings, resuming, and every kind of bad input."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from metafam import cli
+
+TINY = ["--family=quadratic_family_10", "--optimizer=learnable_sgd", "--estimator=pes", "--num_pairs=2",
+        "--unroll_length=5", "--trajectory_length=10", "--eval_tasks=2", "--eval_steps=10", "--sigma=0.05",
+        "--checkpoint_every=2", "--progress=false"]
+
+
+def run(args, capsys):
+  code = cli.main(["metafam"] + args)
+  out = capsys.readouterr()
+  return code, out.out, out.err
+
+
+@pytest.fixture(autouse=True)
+def _no_persistent_cache(monkeypatch):
+  monkeypatch.setenv("METAFAM_JAX_CACHE", "")
+
+
+def test_list(capsys):
+  code, out, _ = run(["list"], capsys)
+  assert code == 0
+  assert "fmnist_mlp_8x8_32" in out and "pes" in out and "mlp_lopt" in out
+
+
+def test_meta_train_writes_files_and_resumes(tmp_path, capsys):
+  out_dir = str(tmp_path / "run")
+  code, out, err = run(["meta-train", "--num_steps=3", f"--output_dir={out_dir}"] + TINY, capsys)
+  assert code == 0, err
+  for name in ("checkpoint.pkl", "metrics.jsonl", "summary.json", "meta_loss.png", "inner_curves.png"):
+    assert os.path.exists(os.path.join(out_dir, name)), name
+  assert "learned (final)" in out and "Adam (tuned" in out
+  code, out, err = run(["meta-train", "--num_steps=5", f"--output_dir={out_dir}"] + TINY, capsys)
+  assert code == 0, err
+  with open(os.path.join(out_dir, "metrics.jsonl")) as f:
+    assert [json.loads(line)["step"] for line in f] == [1, 2, 3, 4, 5]
+  with open(os.path.join(out_dir, "summary.json")) as f:
+    summary = json.load(f)
+  assert summary["meta_steps"] == 5 and summary["config"]["family"] == "quadratic_family_10"
+  assert set(summary["eval"]["final_loss"]) >= {"learned (init)", "learned (final)"}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["meta-train", "--family=nope"], "unknown family 'nope'; accepted: .*fmnist_mlp_family_8x8_32"),
+    (["meta-train", "--estimator=es"], "unknown estimator 'es'; accepted: full_es, nres, pes"),
+    (["meta-train", "--optimizer=adam"], "unknown learned optimizer .*'adam'; accepted: learnable_adam"),
+    (["meta-train", "--num_steps=0"], "flag --num_steps=0: 0 is not a positive integer"),
+    (["meta-train", "--sigma=-1"], "flag --sigma=-1.*"),
+    (["meta-train", "--num_pairs=many"], "num_pairs"),
+    (["train"], "expected one command from meta-train, evaluate, benchmark, list; got train"),
+])
+def test_bad_input_is_one_line_and_exit_code_2(args, message, capsys, tmp_path):
+  code, out, err = run(args + [f"--output_dir={tmp_path / 'x'}"], capsys)
+  assert code == 2
+  assert err.startswith("metafam: error: ") and len(err.strip().splitlines()) == 1
+  import re
+  assert re.search(message, err), err
+  assert not os.path.exists(tmp_path / "x")  # nothing was created
+
+
+def test_other_runs_checkpoint_and_corrupted_checkpoint_are_refused_and_kept(tmp_path, capsys):
+  out_dir = str(tmp_path / "run")
+  assert run(["meta-train", "--num_steps=2", f"--output_dir={out_dir}"] + TINY, capsys)[0] == 0
+  files = {n: open(os.path.join(out_dir, n), "rb").read() for n in os.listdir(out_dir)}
+  code, _, err = run(["meta-train", "--num_steps=4", "--seed=1", f"--output_dir={out_dir}"] + TINY, capsys)
+  assert code == 2 and "belongs to a different run" in err and len(err.strip().splitlines()) == 1
+  assert {n: open(os.path.join(out_dir, n), "rb").read() for n in os.listdir(out_dir)} == files
+  ckpt = os.path.join(out_dir, "checkpoint.pkl")
+  with open(ckpt, "wb") as f:
+    f.write(files["checkpoint.pkl"][:100])
+  code, _, err = run(["meta-train", "--num_steps=4", f"--output_dir={out_dir}"] + TINY, capsys)
+  assert code == 2 and "corrupted" in err
+  assert open(ckpt, "rb").read() == files["checkpoint.pkl"][:100]  # left as found, for the user to inspect
+  assert open(os.path.join(out_dir, "metrics.jsonl"), "rb").read() == files["metrics.jsonl"]
+
+
+def test_python_dash_m_entry_point():
+  proc = subprocess.run([sys.executable, "-m", "metafam", "list"], capture_output=True, text=True, timeout=300,
+                        env=dict(os.environ, METAFAM_JAX_CACHE=""))
+  assert proc.returncode == 0 and "families:" in proc.stdout
+  proc = subprocess.run([sys.executable, "-m", "metafam", "meta-train", "--family=x"], capture_output=True,
+                        text=True, timeout=300, env=dict(os.environ, METAFAM_JAX_CACHE=""))
+  assert proc.returncode == 2 and "unknown family 'x'" in proc.stderr
