@@ -16,11 +16,12 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 import time
 from typing import Any, Callable, Dict, List
 
 from absl import flags
+
+from metafam.io import save_figure, write_json
 
 FLAGS = flags.FlagValues()
 
@@ -46,7 +47,7 @@ flags.DEFINE_float("meta_learning_rate", 3e-3, "Adam learning rate of the meta-o
                    flag_values=FLAGS)
 flags.DEFINE_float("clip_grad_norm", 1.0, "Clip meta-gradients to this global norm (0: no clipping).",
                    lower_bound=0.0, flag_values=FLAGS)
-flags.DEFINE_string("output_dir", "runs/meta_train", "Directory for checkpoints, logs, summary and plots.",
+flags.DEFINE_string("output_dir", None, "Output directory (default runs/<command>): checkpoints, logs, tables, plots.",
                     flag_values=FLAGS)
 flags.DEFINE_integer("checkpoint_every", 50, "Meta-steps between checkpoints.", lower_bound=1, flag_values=FLAGS)
 flags.DEFINE_integer("eval_every", 0, "Meta-steps between evaluations during training (0: only at the end).",
@@ -78,14 +79,6 @@ def _choose(kind: str, name: str, accepted) -> str:
   if name not in accepted:
     raise UsageError(f"unknown {kind} {name!r}; accepted: {', '.join(accepted)}.")
   return name
-
-
-def write_json_atomic(path: str, obj: Any) -> None:
-  directory = os.path.dirname(os.path.abspath(path))
-  fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
-  with os.fdopen(fd, "w") as f:
-    json.dump(obj, f, indent=2, sort_keys=True)
-  os.replace(tmp, path)
 
 
 # -- builders --------------------------------------------------------------------------------------------------------
@@ -128,12 +121,69 @@ def run_config() -> Dict[str, Any]:
 
 
 # -- commands --------------------------------------------------------------------------------------------------------
+def _output_dir(command: str) -> str:
+  """``--output_dir`` if given, else ``runs/<command>``."""
+  return FLAGS.output_dir if FLAGS["output_dir"].present else os.path.join("runs", command.replace("-", "_"))
+
+
+def _tasks_from_flags():
+  from metafam.benchmark.suites import SUITES
+  from metafam.tasks.registry import TASKS
+  if FLAGS.task is not None:
+    if FLAGS["suite"].present:
+      raise UsageError("give --task or --suite, not both.")
+    return _choose("task", FLAGS.task, TASKS)
+  return _choose("suite", FLAGS.suite, SUITES)
+
+
+def _optimizer_from_flags(required: bool):
+  """``{name: optimizer spec}`` from --optimizer/--learning_rate/--checkpoint (empty if not given and optional)."""
+  if not required and not FLAGS["optimizer"].present and FLAGS.checkpoint is None:
+    return {}
+  name = _choose("optimizer", FLAGS.optimizer, LEARNED_OPTIMIZERS + HAND_OPTIMIZERS)
+  if name in HAND_OPTIMIZERS:
+    if FLAGS.checkpoint is not None:
+      raise UsageError(f"--checkpoint holds a learned optimizer; use --optimizer with one of {LEARNED_OPTIMIZERS}.")
+    opt = build_hand_optimizer(name, FLAGS.learning_rate)
+    return {opt.name: opt}
+  if FLAGS.checkpoint is None:
+    raise UsageError(f"--optimizer={name} is a learned optimizer: give its meta-parameters with --checkpoint=PATH "
+                     "(a checkpoint.pkl written by `metafam meta-train`).")
+  if not os.path.isfile(FLAGS.checkpoint):
+    raise UsageError(f"--checkpoint {FLAGS.checkpoint!r} is not a file.")
+  from metafam.benchmark.runner import learned_optimizer
+  lopt = build_learned_optimizer(name)
+  try:
+    opt = learned_optimizer(lopt, FLAGS.checkpoint)
+  except ValueError as e:
+    raise UsageError(f"--checkpoint does not hold {name} meta-parameters: {e}") from None
+  return {f"{name}@{os.path.basename(os.path.dirname(os.path.abspath(FLAGS.checkpoint))) or 'checkpoint'}": opt}
+
+
+def _run_suite(command: str, optimizers, tuned, reference) -> None:
+  from metafam.benchmark import print_report, run_benchmark, write_report
+  tasks = _tasks_from_flags()
+  out_dir = _output_dir(command)
+  if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+    raise UsageError(f"--output_dir {out_dir!r} exists and is not a directory.")
+  start = time.perf_counter()
+  result = run_benchmark(tasks, optimizers, num_steps=FLAGS.inner_steps, num_seeds=FLAGS.seeds, tuned=tuned,
+                         reference=reference, seed=FLAGS.seed, progress=FLAGS.progress)
+  print_report(result)
+  os.makedirs(out_dir, exist_ok=True)
+  files = write_report(result, out_dir)
+  names = [files.results_csv, files.tuned_csv, files.aggregates_csv, files.json, *files.figures]
+  print(f"\n{command} took {time.perf_counter() - start:.1f} s; wrote {out_dir}: "
+        + ", ".join(os.path.basename(p) for p in names)
+        + (f" ({files.figures_skipped})" if files.figures_skipped else ""))
+
+
 def cmd_evaluate() -> None:
-  raise UsageError("evaluate is not available yet.")
+  _run_suite("evaluate", _optimizer_from_flags(required=True), tuned=None, reference=None)
 
 
 def cmd_benchmark() -> None:
-  raise UsageError("benchmark is not available yet.")
+  _run_suite("benchmark", _optimizer_from_flags(required=False), tuned=("adam", "sgdm"), reference="adam")
 
 
 def cmd_list() -> None:
@@ -154,9 +204,10 @@ def cmd_meta_train() -> None:
   _choose("family", FLAGS.family, FAMILIES)
   _choose("learned optimizer (--optimizer)", FLAGS.optimizer, LEARNED_OPTIMIZERS)
   _choose("estimator", FLAGS.estimator, ESTIMATORS)
-  if os.path.exists(FLAGS.output_dir) and not os.path.isdir(FLAGS.output_dir):
-    raise UsageError(f"--output_dir {FLAGS.output_dir!r} exists and is not a directory.")
-  log_fn = _tensorboard_logger(FLAGS.output_dir) if FLAGS.tensorboard else None
+  out_dir = _output_dir("meta-train")
+  if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+    raise UsageError(f"--output_dir {out_dir!r} exists and is not a directory.")
+  log_fn = _tensorboard_logger(out_dir) if FLAGS.tensorboard else None
 
   import jax
   import optax
@@ -170,7 +221,7 @@ def cmd_meta_train() -> None:
                         eval_num_tasks=FLAGS.eval_tasks, eval_steps=FLAGS.eval_steps, config=run_config())
   key = jax.random.key(FLAGS.seed)
   start = time.perf_counter()
-  state, _ = trainer.train(FLAGS.num_steps, key=key, output_dir=FLAGS.output_dir,
+  state, _ = trainer.train(FLAGS.num_steps, key=key, output_dir=out_dir,
                            checkpoint_every=FLAGS.checkpoint_every, eval_every=FLAGS.eval_every or None,
                            progress=FLAGS.progress, log_fn=log_fn)
   train_seconds = time.perf_counter() - start
@@ -182,7 +233,7 @@ def cmd_meta_train() -> None:
             "learned (final)": evaluator.evaluate(lopt, state.theta, eval_key)}
   adam = evaluator.tune_adam(eval_key)
   curves[f"Adam (tuned lr={adam['best_lr']:.2g})"] = adam["curve"]
-  history = _read_jsonl(os.path.join(FLAGS.output_dir, METRICS_NAME))
+  history = _read_jsonl(os.path.join(out_dir, METRICS_NAME))
   summary = {
       "config": run_config(), "meta_steps": int(state.step), "train_seconds_this_session": train_seconds,
       "eval": {"family": family.name, "split": "test", "tasks": FLAGS.eval_tasks, "inner_steps": FLAGS.eval_steps,
@@ -192,14 +243,14 @@ def cmd_meta_train() -> None:
       "meta_loss_first_10": [h["meta_loss"] for h in history[:10]],
       "meta_loss_last_10": [h["meta_loss"] for h in history[-10:]],
   }
-  write_json_atomic(os.path.join(FLAGS.output_dir, "summary.json"), summary)
+  write_json(os.path.join(out_dir, "summary.json"), summary)
   print(f"\nheld-out evaluation: {FLAGS.eval_tasks} fresh instances of {family.name}, {FLAGS.eval_steps} inner "
         f"steps, normalized test loss")
   print(f"{'optimizer':<28} {'final loss':>10} {'mean loss':>10}")
   for name, curve in curves.items():
     print(f"{name:<28} {float(curve[-1]):>10.4f} {float(curve.mean()):>10.4f}")
-  plots = _plot_meta_train(FLAGS.output_dir, history, curves)
-  print(f"\nwrote {os.path.join(FLAGS.output_dir, 'summary.json')}, {METRICS_NAME}, checkpoint.pkl"
+  plots = _plot_meta_train(out_dir, history, curves)
+  print(f"\nwrote {os.path.join(out_dir, 'summary.json')}, {METRICS_NAME}, checkpoint.pkl"
         + (", " + ", ".join(plots) if plots else " (install matplotlib for PNG plots: pip install 'metafam[plot]')"))
 
 
@@ -232,27 +283,18 @@ def _plot_meta_train(output_dir: str, history, curves) -> List[str]:
     import matplotlib.pyplot as plt
   except ImportError:
     return []
-  written = []
   fig, ax = plt.subplots(figsize=(6, 4))
   ax.plot([h["step"] for h in history], [h["meta_loss"] for h in history], lw=1)
   ax.set(xlabel="meta-step", ylabel="meta-loss (normalized)", title="meta-training")
-  written.append(_save_fig(fig, os.path.join(output_dir, "meta_loss.png")))
+  save_figure(fig, os.path.join(output_dir, "meta_loss.png"))
   fig, ax = plt.subplots(figsize=(6, 4))
   for name, curve in curves.items():
     ax.plot(range(1, len(curve) + 1), curve, label=name)
   ax.set(xlabel="inner step", ylabel="normalized test loss", title="held-out inner training", yscale="log")
   ax.legend()
-  written.append(_save_fig(fig, os.path.join(output_dir, "inner_curves.png")))
+  save_figure(fig, os.path.join(output_dir, "inner_curves.png"))
   plt.close("all")
-  return written
-
-
-def _save_fig(fig, path: str) -> str:
-  fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".png", dir=os.path.dirname(os.path.abspath(path)))
-  os.close(fd)
-  fig.savefig(tmp, dpi=100, bbox_inches="tight")
-  os.replace(tmp, path)
-  return os.path.basename(path)
+  return ["meta_loss.png", "inner_curves.png"]
 
 
 def _enable_compilation_cache() -> None:

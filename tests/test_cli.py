@@ -89,3 +89,28 @@ def test_python_dash_m_entry_point():
   proc = subprocess.run([sys.executable, "-m", "metafam", "meta-train", "--family=x"], capture_output=True,
                         text=True, timeout=300, env=dict(os.environ, METAFAM_JAX_CACHE=""))
   assert proc.returncode == 2 and "unknown family 'x'" in proc.stderr
+
+
+def test_evaluate_a_saved_learned_optimizer_and_its_bad_inputs(tmp_path, capsys):
+  run_dir = str(tmp_path / "run")
+  assert run(["meta-train", "--num_steps=2", f"--output_dir={run_dir}"] + TINY, capsys)[0] == 0
+  ckpt = os.path.join(run_dir, "checkpoint.pkl")
+  out_dir = str(tmp_path / "eval")
+  code, out, err = run(["evaluate", "--optimizer=learnable_sgd", f"--checkpoint={ckpt}", "--task=quadratic_10",
+                        "--inner_steps=20", "--seeds=2", "--progress=false", f"--output_dir={out_dir}"], capsys)
+  assert code == 0, err
+  assert "learnable_sgd@run" in out and os.path.exists(os.path.join(out_dir, "results.csv"))
+  for args, message in [
+      (["--task=quadratic_10", "--optimizer=mlp_lopt"], "is a learned optimizer: give its meta-parameters with"),
+      (["--task=quadratic_10", "--optimizer=mlp_lopt", f"--checkpoint={ckpt}"], "does not hold mlp_lopt meta-"),
+      (["--optimizer=adam", "--suite=huge"], "unknown suite 'huge'; accepted: .*tiny"),
+      (["--optimizer=adam", "--suite=tiny", "--task=quadratic_10"], "give --task or --suite, not both"),
+      (["--optimizer=adam", "--task=resnet"], "unknown task 'resnet'; accepted: .*fmnist_mlp_8x8_32"),
+      (["--optimizer=adamw"], "unknown optimizer 'adamw'; accepted: adam, learnable_adam"),
+      (["--optimizer=learnable_sgd", f"--checkpoint={tmp_path / 'missing.pkl'}"], "is not a file"),
+  ]:
+    code, _, err = run(["evaluate", f"--output_dir={tmp_path / 'bad'}"] + args, capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    import re
+    assert re.search(message, err), err
+  assert not os.path.exists(tmp_path / "bad")

@@ -3,7 +3,8 @@
 Expected files (the extracted "CIFAR-10 python version" archive): ``data_batch_1`` ... ``data_batch_5`` and
 ``test_batch``, each a pickled dict with ``b"data"``: uint8 [N, 3072] (channel-major: 1024 red, then 1024 green,
 then 1024 blue values, each a row-major 32x32 plane) and ``b"labels"``: N ints in 0..9. The directory may be the
-extracted ``cifar-10-batches-py`` folder itself or a folder containing it.
+extracted ``cifar-10-batches-py`` folder itself or a folder containing it. The pickles are read with a restricted
+unpickler that accepts only containers and numpy arrays.
 
 Splits (all disjoint): ``data_batch_1``-``4`` -> ``train`` (40,000), ``data_batch_5`` -> ``inner_valid`` (10,000);
 ``test_batch`` first half -> ``outer_valid`` (5,000), second half -> ``test`` (5,000).
@@ -31,10 +32,26 @@ CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog
 ColorSplits = Dict[str, Tuple[np.ndarray, np.ndarray]]  # split -> (uint8 images [N, H, W, 3], labels [N])
 
 
+class _BatchUnpickler(pickle.Unpickler):
+  """Unpickles plain containers and numpy arrays only: a file that names any other global is refused, so a
+  tampered "batch" cannot run code."""
+
+  ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+             ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"), ("numpy", "ndarray"),
+             ("numpy.core.numeric", "_frombuffer"), ("numpy._core.numeric", "_frombuffer"), ("numpy", "dtype"),
+             ("_codecs", "encode")}
+
+  def find_class(self, module, name):
+    if (module, name) not in self.ALLOWED:
+      raise pickle.UnpicklingError(f"CIFAR-10 batches hold only containers and numpy arrays; refusing to load "
+                                   f"{module}.{name}.")
+    return super().find_class(module, name)
+
+
 def read_cifar10_batch(path: str) -> Tuple[np.ndarray, np.ndarray]:
   """One pickle batch -> (uint8 images [N, 32, 32, 3] in HWC order, int64 labels [N])."""
   with open(path, "rb") as f:
-    d = pickle.load(f, encoding="bytes")
+    d = _BatchUnpickler(f, encoding="bytes").load()
   if not isinstance(d, dict) or b"data" not in d or b"labels" not in d:
     keys = sorted(d) if isinstance(d, dict) else type(d).__name__
     raise ValueError(f"{path}: expected a pickled dict with b'data' and b'labels' (CIFAR-10 python layout), "
@@ -95,6 +112,14 @@ def color_image_datasets(raw: ColorSplits, batch_size: int, image_size: int = 32
 
 
 @dataset_lru_cache(maxsize=4)
+def _cached_cifar10_datasets(directory: str, batch_size: int, image_size: int, normalization: str,
+                             seed: int) -> Datasets:
+  datasets = color_image_datasets(read_cifar10_dir(directory), batch_size, image_size, normalization, seed,
+                                  num_classes=len(CIFAR10_CLASSES))
+  datasets.extra_info["class_names"] = CIFAR10_CLASSES
+  return datasets
+
+
 def cifar10_datasets(batch_size: int = 128, image_size: int = 32, normalization: str = "unit", seed: int = 0,
                      data_dir: Optional[str] = None) -> Datasets:
   """CIFAR-10 batches ``{"image": f32[B, S, S, 3], "label": i32[B]}`` (40,000/10,000/5,000/5,000 examples).
@@ -107,13 +132,14 @@ def cifar10_datasets(batch_size: int = 128, image_size: int = 32, normalization:
     data_dir: directory with the python-pickle batches (or their ``cifar-10-batches-py`` folder); defaults to
       ``$METAFAM_CIFAR10_DIR``. A missing directory or file raises FileNotFoundError naming what was looked for.
 
-  The full set at 32x32 takes about 740 MB as float32; at most 4 different builds are cached.
+  Memoized per resolved directory and arguments (at most 4 builds; the full set at 32x32 takes about 740 MB as
+  float32).
   """
   try:
-    directory = resolve_data_dir(data_dir, CIFAR10_ENV)
+    directory = os.path.abspath(resolve_data_dir(data_dir, CIFAR10_ENV))
   except FileNotFoundError as e:
     raise FileNotFoundError(f"CIFAR-10 python batches ({', '.join(TRAIN_FILES + (TEST_FILE,))}): {e}") from None
-  datasets = color_image_datasets(read_cifar10_dir(directory), batch_size, image_size, normalization, seed,
-                                  num_classes=len(CIFAR10_CLASSES))
-  datasets.extra_info["class_names"] = CIFAR10_CLASSES
-  return datasets
+  return _cached_cifar10_datasets(directory, batch_size, image_size, normalization, seed)
+
+
+cifar10_datasets.cache_clear = _cached_cifar10_datasets.cache_clear

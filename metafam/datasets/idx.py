@@ -7,9 +7,10 @@ row-major order, big-endian.
 from __future__ import annotations
 
 import gzip
-import os
 
 import numpy as np
+
+from metafam.io import atomic_write
 
 _CODES = {0x08: np.dtype(">u1"), 0x09: np.dtype(">i1"), 0x0B: np.dtype(">i2"), 0x0C: np.dtype(">i4"),
           0x0D: np.dtype(">f4"), 0x0E: np.dtype(">f8")}
@@ -45,7 +46,4 @@ def write_idx(path: str, array: np.ndarray) -> None:
   data = header + array.astype(_CODES[code]).tobytes()
   if str(path).endswith(".gz"):
     data = gzip.compress(data, mtime=0)
-  tmp = f"{path}.tmp{os.getpid()}"
-  with open(tmp, "wb") as f:
-    f.write(data)
-  os.replace(tmp, path)
+  atomic_write(path, data)

@@ -1,19 +1,19 @@
 """Atomic, self-describing checkpoints of pytrees (numpy arrays inside a pickle).
 
-A checkpoint file holds ``{"format": FORMAT, "metadata": {...}, "tree": pytree of numpy arrays}``. It is written to
-a temporary file in the same directory, flushed, fsynced and renamed over the target, so a crash never leaves a
-half-written checkpoint. PRNG keys are stored as their raw key data (see `MetaTrainState.key_data`).
+A checkpoint file holds ``{"format": FORMAT, "metadata": {...}, "tree": pytree of numpy arrays}``, written with
+`metafam.io.atomic_write`, so a crash never leaves a half-written checkpoint. Load only checkpoints you wrote (pickle). PRNG keys are stored as their raw key data (see `MetaTrainState.key_data`).
 """
 
 from __future__ import annotations
 
 import os
 import pickle
-import tempfile
 from typing import Any, Dict, Tuple
 
 import jax
 import numpy as np
+
+from metafam.io import atomic_write
 
 FORMAT = "metafam-checkpoint-v1"
 
@@ -25,19 +25,7 @@ class CheckpointError(RuntimeError):
 def save(path: str, tree: Any, metadata: Dict[str, Any]) -> None:
   """Writes ``tree`` (moved to host numpy) and ``metadata`` to ``path`` atomically."""
   payload = {"format": FORMAT, "metadata": dict(metadata), "tree": jax.tree.map(np.asarray, jax.device_get(tree))}
-  directory = os.path.dirname(os.path.abspath(path))
-  os.makedirs(directory, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(prefix=".ckpt-", dir=directory)
-  try:
-    with os.fdopen(fd, "wb") as f:
-      pickle.dump(payload, f, protocol=pickle.HIGHEST_PROTOCOL)
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.unlink(tmp)
-    raise
+  atomic_write(path, pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 def load(path: str) -> Tuple[Any, Dict[str, Any]]:

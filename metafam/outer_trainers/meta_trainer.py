@@ -22,6 +22,7 @@ import optax
 from tqdm.auto import tqdm
 
 from metafam.evaluation.family_eval import FamilyEvaluator
+from metafam.io import atomic_write
 from metafam.outer_trainers import checkpoint
 from metafam.outer_trainers.base import GradientEstimator, zero_nonfinite
 
@@ -237,7 +238,4 @@ def _truncate_metrics(path: str, step: int) -> None:
     return
   with open(path) as f:
     lines = [line for line in f if line.strip() and json.loads(line).get("step", 0) <= step]
-  tmp = path + ".tmp"
-  with open(tmp, "w") as f:
-    f.writelines(lines)
-  os.replace(tmp, path)
+  atomic_write(path, "".join(lines).encode())

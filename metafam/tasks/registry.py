@@ -11,8 +11,49 @@ from typing import Callable, Dict, List
 def _image_mlp(hidden_sizes, image_size, activation="relu"):
   def build():
     from metafam.tasks.image_mlp import ImageMLPTask
+    suffix = "" if activation == "relu" else f"_{activation}"
     return ImageMLPTask(hidden_sizes, activation=activation, image_size=image_size,
-                        name=f"fmnist_mlp_{image_size}x{image_size}_{'x'.join(map(str, hidden_sizes))}")
+                        name=f"fmnist_mlp_{image_size}x{image_size}_{'x'.join(map(str, hidden_sizes))}{suffix}")
+  return build
+
+
+def _conv(channels, image_size, in_channels=1):
+  def build():
+    from metafam.tasks.conv import ConvTask
+    shape = f"{image_size}x{image_size}" + (f"x{in_channels}" if in_channels != 1 else "")
+    return ConvTask(channels, image_size=image_size, in_channels=in_channels,
+                    name=f"fmnist_conv_{shape}_{'x'.join(map(str, channels))}")
+  return build
+
+
+def _autoencoder(hidden_sizes, image_size):
+  def build():
+    from metafam.tasks.autoencoder import MLPAutoencoderTask
+    return MLPAutoencoderTask(hidden_sizes, image_size=image_size,
+                              name=f"fmnist_ae_{image_size}x{image_size}_{'x'.join(map(str, hidden_sizes))}")
+  return build
+
+
+def _vae(hidden_size, latent_size, image_size):
+  def build():
+    from metafam.tasks.autoencoder import VAETask
+    return VAETask((hidden_size,), latent_size, (hidden_size,), image_size=image_size,
+                   name=f"fmnist_vae_{image_size}x{image_size}_{hidden_size}_z{latent_size}")
+  return build
+
+
+def _lstm_lm(hidden_size, embed_size):
+  def build():
+    from metafam.tasks.language import LSTMLanguageModelTask
+    return LSTMLanguageModelTask(hidden_size, embed_size, name=f"shakespeare_char_lstm_{hidden_size}")
+  return build
+
+
+def _transformer_lm(num_layers, model_size, num_heads):
+  def build():
+    from metafam.tasks.language import TransformerLanguageModelTask
+    return TransformerLanguageModelTask(num_layers, model_size, num_heads,
+                                        name=f"shakespeare_char_transformer_{num_layers}x{model_size}")
   return build
 
 
@@ -30,6 +71,27 @@ def _image_mlp_family(hidden_sizes, image_size):
   return build
 
 
+def _conv_family(channels, image_size):
+  def build():
+    from metafam.taskfamilies.conv import ConvFamily
+    return ConvFamily(channels, image_size=image_size)
+  return build
+
+
+def _autoencoder_family(hidden_sizes, image_size):
+  def build():
+    from metafam.taskfamilies.autoencoder import AutoencoderFamily
+    return AutoencoderFamily(hidden_sizes, image_size=image_size)
+  return build
+
+
+def _lm_family(kind):
+  def build():
+    from metafam.taskfamilies.language import LSTMLanguageModelFamily, TransformerLanguageModelFamily
+    return LSTMLanguageModelFamily() if kind == "lstm" else TransformerLanguageModelFamily()
+  return build
+
+
 def _quadratic_family(noisy):
   def build():
     from metafam.taskfamilies.quadratic import NoisyQuadraticFamily, QuadraticFamily
@@ -38,9 +100,22 @@ def _quadratic_family(noisy):
 
 
 TASKS: Dict[str, Callable] = {
-    "quadratic_10": _quadratic(10),
+    "quadratic_10": _quadratic(10),  # 10 params
     "fmnist_mlp_8x8_32": _image_mlp((32,), 8),            # 2,410 params
     "fmnist_mlp_28x28_128x128": _image_mlp((128, 128), 28),  # 118,282 params
+    "fmnist_mlp_8x8_64x64_tanh": _image_mlp((64, 64), 8, "tanh"),  # 8,970 params
+    "fmnist_mlp_16x16_64_gelu": _image_mlp((64,), 16, "gelu"),  # 17,098 params
+    "fmnist_mlp_16x16_128x32": _image_mlp((128, 32), 16),  # 37,354 params
+    "fmnist_mlp_28x28_32_swish": _image_mlp((32,), 28, "swish"),  # 25,450 params
+    "fmnist_conv_16x16_16x32": _conv((16, 32), 16),  # 5,130 params
+    "fmnist_conv_28x28_16x32x32": _conv((16, 32, 32), 28),  # 14,378 params
+    "fmnist_conv_32x32x3_16x32x64": _conv((16, 32, 64), 32, in_channels=3),  # 24,234 params (CIFAR-shaped)
+    "fmnist_ae_8x8_32x8x32": _autoencoder((32, 8, 32), 8),  # 4,744 params
+    "fmnist_ae_16x16_64x16x64": _autoencoder((64, 16, 64), 16),  # 35,216 params
+    "fmnist_vae_8x8_32_z4": _vae(32, 4, 8),  # 4,616 params
+    "fmnist_vae_16x16_64_z8": _vae(64, 8, 16),  # 34,704 params
+    "shakespeare_char_lstm_64": _lstm_lm(64, 32),  # 32,204 params
+    "shakespeare_char_transformer_2x64": _transformer_lm(2, 64, 4),  # 113,996 params
 }
 
 FAMILIES: Dict[str, Callable] = {
@@ -48,6 +123,10 @@ FAMILIES: Dict[str, Callable] = {
     "noisy_quadratic_family_10": _quadratic_family(noisy=True),
     "fmnist_mlp_family_8x8_32": _image_mlp_family((32,), 8),
     "fmnist_mlp_family_28x28_128x128": _image_mlp_family((128, 128), 28),
+    "fmnist_conv_family_16x16_16x32": _conv_family((16, 32), 16),  # 5,130 params per instance
+    "fmnist_ae_family_8x8_32x8x32": _autoencoder_family((32, 8, 32), 8),  # 4,744 params per instance
+    "shakespeare_lstm_family_32": _lm_family("lstm"),  # H = 32, E = 16, T = 32: 9,996 params per instance
+    "shakespeare_transformer_family_1x32": _lm_family("transformer"),  # 1 layer, d = 32, T = 32: 18,732 params
 }
 
 

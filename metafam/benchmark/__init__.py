@@ -1,0 +1,23 @@
+"""Benchmarking optimizers on task suites against learning-rate-tuned baselines.
+
+* `suites`: named suites of registered tasks (``tiny``, ``small``, ``full``).
+* `sweep`: vmapped learning-rate sweeps of optax optimizers and the selection rule.
+* `runner`: `run_benchmark`, which tunes the baselines and runs any optimizers (vmapped over seeds).
+* `metrics`: normalized losses, speedup over tuned Adam, median / IQM with bootstrap confidence intervals.
+* `report`: aligned terminal tables, CSV / JSON files and (with matplotlib) PNG figures.
+"""
+
+from metafam.benchmark.metrics import (Aggregate, RunCurves, Speedup, aggregate, iqm, median, running_min,
+                                       speedup_over_baseline)
+from metafam.benchmark.report import format_table, print_report, write_report
+from metafam.benchmark.runner import (BenchmarkResult, RunMetrics, learned_optimizer, load_theta,
+                                      resolve_optimizers, run_benchmark)
+from metafam.benchmark.suites import SUITES, get_suite, list_suites, resolve_tasks
+from metafam.benchmark.sweep import (TUNABLE, SweepResult, default_learning_rates, select_best, sgdm,
+                                     tune_learning_rate)
+
+__all__ = ["Aggregate", "RunCurves", "Speedup", "aggregate", "iqm", "median", "running_min", "speedup_over_baseline",
+           "format_table", "print_report", "write_report", "BenchmarkResult", "RunMetrics", "learned_optimizer",
+           "load_theta", "resolve_optimizers", "run_benchmark", "SUITES", "get_suite", "list_suites",
+           "resolve_tasks", "TUNABLE", "SweepResult", "default_learning_rates", "select_best", "sgdm",
+           "tune_learning_rate"]

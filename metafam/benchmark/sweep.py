@@ -1,0 +1,234 @@
+"""Learning-rate sweeps of optax optimizers, vmapped over (learning rate x seed) lanes.
+
+`tune_learning_rate(task, optax.adam, learning_rates, num_steps=...)` trains L * S lanes in one vmapped program:
+lane ``l * S + s`` runs ``optax.inject_hyperparams(factory)(learning_rate=learning_rates[l])`` from seed ``s``. The
+learning rate is a per-lane value inside the optimizer state (``inject_hyperparams`` keeps hyperparameters as state
+arrays), so one compiled program serves every rate. It runs on the `metafam.evaluation.Runner` engine: the steps
+between evaluation points are one jitted `lax.scan` whose batches are gathered on the device by
+``task.datasets.device_data(split).sample(key)`` (``batch=None`` for data-free tasks; host iterators for datasets
+without a device path).
+
+Seed ``s`` uses key ``jax.random.split(key, S)[s]`` for every rate, which is also what
+`metafam.evaluation.train_and_evaluate_vectorized(task, opt, ..., num_instances=S, key=key)` gives instance ``s``: on
+the device path a lane equals a plain run of ``factory(lr)`` with that seed, and every optimizer benchmarked with the
+same key starts from the same initializations and sees the same batches.
+
+Selection (`select_best`): a rate's score is the seed-mean of the ``selection_split`` loss averaged over the eval
+points in the last ``tail_fraction`` of ``select_at`` steps (always including ``select_at``). A rate is *diverged*,
+and never selected, if any seed's training or selection-split loss is non-finite anywhere in the run, or its score
+is non-finite. The lowest score wins; exact ties go to the smaller rate. If every rate diverged, nothing is selected
+(``best_index == -1``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Callable, Dict, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from metafam.benchmark.metrics import RunCurves, normalize
+from metafam.evaluation.evaluate import Runner, as_keys, check_positive_int, check_splits, eval_points
+from metafam.optimizers.base import OptaxOptimizer, OptimizerState
+from metafam.tasks.base import Task
+
+DEFAULT_SPLITS = ("inner_valid", "test")
+
+
+def sgdm(learning_rate: float, momentum: float = 0.9) -> optax.GradientTransformation:
+  """SGD with heavy-ball momentum 0.9 (``optax.sgd(learning_rate, momentum=momentum)``), a sweepable factory."""
+  return optax.sgd(learning_rate, momentum=momentum)
+
+
+# Named optax factories ``f(learning_rate) -> GradientTransformation`` that `tune_learning_rate` can sweep.
+TUNABLE: Dict[str, Callable[..., optax.GradientTransformation]] = {
+    "adam": optax.adam, "nadamw": optax.nadamw, "sgdm": sgdm, "sgd": optax.sgd}
+
+
+def default_learning_rates(low: float = 1e-4, high: float = 1e-1, num: int = 7) -> np.ndarray:
+  """``f64[num]`` log-spaced rates from ``low`` to ``high`` (default 1e-4, 3.2e-4, ..., 1e-1)."""
+  if not 0 < low < high or num < 2:
+    raise ValueError(f"need 0 < low < high and num >= 2, got low={low!r}, high={high!r}, num={num!r}.")
+  return np.logspace(np.log10(low), np.log10(high), int(num))
+
+
+def check_learning_rates(learning_rates: Sequence[float]) -> np.ndarray:
+  """``f64[L]`` sorted ascending; raises ValueError unless they are distinct finite positive numbers."""
+  lrs = np.sort(np.asarray(learning_rates, np.float64).ravel())
+  if lrs.size == 0 or not np.all(np.isfinite(lrs)) or np.any(lrs <= 0) or np.unique(lrs).size != lrs.size:
+    raise ValueError(f"learning_rates must be distinct finite positive numbers, got {np.asarray(learning_rates)!r}.")
+  return lrs
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepResult:
+  """A learning-rate sweep of one optax factory on one task (L rates x S seeds).
+
+  Attributes:
+    task: the task's name.
+    optimizer: the factory's name (e.g. ``"adam"``).
+    learning_rates: ``f64[L]`` ascending.
+    train_losses: ``f32[L, S, T]``, training-batch losses per rate and seed (T = the sweep's ``num_steps``).
+    eval_steps: ``i32[E]`` evaluation steps (they include ``select_at``).
+    eval_losses: ``{split: f32[L, S, E]}`` raw losses.
+    normalized_eval_losses: ``{split: f64[L, S, E]}`` through ``task.normalizer``.
+    scores: ``f64[L]`` selection scores (lower is better; inf for diverged rates).
+    diverged: ``bool[L]``.
+    best_index: index of the selected rate, -1 if every rate diverged.
+    selection_split, select_at, tail_fraction: how the rate was selected.
+    wall_time: seconds for the sweep, compilation included.
+  """
+  task: str
+  optimizer: str
+  learning_rates: np.ndarray
+  train_losses: np.ndarray
+  eval_steps: np.ndarray
+  eval_losses: Dict[str, np.ndarray]
+  normalized_eval_losses: Dict[str, np.ndarray]
+  scores: np.ndarray
+  diverged: np.ndarray
+  best_index: int
+  selection_split: str
+  select_at: int
+  tail_fraction: float
+  wall_time: float
+
+  @property
+  def best_lr(self) -> float:
+    """The selected rate (NaN if every rate diverged)."""
+    return float(self.learning_rates[self.best_index]) if self.best_index >= 0 else float("nan")
+
+  @property
+  def at_edge(self) -> bool:
+    """True if the selected rate is the smallest or largest of the grid (widen the grid to be sure of the optimum)."""
+    return self.best_index in (0, len(self.learning_rates) - 1)
+
+  def final_loss(self, split: Optional[str] = None, normalized: bool = False) -> float:
+    """Seed-mean loss of ``split`` (default the selection split) at ``select_at`` for the selected rate (or NaN)."""
+    split = split or self.selection_split
+    if self.best_index < 0:
+      return float("nan")
+    table = self.normalized_eval_losses if normalized else self.eval_losses
+    column = int(np.searchsorted(self.eval_steps, self.select_at))
+    return float(np.mean(np.asarray(table[split][self.best_index, :, column], np.float64)))
+
+  def curves(self, index: Optional[int] = None, name: Optional[str] = None) -> RunCurves:
+    """`RunCurves` of rate ``index`` (default the selected one) over the whole sweep; ``.truncated(n)`` shortens it."""
+    index = self.best_index if index is None else int(index)
+    if not 0 <= index < len(self.learning_rates):
+      raise ValueError(f"no learning rate with index {index} (every rate diverged?) in the sweep of "
+                       f"{self.optimizer} on {self.task}.")
+    return RunCurves(task=self.task, optimizer=name or self.optimizer, train_losses=self.train_losses[index],
+                     eval_steps=self.eval_steps, eval_losses={s: v[index] for s, v in self.eval_losses.items()},
+                     normalized_eval_losses={s: v[index] for s, v in self.normalized_eval_losses.items()},
+                     wall_time=self.wall_time, learning_rate=float(self.learning_rates[index]))
+
+
+def select_best(eval_steps: np.ndarray, selection_losses: np.ndarray, train_losses: Optional[np.ndarray] = None,
+                select_at: Optional[int] = None, tail_fraction: float = 0.1) -> tuple:
+  """Scores rates and picks the best one; see the module docstring for the rule.
+
+  Args:
+    eval_steps: ``[E]`` ascending evaluation steps.
+    selection_losses: ``[L, S, E]`` selection-split losses per rate and seed.
+    train_losses: optional ``[L, S, T]`` training losses (non-finite values mark a rate diverged).
+    select_at: the step whose tail is scored (default the last eval step; must be an eval step).
+    tail_fraction: the scored window is ``[(1 - tail_fraction) * select_at, select_at]``.
+
+  Returns:
+    ``(scores f64[L], diverged bool[L], best_index int)``; ``best_index`` is -1 when every rate diverged.
+  """
+  eval_steps = np.asarray(eval_steps)
+  losses = np.asarray(selection_losses, np.float64)
+  if losses.ndim != 3 or losses.shape[-1] != eval_steps.shape[0]:
+    raise ValueError(f"selection_losses must be [L, S, E] with E = {eval_steps.shape[0]}, got {losses.shape}.")
+  if not 0 <= tail_fraction < 1:
+    raise ValueError(f"tail_fraction must lie in [0, 1), got {tail_fraction!r}.")
+  select_at = int(eval_steps[-1] if select_at is None else select_at)
+  if select_at not in eval_steps:
+    raise ValueError(f"select_at={select_at} is not an eval step ({eval_steps.tolist()}).")
+  window = (eval_steps >= (1.0 - tail_fraction) * select_at) & (eval_steps <= select_at)
+  diverged = ~np.all(np.isfinite(losses), axis=(1, 2))
+  if train_losses is not None:
+    diverged |= ~np.all(np.isfinite(np.asarray(train_losses, np.float64)), axis=(1, 2))
+  with np.errstate(invalid="ignore", over="ignore"):
+    scores = losses[:, :, window].mean(axis=(1, 2))
+  diverged |= ~np.isfinite(scores)
+  scores = np.where(diverged, np.inf, scores)
+  best = int(np.argmin(scores)) if not np.all(diverged) else -1  # argmin returns the first (smallest-rate) minimum
+  return scores, diverged, best
+
+
+def _with_learning_rates(opt_state: OptimizerState, lane_lrs: jax.Array) -> OptimizerState:
+  """Replaces the ``learning_rate`` hyperparameter of a vmapped ``inject_hyperparams`` state by ``f32[M]``."""
+  inner = opt_state.opt_state
+  hyper = dict(inner.hyperparams)
+  hyper["learning_rate"] = lane_lrs.astype(jnp.asarray(hyper["learning_rate"]).dtype)
+  return dataclasses.replace(opt_state, opt_state=inner._replace(hyperparams=hyper))
+
+
+def tune_learning_rate(task: Task, factory: Callable[..., optax.GradientTransformation] = optax.adam,
+                       learning_rates: Optional[Sequence[float]] = None, *, num_steps: int, num_seeds: int = 2,
+                       eval_every: Optional[int] = None, eval_batches: int = 2, key: Optional[jax.Array] = None,
+                       select_at: Optional[int] = None, tail_fraction: float = 0.1,
+                       splits: Sequence[str] = DEFAULT_SPLITS, selection_split: str = "inner_valid",
+                       task_name: Optional[str] = None, name: Optional[str] = None) -> SweepResult:
+  """Sweeps ``factory``'s learning rate on ``task``, all (rate, seed) lanes in one vmapped program.
+
+  Args:
+    task: the task.
+    factory: ``factory(learning_rate=...) -> optax.GradientTransformation`` (e.g. ``optax.adam``, `sgdm`); it is
+      wrapped by ``optax.inject_hyperparams``, so the rate must be its ``learning_rate`` argument.
+    learning_rates: the grid (default `default_learning_rates`: 7 log-spaced values in [1e-4, 1e-1]).
+    num_steps: updates per lane.
+    num_seeds: seeds S per rate.
+    eval_every: updates between evaluations (default ``max(1, num_steps // 20)``); ``select_at`` is always evaluated.
+    eval_batches: batches averaged per split and evaluation.
+    key: PRNG key of the seeds (default ``jax.random.key(0)``).
+    select_at: step at which rates are compared (default ``num_steps``; e.g. a benchmark horizon shorter than the
+      sweep, which then keeps running to measure how long the baseline takes to reach lower losses).
+    tail_fraction: the score averages the eval points in the last ``tail_fraction`` of ``select_at`` steps.
+    splits: evaluated splits (``selection_split`` is added if missing).
+    selection_split: the split that scores rates (``inner_valid``: never ``test``, which is for reporting).
+    task_name, name: labels for the result (default ``task.name`` and the factory's ``__name__``).
+  """
+  num_steps = check_positive_int("num_steps", num_steps)
+  num_seeds = check_positive_int("num_seeds", num_seeds)
+  eval_every = check_positive_int("eval_every", eval_every if eval_every is not None else max(1, num_steps // 20))
+  select_at = num_steps if select_at is None else check_positive_int("select_at", select_at)
+  if select_at > num_steps:
+    raise ValueError(f"select_at={select_at} exceeds num_steps={num_steps}.")
+  splits = check_splits("splits", tuple(splits) + ((selection_split,) if selection_split not in splits else ()))
+  lrs = check_learning_rates(default_learning_rates() if learning_rates is None else learning_rates)
+  name = name or getattr(factory, "__name__", "optax")
+  start = time.perf_counter()
+
+  num_rates = len(lrs)
+  optimizer = OptaxOptimizer(optax.inject_hyperparams(factory)(learning_rate=float(lrs[0])), name=f"{name}-sweep")
+  runner = Runner(task, optimizer, num_members=num_rates * num_seeds, splits=splits, eval_batches=eval_batches)
+  seed_keys = as_keys(key, num_seeds)
+  keys = runner.keys(seed_keys[np.tile(np.arange(num_seeds), num_rates)])  # lane l * S + s -> seed s
+  cfg, opt_state = runner.init(keys, num_steps)
+  opt_state = _with_learning_rates(opt_state, jnp.asarray(np.repeat(lrs, num_seeds), jnp.float32))
+
+  points = np.union1d(eval_points(num_steps, eval_every), [select_at]).astype(np.int32)
+  evals = [runner.evaluate(opt_state, cfg, keys, 0)]
+  chunks = []
+  for begin, end in zip(points[:-1], points[1:]):
+    opt_state, losses = runner.train(opt_state, cfg, keys, int(begin), int(end - begin))
+    chunks.append(losses)
+    evals.append(runner.evaluate(opt_state, cfg, keys, int(end)))
+  # [T, L * S] -> [L, S, T] and [E, L * S] -> [L, S, E]
+  train = np.concatenate([np.asarray(c) for c in chunks], axis=0).T.reshape(num_rates, num_seeds, num_steps)
+  eval_losses = {s: np.stack([np.asarray(e[s]) for e in evals]).T.reshape(num_rates, num_seeds, len(points))
+                 for s in splits}
+  scores, diverged, best = select_best(points, eval_losses[selection_split], train, select_at, tail_fraction)
+  return SweepResult(task=task_name or task.name, optimizer=name, learning_rates=lrs, train_losses=train,
+                     eval_steps=points, eval_losses=eval_losses,
+                     normalized_eval_losses={s: normalize(task, v) for s, v in eval_losses.items()},
+                     scores=scores, diverged=diverged, best_index=best, selection_split=selection_split,
+                     select_at=select_at, tail_fraction=float(tail_fraction), wall_time=time.perf_counter() - start)

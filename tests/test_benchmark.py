@@ -1,0 +1,250 @@
+"""metafam.benchmark: suites, the vmapped learning-rate sweep, speedup and aggregate metrics, reports, the runner."""
+
+import csv
+import json
+import os
+import sys
+
+import jax
+import numpy as np
+import optax
+import pytest
+
+from metafam.benchmark import (SUITES, aggregate, format_table, get_suite, iqm, learned_optimizer, median,
+                               resolve_tasks, run_benchmark, running_min, select_best, speedup_over_baseline,
+                               tune_learning_rate, write_report)
+from metafam.benchmark.report import result_json
+from metafam.evaluation import train_and_evaluate_vectorized
+from metafam.optimizers.learned import LearnableAdam, LearnableSGD
+from metafam.outer_trainers import checkpoint
+from metafam.outer_trainers.meta_trainer import MetaTrainState
+from metafam.tasks.quadratic import QuadraticTask
+from metafam.tasks.registry import TASKS
+
+LRS = np.logspace(-4, -1, 7)  # 1e-4, 3.2e-4, ..., 1e-1
+
+
+# -- suites -------------------------------------------------------------------------------------------------------
+def test_suites_name_registered_tasks():
+  assert {"tiny", "small", "full"} <= set(SUITES)
+  for name, tasks in SUITES.items():
+    assert tasks and all(t in TASKS for t in tasks), name
+  assert get_suite("tiny") == ["quadratic_10", "fmnist_mlp_8x8_32"]
+  assert set(get_suite("full")) == set(TASKS)
+  with pytest.raises(KeyError, match="tiny"):
+    get_suite("nope")
+  quad = QuadraticTask(3)
+  assert [n for n, _ in resolve_tasks(["quadratic_10", quad])] == ["quadratic_10", quad.name]
+  with pytest.raises(ValueError, match="unique"):
+    resolve_tasks([quad, quad])
+
+
+# -- the sweep ----------------------------------------------------------------------------------------------------
+def test_sgd_sweep_on_quadratic_picks_the_analytic_best_rate():
+  """GD on ``0.5 * c * ||x||^2`` scales the loss by ``(1 - lr * c)^2`` per step, so after any number of steps the
+  best rate of the grid is the one minimizing ``|1 - lr * c|`` and rates with ``|1 - lr * c| > 1`` diverge.
+
+  With c = 60 the factors are 0.994, 0.981, 0.94, 0.81, 0.4, 0.90, 5.0: the best rate (1e-2) is inside the grid, the
+  next one (3.2e-2) is stable but worse than 3.2e-3, and 1e-1 overflows to inf within 100 steps.
+  """
+  scale, steps = 60.0, 100
+  task = QuadraticTask(10, scale=scale)
+  result = tune_learning_rate(task, optax.sgd, LRS, num_steps=steps, num_seeds=2, eval_every=10,
+                              key=jax.random.key(3))
+  factor = np.abs(1.0 - LRS * scale)
+  np.testing.assert_array_equal(result.diverged, factor > 1)
+  assert result.best_index == int(np.argmin(np.where(factor > 1, np.inf, factor))) == 4
+  assert result.best_lr == pytest.approx(1e-2) and not result.at_edge
+  assert np.isinf(result.scores[6]) and result.scores[3] < result.scores[5]
+  assert result.train_losses.shape == (7, 2, steps)
+  assert result.eval_losses["inner_valid"].shape == (7, 2, 11)
+  # The loss after t steps is (1 - lr c)^(2t) times the initial loss, per lane.
+  initial = result.eval_losses["inner_valid"][:, :, 0]
+  np.testing.assert_allclose(result.eval_losses["inner_valid"][1, :, -1], initial[1] * factor[1] ** (2 * steps),
+                             rtol=1e-3)
+  # Lane (rate l, seed s) is a plain run of optax.sgd(lr_l) with seed s of the same key.
+  plain = train_and_evaluate_vectorized(task, optax.sgd(LRS[5]), steps, 10, 2, 2, key=jax.random.key(3),
+                                        splits=("inner_valid", "test"))
+  np.testing.assert_allclose(result.eval_losses["inner_valid"][5], plain.eval_losses["inner_valid"], rtol=1e-4)
+  np.testing.assert_allclose(result.train_losses[5], plain.train_losses, rtol=1e-4)
+
+
+def test_select_best_never_selects_a_diverged_rate():
+  steps = np.array([0, 5, 10])
+  losses = np.array([
+      [[3.0, 2.0, 1.0], [3.0, 2.0, 1.2]],           # finite: score 1.1
+      [[3.0, 1.0, np.nan], [3.0, 1.0, 0.1]],        # NaN at the end (np.argmin would pick it)
+      [[3.0, np.inf, 0.01], [3.0, 0.5, 0.01]],      # inf on the way, tiny at the end
+      [[3.0, 0.5, 0.5], [3.0, 0.5, 0.5]],           # finite losses but a NaN training loss
+      [[3.0, 2.5, 0.9], [3.0, 2.5, 1.3]],           # finite: score 1.1, ties with rate 0
+  ])
+  train = np.ones((5, 2, 10))
+  train[3, 1, 7] = np.nan
+  scores, diverged, best = select_best(steps, losses, train, tail_fraction=0.1)
+  np.testing.assert_array_equal(diverged, [False, True, True, True, False])
+  assert best == 0  # exact tie with rate 4 goes to the smaller rate
+  np.testing.assert_allclose(scores[[0, 4]], [1.1, 1.1])
+  assert np.all(np.isinf(scores[1:4]))
+  # The tail window: over the last half of the steps, rate 4 (1.8) loses to rate 0 (1.55).
+  _, _, best = select_best(steps, losses[[4, 0]], select_at=10, tail_fraction=0.5)
+  assert best == 1
+  _, diverged, best = select_best(steps, losses[1:4], train[1:4])
+  assert diverged.all() and best == -1
+
+
+# -- speedup ------------------------------------------------------------------------------------------------------
+def _exp(steps, tau):
+  return np.exp(-np.asarray(steps, np.float64) / tau)
+
+
+def test_speedup_on_curves_with_known_answers():
+  t_opt, t_adam = np.arange(0, 501, 10), np.arange(0, 1001, 10)
+  # The optimizer reaches exp(-10) at step 500, Adam at 1000: twice as fast.
+  s = speedup_over_baseline(t_opt, _exp(t_opt, 50), t_adam, _exp(t_adam, 100))
+  assert s.reached and s.value == pytest.approx(2.0, rel=1e-9) and s.baseline_steps_needed == pytest.approx(1000)
+  # Off-grid crossing: Adam evaluated every 30 steps reaches exp(-500 / 40) at step 1250, between 1230 and 1260.
+  t_coarse = np.arange(0, 1501, 30)
+  s = speedup_over_baseline(t_opt, _exp(t_opt, 40), t_coarse, _exp(t_coarse, 100))
+  assert s.reached and s.value == pytest.approx(2.5, rel=1e-6)
+  # Linear interpolation where log-linear is impossible (losses below zero): 1 - t / 800 hits -0.0525 at 842.
+  s = speedup_over_baseline(t_opt, np.full(t_opt.shape, -0.0525), t_adam, 1.0 - t_adam / 800.0)
+  assert s.reached and s.value == pytest.approx(842 / 500, rel=1e-9)
+  # Equal curves: 1.0; a slower optimizer: 0.5.
+  assert speedup_over_baseline(t_opt, _exp(t_opt, 100), t_opt, _exp(t_opt, 100)).value == pytest.approx(1.0)
+  assert speedup_over_baseline(t_opt, _exp(t_opt, 200), t_opt, _exp(t_opt, 100)).value == pytest.approx(0.5)
+  # Never reached: capped at the baseline's run length over the optimizer's, and flagged.
+  s = speedup_over_baseline(t_opt, _exp(t_opt, 50), t_opt, _exp(t_opt, 100))
+  assert not s.reached and s.value == 1.0 and np.isnan(s.baseline_steps_needed)
+  s = speedup_over_baseline(t_opt, _exp(t_opt, 20), t_adam, _exp(t_adam, 100))
+  assert not s.reached and s.value == 2.0
+
+
+def test_speedup_smooths_by_running_minimum_and_ignores_non_finite_values():
+  t = np.arange(0, 101, 10)
+  noisy = _exp(t, 50) * np.where(np.arange(t.size) % 2, 1.5, 1.0)  # bumps up every other point
+  np.testing.assert_array_equal(running_min([3.0, np.nan, 2.0, 4.0, np.inf, 1.0]), [3, 3, 2, 2, 2, 1])
+  s = speedup_over_baseline(t, _exp(t, 50), t, noisy)
+  assert s.value == pytest.approx(1.0)  # the last point (100, not bumped) is where the running minimum gets there
+  diverged = _exp(t, 50).copy()
+  diverged[6:] = np.nan  # best-so-far exp(-50 / 50) at step 50, which the same-speed baseline reaches at 50
+  assert speedup_over_baseline(t, diverged, t, _exp(t, 50)).value == pytest.approx(0.5)
+
+
+# -- aggregates ---------------------------------------------------------------------------------------------------
+def test_iqm_median_and_bootstrap_intervals():
+  assert iqm(np.arange(1, 9)) == pytest.approx(4.5)          # middle four of 1..8
+  assert iqm([0, 0, 1, 2, 3, 4, 100, 100]) == pytest.approx(2.5)  # outliers cut
+  assert iqm([1.0, 5.0, 9.0]) == pytest.approx(5.0)           # fewer than 4 values: the plain mean
+  assert median([4.0, 1.0, 3.0, 100.0]) == pytest.approx(3.5)
+  rng = np.random.default_rng(0)
+  few, many = rng.normal(1.0, 0.5, 8), rng.normal(1.0, 0.5, 200)
+  for stat in ("median", "iqm"):
+    a, b = aggregate(few, stat, seed=1), aggregate(many, stat, seed=1)
+    assert a.low <= a.value <= a.high and b.low <= b.value <= b.high
+    assert (b.high - b.low) < 0.5 * (a.high - a.low)
+    assert aggregate(few, stat, seed=1) == a  # seeded: reproducible
+  agg = aggregate([2.0, np.nan, np.inf, 4.0], "median")
+  assert (agg.value, agg.num_tasks, agg.num_excluded) == (3.0, 2, 2)
+  one = aggregate([1.5], "iqm")
+  assert one.value == one.low == one.high == 1.5
+  assert np.isnan(aggregate([np.nan], "iqm").value)
+
+
+# -- reports ------------------------------------------------------------------------------------------------------
+def test_format_table_aligns_columns():
+  text = format_table(["task", "loss", "flag"], [["a", 1.5, True], ["longer", 10.25, False]])
+  assert text.splitlines() == ["task       loss  flag",
+                               "------  -------  ----",
+                               "a        1.5000  yes",
+                               "longer  10.2500  no"]
+
+
+def test_learned_optimizer_checks_theta(tmp_path):
+  theta = LearnableSGD(0.1).init(jax.random.key(0))
+  path = str(tmp_path / "theta.pkl")
+  checkpoint.save(path, theta, {})
+  opt = learned_optimizer(LearnableSGD(), path)
+  assert float(np.exp(opt.theta["log_lr"])) == pytest.approx(0.1)
+  with pytest.raises(ValueError, match="does not fit"):
+    learned_optimizer(LearnableAdam(), path)
+  # A meta-training checkpoint: theta is taken from the MetaTrainState.
+  state = MetaTrainState(theta=LearnableAdam(3e-3).init(jax.random.key(0)), opt_state=(), worker_states=(),
+                         key_data=jax.random.key_data(jax.random.key(1)), step=np.int32(7))
+  checkpoint.save(path, state, {"step": 7})
+  opt = learned_optimizer(LearnableAdam(), path)
+  assert float(LearnableAdam.hyperparameters(opt.theta)["lr"]) == pytest.approx(3e-3, rel=1e-5)
+
+
+# -- the runner end to end ----------------------------------------------------------------------------------------
+STEPS, SEEDS, EVERY = 50, 2, 10
+
+
+@pytest.fixture(scope="module")
+def tiny_result(tmp_path_factory):
+  path = str(tmp_path_factory.mktemp("ckpt") / "lsgd.pkl")
+  checkpoint.save(path, LearnableSGD(0.1).init(jax.random.key(0)), {"note": "bare theta"})
+  return run_benchmark("tiny", {"lsgd": (LearnableSGD(), path)}, num_steps=STEPS, num_seeds=SEEDS,
+                       eval_every=EVERY, learning_rates=[1e-3, 1e-2, 1e-1], baseline_factor=2, progress=False)
+
+
+def test_runner_on_the_tiny_suite(tiny_result):
+  r = tiny_result
+  assert r.tasks == ("quadratic_10", "fmnist_mlp_8x8_32") and r.optimizers == ("adam-tuned", "lsgd")
+  for task in r.tasks:
+    sweep = r.sweeps[task]["adam"]
+    assert sweep.train_losses.shape == (3, SEEDS, 2 * STEPS) and sweep.select_at == STEPS
+    for opt in r.optimizers:
+      c = r.runs[task][opt]
+      assert c.train_losses.shape == (SEEDS, STEPS)
+      np.testing.assert_array_equal(c.eval_steps, np.arange(0, STEPS + 1, EVERY))
+      for split in ("inner_valid", "test"):
+        assert c.eval_losses[split].shape == c.normalized_eval_losses[split].shape == (SEEDS, STEPS // EVERY + 1)
+    adam = r.runs[task]["adam-tuned"]
+    assert adam.learning_rate == sweep.best_lr
+    for split in ("inner_valid", "test"):  # tuned Adam learns on both tasks, every seed
+      assert np.all(adam.eval_losses[split][:, -1] < 0.9 * adam.eval_losses[split][:, 0])
+    assert np.all(np.isfinite(r.runs[task]["lsgd"].train_losses))
+  # Normalized losses: an image classifier starts near chance (log 10 -> 1.0).
+  mlp0 = r.runs["fmnist_mlp_8x8_32"]["adam-tuned"].normalized_eval_losses["test"][:, 0]
+  assert np.all((mlp0 > 0.8) & (mlp0 < 1.3))
+  assert len(r.metrics) == 4
+  for task in r.tasks:
+    m = r.metric(task, "adam-tuned")
+    assert 0 < m.speedup <= 1.0 and not m.speedup_capped and m.best_loss <= m.final_loss
+    assert 0 <= r.metric(task, "lsgd").speedup <= 2.0
+  agg = r.aggregates["adam-tuned"]["speedup_iqm"]
+  assert agg.num_tasks == 2 and agg.low <= agg.value <= agg.high
+
+
+def test_report_files(tiny_result, tmp_path, monkeypatch):
+  monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+  monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+  with pytest.warns(UserWarning, match="pip install matplotlib"):
+    files = write_report(tiny_result, str(tmp_path))
+  assert files.figures == () and "matplotlib" in files.figures_skipped
+  with open(files.results_csv) as f:
+    rows = list(csv.DictReader(f))
+  assert [(row["task"], row["optimizer"]) for row in rows] == [
+      ("quadratic_10", "adam-tuned"), ("quadratic_10", "lsgd"), ("fmnist_mlp_8x8_32", "adam-tuned"),
+      ("fmnist_mlp_8x8_32", "lsgd")]
+  assert float(rows[0]["learning_rate"]) in (1e-3, 1e-2, 1e-1) and rows[1]["learning_rate"] == ""
+  with open(files.tuned_csv) as f:
+    tuned = list(csv.DictReader(f))
+  assert [row["task"] for row in tuned] == ["quadratic_10", "fmnist_mlp_8x8_32"]
+  with open(files.json) as f:
+    doc = json.load(f)
+  assert doc == json.loads(json.dumps(result_json(tiny_result)))
+  assert doc["settings"]["num_steps"] == STEPS and len(doc["results"]) == 4
+  assert len(doc["aggregates"]) == 2 * 2 * 2  # optimizers x metrics x statistics
+  curve = doc["curves_normalized_seed_mean"]["fmnist_mlp_8x8_32"]["adam-tuned"]
+  assert len(curve["eval_steps"]) == len(curve["test"]) == STEPS // EVERY + 1
+  assert sorted(os.listdir(tmp_path)) == ["aggregates.csv", "results.csv", "results.json", "tuned.csv"]
+
+
+def test_report_figures_with_matplotlib(tiny_result, tmp_path):
+  pytest.importorskip("matplotlib")
+  files = write_report(tiny_result, str(tmp_path))
+  assert [os.path.basename(p) for p in files.figures] == ["curves.png", "speedup.png"]
+  for p in files.figures:
+    with open(p, "rb") as f:
+      assert f.read(8) == b"\x89PNG\r\n\x1a\n"
