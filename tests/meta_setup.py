@@ -27,5 +27,6 @@ def build_trainer(num_pairs=8, unroll_length=10, trajectory=50, lr=0.05, with_tb
 
 if __name__ == "__main__":  # python meta_setup.py OUTPUT_DIR NUM_STEPS
   import jax
+  jax.config.update("jax_threefry_partitionable", False)  # the random streams of the test process (conftest.py)
   trainer = build_trainer(with_tbptt=True)
   trainer.train(int(sys.argv[2]), key=jax.random.key(7), output_dir=sys.argv[1], checkpoint_every=2, progress=False)

@@ -12,6 +12,7 @@ Split sources (all disjoint):
 
 from __future__ import annotations
 
+import functools
 import importlib.resources
 import os
 from typing import Dict, Optional, Tuple
@@ -81,6 +82,12 @@ def resolve_data_dir(data_dir: Optional[str], env: str, fallback: Optional[str] 
                           + (f", or install the files at {fallback}" if fallback else "") + ".")
 
 
+@functools.partial(jax.jit, static_argnums=1)
+def _resize(images: jax.Array, size: int) -> jax.Array:
+  """Antialiased bilinear resize of ``[N, H, W]`` images to ``[N, size, size]`` (compiled once per shape)."""
+  return jax.image.resize(images, (images.shape[0], size, size), "linear", antialias=True)
+
+
 def preprocess_images(images: np.ndarray, image_size: int, normalization: str, channels: int,
                       stats: Optional[Tuple[float, float]] = None) -> np.ndarray:
   """uint8 [N, H, W] -> float32 [N, image_size, image_size, channels].
@@ -90,8 +97,7 @@ def preprocess_images(images: np.ndarray, image_size: int, normalization: str, c
   """
   x = images.astype(np.float32) / 255.0
   if x.shape[1:] != (image_size, image_size):
-    x = np.asarray(jax.jit(lambda v: jax.image.resize(v, (v.shape[0], image_size, image_size), "linear",
-                                                      antialias=True))(x))
+    x = np.asarray(_resize(x, image_size))
   if normalization == "centered":
     x = 2.0 * x - 1.0
   elif normalization == "standardize":
