@@ -32,7 +32,7 @@ import numpy as np
 import optax
 
 from metafam.benchmark.metrics import RunCurves, normalize
-from metafam.evaluation.evaluate import Runner, as_keys, check_positive_int, check_splits, eval_points
+from metafam.evaluation.evaluate import Runner, as_keys, check_positive_int, check_splits, eval_points, train_between_evals
 from metafam.optimizers.base import OptaxOptimizer, OptimizerState
 from metafam.tasks.base import Task
 
@@ -216,14 +216,9 @@ def tune_learning_rate(task: Task, factory: Callable[..., optax.GradientTransfor
   opt_state = _with_learning_rates(opt_state, jnp.asarray(np.repeat(lrs, num_seeds), jnp.float32))
 
   points = np.union1d(eval_points(num_steps, eval_every), [select_at]).astype(np.int32)
-  evals = [runner.evaluate(opt_state, cfg, keys, 0)]
-  chunks = []
-  for begin, end in zip(points[:-1], points[1:]):
-    opt_state, losses = runner.train(opt_state, cfg, keys, int(begin), int(end - begin))
-    chunks.append(losses)
-    evals.append(runner.evaluate(opt_state, cfg, keys, int(end)))
+  opt_state, train, evals = train_between_evals(runner, opt_state, cfg, keys, points)
   # [T, L * S] -> [L, S, T] and [E, L * S] -> [L, S, E]
-  train = np.concatenate([np.asarray(c) for c in chunks], axis=0).T.reshape(num_rates, num_seeds, num_steps)
+  train = train.T.reshape(num_rates, num_seeds, num_steps)
   eval_losses = {s: np.stack([np.asarray(e[s]) for e in evals]).T.reshape(num_rates, num_seeds, len(points))
                  for s in splits}
   scores, diverged, best = select_best(points, eval_losses[selection_split], train, select_at, tail_fraction)

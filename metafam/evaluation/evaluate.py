@@ -383,18 +383,26 @@ class EvalResult:
   cfg: Any = None
 
 
-def _run(runner: Runner, key: Optional[jax.Array], num_steps: int, eval_every: int) -> EvalResult:
-  start_time = time.perf_counter()
-  keys = runner.keys(key)
-  cfg, opt_state = runner.init(keys, num_steps)
-  points = eval_points(num_steps, eval_every)
-  evals = [runner.evaluate(opt_state, cfg, keys, 0)]
+def train_between_evals(runner: Runner, opt_state: Any, cfg: Any, keys: Any, points: Sequence[int]):
+  """Evaluates at ``points[0]``, then trains chunk by chunk and evaluates at every later point.
+
+  Returns ``(opt_state, train losses [points[-1] - points[0], ...] as numpy, list of per-point eval dicts)``.
+  """
+  evals = [runner.evaluate(opt_state, cfg, keys, int(points[0]))]
   chunks = []
   for begin, end in zip(points[:-1], points[1:]):
     opt_state, losses = runner.train(opt_state, cfg, keys, int(begin), int(end - begin))
     chunks.append(losses)
     evals.append(runner.evaluate(opt_state, cfg, keys, int(end)))
-  train_losses = np.concatenate([np.asarray(c) for c in chunks], axis=0)
+  return opt_state, np.concatenate([np.asarray(c) for c in chunks], axis=0), evals
+
+
+def _run(runner: Runner, key: Optional[jax.Array], num_steps: int, eval_every: int) -> EvalResult:
+  start_time = time.perf_counter()
+  keys = runner.keys(key)
+  cfg, opt_state = runner.init(keys, num_steps)
+  points = eval_points(num_steps, eval_every)
+  opt_state, train_losses, evals = train_between_evals(runner, opt_state, cfg, keys, points)
   eval_losses = {s: np.stack([np.asarray(e[s]) for e in evals]) for s in runner.splits}
   if runner.vmapped:  # time-major to member-major: [T, N] -> [N, T]
     train_losses = train_losses.T

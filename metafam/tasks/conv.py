@@ -23,8 +23,7 @@ import jax.numpy as jnp
 from metafam.datasets.base import Datasets
 from metafam.datasets.cifar import cifar10_datasets
 from metafam.datasets.images import fashion_mnist_datasets
-from metafam.tasks.base import Task
-from metafam.tasks.image_mlp import activation_by_name, cross_entropy_and_accuracy
+from metafam.tasks.image_mlp import ImageClassifierTask, activation_by_name
 
 Activation = Callable[[jax.Array], jax.Array]
 
@@ -73,7 +72,7 @@ def conv_num_params(in_channels: int, channels: Sequence[int], num_classes: int,
       (widths[-1] + 1) * num_classes
 
 
-class ConvTask(Task):
+class ConvTask(ImageClassifierTask):
   """A small conv-net classifier (`conv_forward`) on an image `Datasets`.
 
   Args:
@@ -98,16 +97,6 @@ class ConvTask(Task):
     shape = self.datasets.abstract_batch["image"].shape
     self.name = name or f"Conv_{'x'.join(map(str, shape[1:]))}_{'x'.join(map(str, self.channels))}"
 
-  def init(self, key):
-    image = self.datasets.abstract_batch["image"]
-    return self.net.init(key, jnp.zeros(image.shape, image.dtype))
-
-  def loss_and_aux(self, params, key, batch):
-    loss, accuracy = cross_entropy_and_accuracy(self.net.apply(params, batch["image"]), batch["label"])
-    return loss, {"accuracy": accuracy}
-
-  def normalizer(self, loss):
-    return loss / jnp.log(self.num_classes)
 
 
 def cifar10_conv_task(data_dir: Optional[str] = None, channels: Sequence[int] = (16, 32, 64),

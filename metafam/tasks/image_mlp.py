@@ -60,7 +60,24 @@ def num_params(params) -> int:
   return int(sum(np.prod(np.shape(p)) for p in jax.tree.leaves(params)))
 
 
-class ImageMLPTask(Task):
+class ImageClassifierTask(Task):
+  """Base of the image classifiers: a haiku ``self.net`` on ``batch["image"]``, softmax cross-entropy on
+  ``batch["label"]`` (aux: accuracy), normalized by ``log(self.num_classes)``. Subclasses set ``net``,
+  ``num_classes`` and ``datasets``."""
+
+  def init(self, key):
+    image = self.datasets.abstract_batch["image"]
+    return self.net.init(key, jnp.zeros(image.shape, image.dtype))
+
+  def loss_and_aux(self, params, key, batch):
+    loss, accuracy = cross_entropy_and_accuracy(self.net.apply(params, batch["image"]), batch["label"])
+    return loss, {"accuracy": accuracy}
+
+  def normalizer(self, loss):
+    return loss / jnp.log(self.num_classes)
+
+
+class ImageMLPTask(ImageClassifierTask):
   """An MLP classifier on an image `Datasets`.
 
   Args:
@@ -81,13 +98,3 @@ class ImageMLPTask(Task):
     shape = self.datasets.abstract_batch["image"].shape
     self.name = name or f"ImageMLP_{'x'.join(map(str, shape[1:3]))}_{'x'.join(map(str, self.hidden_sizes))}"
 
-  def init(self, key):
-    image = self.datasets.abstract_batch["image"]
-    return self.net.init(key, jnp.zeros(image.shape, image.dtype))
-
-  def loss_and_aux(self, params, key, batch):
-    loss, accuracy = cross_entropy_and_accuracy(self.net.apply(params, batch["image"]), batch["label"])
-    return loss, {"accuracy": accuracy}
-
-  def normalizer(self, loss):
-    return loss / jnp.log(self.num_classes)
