@@ -11,22 +11,13 @@ import numpy as np
 from metafam.datasets.base import Datasets
 from metafam.datasets.images import fashion_mnist_datasets
 from metafam.taskfamilies.base import TaskFamily
-from metafam.taskfamilies.conv import (Range, check_activations, check_range, init_from_one_draw, log_uniform,
-                                       scale_weights, uniform)
+from metafam.taskfamilies.conv import (Range, SampledInstance, check_activations, check_range, log_uniform,
+                                       uniform)
 from metafam.tasks.autoencoder import RECONSTRUCTION_SCALE
-from metafam.tasks.base import Task
 from metafam.tasks.image_mlp import ACTIVATIONS, mlp_forward
 
 
-class _AutoencoderInstance(Task):
-
-  def __init__(self, family: "AutoencoderFamily", cfg):
-    self.family, self.cfg, self.datasets = family, cfg, family.datasets
-    self.name = family.name
-
-  def init(self, key):
-    image = self.datasets.abstract_batch["image"]
-    return scale_weights(init_from_one_draw(self.family.net, key, image), self.cfg["init_scale"])
+class _AutoencoderInstance(SampledInstance):
 
   def loss(self, params, key, batch):
     images = batch["image"]

@@ -100,15 +100,22 @@ def scale_weights(params, scale, names: Sequence[str] = ("w",)):
   return {module: {k: v * scale if k in names else v for k, v in p.items()} for module, p in params.items()}
 
 
-class _ConvInstance(Task):
+class SampledInstance(Task):
+  """A task instance of a haiku-model family: ``family.net`` initialized from one random draw, weights scaled by
+  ``cfg["init_scale"]``; ``input_key`` names the batch entry the model reads."""
 
-  def __init__(self, family: "ConvFamily", cfg):
+  input_key = "image"
+
+  def __init__(self, family, cfg):
     self.family, self.cfg, self.datasets = family, cfg, family.datasets
     self.name = family.name
 
   def init(self, key):
-    image = self.datasets.abstract_batch["image"]
-    return scale_weights(init_from_one_draw(self.family.net, key, image), self.cfg["init_scale"])
+    example = self.datasets.abstract_batch[self.input_key]
+    return scale_weights(init_from_one_draw(self.family.net, key, example), self.cfg["init_scale"])
+
+
+class _ConvInstance(SampledInstance):
 
   def loss_and_aux(self, params, key, batch):
     images = batch["image"] * self.cfg["input_scale"] + self.cfg["input_shift"]

@@ -12,22 +12,15 @@ import jax.numpy as jnp
 from metafam.datasets.base import Datasets
 from metafam.datasets.text import shakespeare_char_datasets
 from metafam.taskfamilies.base import TaskFamily
-from metafam.taskfamilies.conv import (Range, check_activations, check_range, init_from_one_draw, log_uniform,
-                                       scale_weights, uniform)
-from metafam.tasks.base import Task
+from metafam.taskfamilies.conv import (Range, SampledInstance, check_activations, check_range, log_uniform,
+                                       uniform)
 from metafam.tasks.image_mlp import ACTIVATIONS
 from metafam.tasks.language import lstm_lm_forward, token_cross_entropy_and_accuracy, transformer_lm_forward
 
 
-class _LanguageModelInstance(Task):
+class _LanguageModelInstance(SampledInstance):
 
-  def __init__(self, family: "_LanguageModelFamily", cfg):
-    self.family, self.cfg, self.datasets = family, cfg, family.datasets
-    self.name = family.name
-
-  def init(self, key):
-    obs = self.datasets.abstract_batch["obs"]
-    return scale_weights(init_from_one_draw(self.family.net, key, obs), self.cfg["init_scale"])
+  input_key = "obs"
 
   def loss_and_aux(self, params, key, batch):
     logits = self.family.net.apply(params, batch["obs"], **self.family.forward_kwargs(self.cfg))
