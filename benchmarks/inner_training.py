@@ -27,7 +27,6 @@ import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from metafam.inner import ConstantSchedule, TruncatedStep
 from metafam.optimizers.base import Adam
@@ -84,7 +83,6 @@ def bench_metafam(family, opt, theta, lanes, repeats):
 
 def minimal_program(family, opt, lanes):
   """A hand-written jit(scan(vmap(step))) of the same math: the family's model and loss, the optimizer's update."""
-  data = family.datasets.device_data("train")
   net = family.net
 
   def init(theta, key):

@@ -1,6 +1,5 @@
 """Influence balancing (Tallec & Ollivier 2017), the PES paper's known-answer problem, as a metafam family."""
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 

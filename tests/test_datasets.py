@@ -1,10 +1,8 @@
 """Datasets: four disjoint splits, abstract batches, seeding, caching, device sampling, IDX files, text."""
 
-import gzip
 import os
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 

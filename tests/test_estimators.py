@@ -3,7 +3,6 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 
 from influence import OPTIMUM, InfluenceDynamics, influence_family

@@ -63,7 +63,6 @@ def test_check_family_catches_varying_init():
       return {"n": jax.random.randint(key, (), 0, 2)}
 
     def task_fn(self, cfg):
-      parent = self
 
       class T(QuadraticTask):
         def init(self, key):

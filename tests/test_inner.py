@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from metafam.inner import ConstantSchedule, LogUniformSchedule, NeverEndingSchedule, TruncatedStep
-from metafam.optimizers.base import SGD, OptaxOptimizer, OptimizerState
+from metafam.optimizers.base import SGD, OptaxOptimizer
 from metafam.taskfamilies.base import TaskFamily
 from metafam.taskfamilies.quadratic import QuadraticFamily
 from metafam.tasks.base import Task

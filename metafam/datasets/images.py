@@ -18,7 +18,6 @@ import os
 from typing import Dict, Optional, Tuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from metafam.datasets.base import ArraySplit, Datasets, SPLITS, dataset_lru_cache

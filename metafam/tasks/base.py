@@ -13,7 +13,7 @@ it was given unchanged. Variants without aux return an empty dict as aux.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Tuple
+from typing import Any, Mapping, Tuple
 
 import jax
 
