@@ -1,32 +1,42 @@
 """Inner-training throughput: metafam's `TruncatedStep.unroll` against baselines measured in the same run.
 
-    python benchmarks/inner_training.py                      # both optimizers, lanes 1 8 64 256
-    python benchmarks/inner_training.py --optimizers adam --lanes 64 --repeats 5
+    python benchmarks/inner_training.py                      # both optimizers, lanes 1 8 64 256, 2 devices
+    python benchmarks/inner_training.py --optimizers adam --lanes 64 --rounds 9 --devices 1
 
 Workload: the image-MLP family at 8x8 (64 -> 32 ReLU -> 10, 2,410 params per task, per-instance sampled init scale),
 batch 128 of embedded Fashion-MNIST, truncation length 50, one 50-step unroll per call, inner optimizer the per-
 parameter MLP learned optimizer (`MLPLOpt`) or Adam. Printed per lane count, in inner steps per second summed over
 lanes:
 
-  * metafam: `TruncatedStep.unroll` (resets, masks, on-device batches, non-finite checks included);
+  * metafam: `TruncatedStep.unroll` on one device (resets, masks, on-device batches, non-finite checks included);
   * minimal: a hand-written ``jit(scan(vmap(step)))`` of the same math (same model, loss and optimizer update, data
-    gathered on the device), with nothing else: no resets, no flags;
+    gathered on the device), with nothing else: no resets, no flags; one device;
+  * metafam xN: `TruncatedStep(devices=N)`: the lanes split over N devices (on CPU, N cores: the script asks JAX
+    for ``--devices`` CPU devices), each device running its share of the lanes as its own program;
+  * ref-style: our re-implementation of the reference library's design, measured in this run: one jitted scan over
+    ``vmap(lax.cond(is_done, reset, train))`` (a batched cond runs both branches) with batches assembled on the host,
+    one ``next()`` per lane per step, copied to the device per unroll;
   * naive: a Python loop over tasks calling a jitted single-task step with a host batch (timed on fewer steps);
-  * the reference library's throughput on this machine class (../shared/README.md, measured with its own code).
+  * reference: the reference library's own figures on this machine class (../shared/README.md).
 
-Ratios: minimal/metafam time (target <= 1.25 at 64+ lanes), metafam/naive throughput (target >= 20x at 256 lanes),
-metafam/reference throughput (target >= 1.5x). Memory: the compiled program's argument + output + temporary bytes
-(XLA's memory analysis) and the process's peak resident set size. Run it alone: a concurrent job skews timings.
+The timed programs run round-robin, ``--rounds`` calls each, and the median call is reported (the machine's speed
+drifts by tens of percent over minutes; interleaving keeps the ratios fair). Ratios: metafam/minimal time on one
+device (target <= 1.25 at 64+ lanes); the best metafam configuration against naive (target >= 20x at 256 lanes),
+against ref-style, and against the reference's figures (target >= 1.5x). Memory: the compiled program's argument +
+output + temporary bytes (XLA's memory analysis) and the process's peak resident set size.
+Run it alone: a concurrent job skews timings.
 """
 
 from __future__ import annotations
 
 import argparse
 import resource
+import statistics
 import time
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from metafam.inner import ConstantSchedule, TruncatedStep
 from metafam.optimizers.base import Adam
@@ -55,75 +65,104 @@ def compiled_bytes(compiled) -> int:
   return int(m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes)
 
 
-def timed(fn, repeats):
-  """Best-of-``repeats`` wall time of ``fn()`` (which must block)."""
-  best = float("inf")
-  for _ in range(repeats):
-    start = time.perf_counter()
-    fn()
-    best = min(best, time.perf_counter() - start)
-  return best
-
-
-def bench_metafam(family, opt, theta, lanes, repeats):
-  ts = TruncatedStep(family, opt, lanes, ConstantSchedule(UNROLL), meta_loss_split=None)
-  theta = {} if theta is None else theta
-  state = ts.init_step_state(theta, jax.random.key(0))
+def setup_metafam(family, opt, theta, lanes, devices):
+  """A blocking call running one 50-step unroll, and the compiled program's bytes."""
+  ts = TruncatedStep(family, opt, lanes, ConstantSchedule(UNROLL), meta_loss_split=None, devices=devices)
+  theta = ts.place_theta({} if theta is None else theta)
+  box = {"state": ts.init_step_state(theta, jax.random.key(0))}
   keys = jax.random.split(jax.random.key(1), UNROLL)
-  mem = compiled_bytes(ts._unroll.lower(theta, state, keys, ts.data).compile())
-  box = {"state": state}
+  mem = compiled_bytes(ts._unroll.lower(theta, box["state"], keys, ts.data).compile())
 
   def run():
     box["state"], out = ts.unroll(theta, box["state"], jax.random.key(2), UNROLL)
     out.loss.block_until_ready()
-
-  run()  # compile + warm up
-  return timed(run, repeats), mem
+  return run, mem
 
 
-def minimal_program(family, opt, lanes):
+def loss_fn(net, params, batch):
+  logits = net.apply(params, batch["image"])
+  logp = jax.nn.log_softmax(logits)
+  return -jnp.mean(jnp.take_along_axis(logp, batch["label"][:, None], axis=-1))
+
+
+def fresh_state(family, opt, theta, key):
+  k1, k2 = jax.random.split(key)
+  params = family.task_fn(family.sample(k1)).init(k2)
+  return opt.opt_fn(theta).init(params, num_steps=UNROLL)
+
+
+def setup_minimal(family, opt, theta, lanes):
   """A hand-written jit(scan(vmap(step))) of the same math: the family's model and loss, the optimizer's update."""
-  net = family.net
+  data = family.datasets.device_data("train")
 
-  def init(theta, key):
-    k1, k2 = jax.random.split(key)
-    cfg = family.sample(k1)
-    params = family.task_fn(cfg).init(k2)
-    return opt.opt_fn(theta).init(params, num_steps=UNROLL)
-
-  def loss_fn(params, batch):
-    logits = net.apply(params, batch["image"])
-    logp = jax.nn.log_softmax(logits)
-    return -jnp.mean(jnp.take_along_axis(logp, batch["label"][:, None], axis=-1))
-
-  def run(theta, states, data, key):
+  def run_fn(theta, states, data, key):
     inner = opt.opt_fn(theta)
 
     def step(states, key):
       def one(state, k):
-        loss, grad = jax.value_and_grad(loss_fn)(inner.get_params(state), data.sample(k))
+        loss, grad = jax.value_and_grad(loss_fn, argnums=1)(family.net, inner.get_params(state), data.sample(k))
         return inner.update(state, grad, loss=loss), loss
 
       return jax.vmap(one)(states, jax.random.split(key, lanes))
 
     return jax.lax.scan(step, states, jax.random.split(key, UNROLL))
 
-  return init, jax.jit(run, donate_argnums=1)
+  run_jit = jax.jit(run_fn, donate_argnums=1)
+  init = jax.jit(jax.vmap(lambda th, k: fresh_state(family, opt, th, k), in_axes=(None, 0)))
+  box = {"states": init(theta, jax.random.split(jax.random.key(0), lanes))}
+  mem = compiled_bytes(run_jit.lower(theta, box["states"], data, jax.random.key(1)).compile())
 
-
-def bench_minimal(family, opt, theta, lanes, repeats):
-  init, run = minimal_program(family, opt, lanes)
-  states = jax.jit(jax.vmap(init, in_axes=(None, 0)))(theta, jax.random.split(jax.random.key(0), lanes))
-  data = family.datasets.device_data("train")
-  mem = compiled_bytes(run.lower(theta, states, data, jax.random.key(1)).compile())
-  box = {"states": states}
-
-  def go():
-    box["states"], losses = run(theta, box["states"], data, jax.random.key(2))
+  def run():
+    box["states"], losses = run_jit(theta, box["states"], data, jax.random.key(2))
     losses.block_until_ready()
+  return run, mem
 
-  go()
-  return timed(go, repeats), mem
+
+def setup_ref_style(family, opt, theta, lanes):
+  """The reference library's design, re-implemented: vmap of a per-lane cond(is_done, reset, train), host data."""
+  it = family.datasets.train
+
+  def lane_step(theta, carry, key, batch):
+    state, cfg, t = carry
+    k_reset, k_loss = jax.random.split(key)
+
+    def train(_):
+      inner = opt.opt_fn(theta)
+      task = family.task_fn(cfg)
+      loss, grad = jax.value_and_grad(task.loss)(inner.get_params(state), k_loss, batch)
+      return (inner.update(state, grad, loss=loss), cfg, t + 1), loss
+
+    def reset(_):
+      k1, k2 = jax.random.split(k_reset)
+      new_cfg = family.sample(k1)
+      new_state = opt.opt_fn(theta).init(family.task_fn(new_cfg).init(k2), num_steps=UNROLL)
+      return (new_state, new_cfg, jnp.zeros_like(t)), jnp.zeros(())
+
+    return jax.lax.cond(t >= UNROLL, reset, train, None)
+
+  def run_fn(theta, carry, key, batches):
+    def step(carry, xs):
+      key, batch = xs
+      return jax.vmap(lane_step, in_axes=(None, 0, 0, 0))(theta, carry, jax.random.split(key, lanes), batch)
+
+    return jax.lax.scan(step, carry, (jax.random.split(key, UNROLL), batches))
+
+  run_jit = jax.jit(run_fn, donate_argnums=1)
+  keys = jax.random.split(jax.random.key(0), lanes)
+  cfgs = jax.vmap(family.sample)(keys)
+  states = jax.vmap(lambda k: fresh_state(family, opt, theta, k))(keys)
+  box = {"carry": (states, cfgs, jnp.zeros((lanes,), jnp.int32))}
+
+  def host_batches():  # [UNROLL, lanes, ...]: one next() per lane per step, stacked and copied once per unroll
+    steps = [jax.tree.map(lambda *xs: np.stack(xs), *[next(it) for _ in range(lanes)]) for _ in range(UNROLL)]
+    return jax.device_put(jax.tree.map(lambda *xs: np.stack(xs), *steps))
+
+  mem = compiled_bytes(run_jit.lower(theta, box["carry"], jax.random.key(1), host_batches()).compile())
+
+  def run():
+    box["carry"], losses = run_jit(theta, box["carry"], jax.random.key(2), host_batches())
+    losses.block_until_ready()
+  return run, mem
 
 
 def bench_naive(family, opt, theta, lanes, steps):
@@ -149,35 +188,62 @@ def bench_naive(family, opt, theta, lanes, steps):
   return (time.perf_counter() - start) / steps * UNROLL  # seconds per UNROLL steps, all lanes
 
 
+def round_robin(runs, rounds):
+  """Median wall time per call of each blocking ``run`` (each warmed up once), timed in turn ``rounds`` times."""
+  for run in runs.values():
+    run()
+  times = {name: [] for name in runs}
+  for _ in range(rounds):
+    for name, run in runs.items():
+      start = time.perf_counter()
+      run()
+      times[name].append(time.perf_counter() - start)
+  return {name: statistics.median(t) for name, t in times.items()}
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--lanes", type=int, nargs="+", default=[1, 8, 64, 256])
   parser.add_argument("--optimizers", nargs="+", default=["mlp_lopt", "adam"], choices=["mlp_lopt", "adam"])
-  parser.add_argument("--repeats", type=int, default=5, help="timed calls per measurement (best is kept)")
+  parser.add_argument("--rounds", type=int, default=7, help="timed calls per program (the median is reported)")
   parser.add_argument("--naive_steps", type=int, default=10, help="steps timed for the naive per-task loop")
+  parser.add_argument("--devices", type=int, default=2,
+                      help="devices for the sharded metafam run (CPU: cores; JAX is asked for this many CPU devices)")
   args = parser.parse_args()
+  jax.config.update("jax_num_cpu_devices", args.devices)  # before JAX starts its CPU backend
+  devices = min(args.devices, len(jax.devices()))
   family = ImageMLPFamily((32,), image_size=8, batch_size=128, activations=("relu",), label_noise_range=(0.0, 0.0))
-  print(f"jax {jax.__version__} on {jax.devices()[0].platform}; {family.name}, batch 128, unroll {UNROLL}; "
-        f"best of {args.repeats} calls; inner steps/s summed over lanes")
+  print(f"jax {jax.__version__}, {len(jax.devices())} {jax.devices()[0].platform} device(s); {family.name}, batch 128,"
+        f" unroll {UNROLL}; median of {args.rounds} interleaved calls; inner steps/s summed over lanes")
   for name in args.optimizers:
     theta, opt = make_optimizer(name)
-    if theta is None:  # a plain Optimizer: wrap it for the minimal and naive programs as well
+    if theta is None:  # a plain Optimizer: wrap it for the baselines as well
       opt, theta = HandDesigned(opt), {}
+    sharded = f"mf x{devices}"
     print(f"\n== inner optimizer: {name}")
-    print(f"{'lanes':>5} {'metafam':>9} {'minimal':>9} {'naive':>8} {'reference':>9} | {'mf/min time':>11} "
-          f"{'mf/naive':>8} {'mf/ref':>6} | {'mf MB':>6} {'min MB':>6}")
+    print(f"{'lanes':>5} {'metafam':>8} {'minimal':>8} {sharded:>8} {'ref-style':>9} {'naive':>6} {'reference':>9} | "
+          f"{'mf/min time':>11} {'best/naive':>10} {'best/ref-style':>14} {'best/ref':>8} | {'mf MB':>6} {'min MB':>6}")
     for lanes in args.lanes:
-      t_mf, mem_mf = bench_metafam(family, opt, theta, lanes, args.repeats)
-      t_min, mem_min = bench_minimal(family, opt, theta, lanes, args.repeats)
-      t_naive = bench_naive(family, opt, theta, lanes, args.naive_steps)
-      rate = lambda t: UNROLL * lanes / t
+      runs, mems = {}, {}
+      runs["metafam"], mems["metafam"] = setup_metafam(family, opt, theta, lanes, None)
+      runs["minimal"], mems["minimal"] = setup_minimal(family, opt, theta, lanes)
+      if devices > 1 and lanes % devices == 0:
+        runs["sharded"], _ = setup_metafam(family, opt, theta, lanes, devices)
+      runs["ref_style"], _ = setup_ref_style(family, opt, theta, lanes)
+      times = round_robin(runs, args.rounds)
+      times["naive"] = bench_naive(family, opt, theta, lanes, args.naive_steps)
+      rate = {k: UNROLL * lanes / t for k, t in times.items()}
+      best = max(rate.get("sharded", 0.0), rate["metafam"])
       ref = REFERENCE[name].get(lanes)
-      print(f"{lanes:>5} {rate(t_mf):>9,.0f} {rate(t_min):>9,.0f} {rate(t_naive):>8,.0f} "
-            f"{(f'{ref:,.0f}' if ref else '-'):>9} | {t_mf / t_min:>11.2f} {t_naive / t_mf:>8.1f} "
-            f"{(f'{rate(t_mf) / ref:.2f}' if ref else '-'):>6} | {mem_mf / 2**20:>6.1f} {mem_min / 2**20:>6.1f}",
-            flush=True)
+      sharded_col = f"{rate['sharded']:>8,.0f}" if "sharded" in rate else f"{'-':>8}"
+      print(f"{lanes:>5} {rate['metafam']:>8,.0f} {rate['minimal']:>8,.0f} {sharded_col} {rate['ref_style']:>9,.0f} "
+            f"{rate['naive']:>6,.0f} {(f'{ref:,.0f}' if ref else '-'):>9} | "
+            f"{times['metafam'] / times['minimal']:>11.2f} {best / rate['naive']:>10.1f} "
+            f"{best / rate['ref_style']:>14.2f} {(f'{best / ref:.2f}' if ref else '-'):>8} | "
+            f"{mems['metafam'] / 2**20:>6.1f} {mems['minimal'] / 2**20:>6.1f}", flush=True)
   peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-  print(f"\nprocess peak RSS: {peak:,.0f} MB. 'mf/min time' = metafam time / minimal time (1.00 = no overhead).")
+  print(f"\nprocess peak RSS: {peak:,.0f} MB. 'mf/min time' = metafam time / minimal time on one device (1.00 = no "
+        f"overhead); 'best' = the faster of metafam on one device and metafam x{devices}.")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,9 @@
 Compiling vmapped random initializers on CPU is several times faster with ``jax_threefry_partitionable=False``
 (measured in tests/test_task_suite.py: `check_family` of the four conv/AE/LM families 86 s -> 35 s of CPU time).
 No test pins random numbers, so the suite uses the faster setting; the library itself never changes JAX's config.
+
+The suite also asks for two CPU devices (before JAX starts its backend) so that lane sharding is tested on any
+machine; computations not placed explicitly still run on the first device only.
 """
 
 import os
@@ -12,3 +15,4 @@ import jax
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # shared helpers: influence.py, meta_setup.py
 jax.config.update("jax_threefry_partitionable", False)
+jax.config.update("jax_num_cpu_devices", 2)

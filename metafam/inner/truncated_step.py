@@ -32,8 +32,10 @@ from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
 
 from metafam.datasets.base import SPLITS
+from metafam.inner import sharding
 from metafam.inner.schedules import ConstantSchedule
 from metafam.optimizers.base import Optimizer
 from metafam.optimizers.learned import HandDesigned
@@ -118,12 +120,17 @@ class TruncatedStep:
       and batches), e.g. to compare per-lane thetas on identical problems; unlike ``antithetic`` the groups reset
       independently. ``antithetic=True`` implies 2 groups.
     donate: donate the input state's buffers to `unroll` (the passed state must not be used afterwards).
+    devices: spread the lanes over several devices: a count (the first ``n`` of `jax.devices()`) or a sequence of
+      devices; ``num_tasks`` must divide evenly. The lane state is sharded along its lane axis, theta (unless per
+      lane), keys and data are replicated; the numbers are the same as on one device. `init_step_state`,
+      `unroll` and `unroll_with_keys` place their inputs; callers of the pure `init_fn` / `unroll_fn` inside their
+      own jit must pass arrays that live on these devices (see `place_theta`). See `metafam.inner.sharding`.
   """
 
   def __init__(self, family: TaskFamily, learned_opt: Any, num_tasks: int, schedule: Any = None,
                random_initial_iteration: bool = False, meta_loss_split: Optional[str] = "same_batch",
                meta_loss_aux: Optional[str] = None, antithetic: bool = False, stack_antithetic: bool = True,
-               lane_groups: int = 1, donate: bool = True):
+               lane_groups: int = 1, donate: bool = True, devices: Any = None):
     if not isinstance(family, TaskFamily):
       raise TypeError(f"family must be a TaskFamily, got {type(family).__name__}.")
     if isinstance(learned_opt, Optimizer):
@@ -152,7 +159,8 @@ class TruncatedStep:
       raise TypeError(f"schedule must have sample(key) -> length, got {type(self.schedule).__name__}.")
     self.random_initial_iteration = random_initial_iteration
     self.meta_loss_split = meta_loss_split
-    self.data = self._device_data()
+    self.mesh = sharding.lane_mesh(devices, num_tasks)
+    self.data = sharding.put_replicated(self._device_data(), self.mesh)
     self._unroll = jax.jit(self.unroll_fn, static_argnames=("theta_is_batched",),
                            donate_argnames=("state",) if donate else ())
     self._init = jax.jit(self.init_fn, static_argnames=("theta_is_batched",))
@@ -237,11 +245,19 @@ class TruncatedStep:
   def init_fn(self, theta: Any, key: jax.Array, theta_is_batched: bool = False) -> LaneState:
     """Pure: fresh lanes (``[num_tasks]``-leading leaves); see `init_step_state`."""
     fresh = functools.partial(self._fresh_lane, random_offset=self.random_initial_iteration)
-    return jax.vmap(fresh, in_axes=(0 if theta_is_batched else None, 0))(theta, self._lane_keys(key))
+    lanes = jax.vmap(fresh, in_axes=(0 if theta_is_batched else None, 0))(theta, self._lane_keys(key))
+    return sharding.constrain_lanes(lanes, self.mesh)
 
   def init_step_state(self, theta: Any, key: jax.Array, theta_is_batched: bool = False) -> LaneState:
     """Samples ``num_tasks`` fresh task instances and initializes their params and optimizer states (jitted)."""
-    return self._init(theta, key, theta_is_batched=theta_is_batched)
+    return self._init(self.place_theta(theta, theta_is_batched), sharding.put_replicated(key, self.mesh),
+                      theta_is_batched=theta_is_batched)
+
+  def place_theta(self, theta: Any, theta_is_batched: bool = False) -> Any:
+    """``theta`` on this step's devices: replicated, or split by lane when batched (a no-op on one device)."""
+    if self.mesh is None:
+      return theta
+    return sharding.put_lanes(theta, self.mesh) if theta_is_batched else sharding.put_replicated(theta, self.mesh)
 
   def unroll_fn(self, theta: Any, state: LaneState, step_keys: jax.Array, data: Any,
                 theta_is_batched: bool = False):
@@ -250,12 +266,37 @@ class TruncatedStep:
     ``data`` is ``self.data`` (pass it as an argument of your jitted function so the arrays are not baked into the
     compiled program as constants).
     """
+    if self.mesh is None:
+      return self._unroll_lanes(theta, state, step_keys, data, theta_is_batched, local=False)
+    # One program per device over its own lanes: no cross-device traffic, except the pairing of lane groups.
+    lane_spec = P(sharding.LANE_AXIS)
+    per_device = jax.shard_map(
+        functools.partial(self._unroll_lanes, theta_is_batched=theta_is_batched, local=True), mesh=self.mesh,
+        in_specs=(lane_spec if theta_is_batched else P(), lane_spec, P(), P()),
+        out_specs=(lane_spec, P(None, sharding.LANE_AXIS)))
+    return per_device(theta, state, step_keys, data)
+
+  def _unroll_lanes(self, theta, state, step_keys, data, theta_is_batched: bool, local: bool):
+    """The unroll over the lanes in ``state``: all of them, or (``local``) this device's share inside shard_map."""
     theta_axis = 0 if theta_is_batched else None
     train_vmap = jax.vmap(self._train_lane, in_axes=(theta_axis, 0, 0, None))
     fresh = jax.vmap(functools.partial(self._fresh_lane, random_offset=False), in_axes=(theta_axis, 0))
+    num_local = jax.tree.leaves(state)[0].shape[0]
+
+    def lane_keys(key):
+      keys = self._lane_keys(key)
+      if not local:
+        return keys
+      return jax.lax.dynamic_slice_in_dim(keys, jax.lax.axis_index(sharding.LANE_AXIS) * num_local, num_local)
+
+    def pair_done(is_done):
+      if not local or self.lane_groups == 1:
+        return self._pair_done(is_done)
+      everyone = self._pair_done(jax.lax.all_gather(is_done, sharding.LANE_AXIS, tiled=True))
+      return jax.lax.dynamic_slice_in_dim(everyone, jax.lax.axis_index(sharding.LANE_AXIS) * num_local, num_local)
 
     def train(lanes, keys):
-      if not self.antithetic or self.stack_antithetic:
+      if not self.antithetic or self.stack_antithetic or local:
         return train_vmap(theta, lanes, keys, data)
       h = self.num_tasks // 2
       halves = [jax.tree.map(lambda x: x[sl], (theta if theta_is_batched else None, lanes, keys))
@@ -265,14 +306,14 @@ class TruncatedStep:
 
     def step(lanes, step_key):
       k_train, k_reset = jax.random.split(step_key)
-      lanes, out, is_done = train(lanes, self._lane_keys(k_train))
-      is_done = self._pair_done(is_done)
+      lanes, out, is_done = train(lanes, lane_keys(k_train))
+      is_done = pair_done(is_done)
       out = dataclasses.replace(out, is_done=is_done)
 
       def reset(lanes):
-        return jax.vmap(_select)(is_done, fresh(theta, self._lane_keys(k_reset)), lanes)
+        return jax.vmap(_select)(is_done, fresh(theta, lane_keys(k_reset)), lanes)
 
-      # A scalar predicate: the (batched) reset runs only in steps where some lane finishes.
+      # A scalar predicate: the (batched) reset runs only in steps where some lane (of this device) finishes.
       lanes = jax.lax.cond(jnp.any(is_done), reset, lambda l: l, lanes)
       return lanes, out
 
@@ -292,4 +333,8 @@ class TruncatedStep:
 
   def unroll_with_keys(self, theta: Any, state: LaneState, step_keys: jax.Array, theta_is_batched: bool = False):
     """Like `unroll`, with the per-step keys given explicitly (``step_keys``: ``[num_steps]`` keys)."""
-    return self._unroll(theta, state, step_keys, self.data, theta_is_batched=theta_is_batched)
+    if self.mesh is not None:
+      state = sharding.put_lanes(state, self.mesh)
+      step_keys = sharding.put_replicated(step_keys, self.mesh)
+    return self._unroll(self.place_theta(theta, theta_is_batched), state, step_keys, self.data,
+                        theta_is_batched=theta_is_batched)

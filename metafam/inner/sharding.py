@@ -1,0 +1,80 @@
+"""Spreading the lanes of vectorized inner training over several devices.
+
+Lanes are independent, so a ``[num_tasks, ...]`` lane state splits along its leading axis with no communication
+except the few scalars the unroll reduces over all lanes (whether any lane resets). The helpers here build a 1-D
+mesh with the axis ``"task"`` and place trees on it: lane-major leaves sharded ``P("task")``, everything else
+(theta, keys, datasets) replicated.
+
+On CPU, JAX shows one device unless told otherwise; to use both cores of a 2-core machine, call
+``jax.config.update("jax_num_cpu_devices", 2)`` before JAX is first used (or pass ``--devices 2`` to the CLI). XLA
+then runs each device's share of the lanes on its own core, which helps most when the per-lane work is too small
+for XLA's intra-op threads (small models, hand-designed optimizers).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence, Union
+
+import jax
+import numpy as np
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+
+LANE_AXIS = "task"
+
+
+def lane_mesh(devices: Union[None, int, Sequence[Any]], num_tasks: int) -> Optional[Mesh]:
+  """A 1-D ``("task",)`` mesh over ``devices``, or None when that is a single device (nothing to shard).
+
+  Args:
+    devices: None (the default device only), a count ``n`` (the first ``n`` of `jax.devices()`), or a sequence of
+      devices.
+    num_tasks: the number of lanes; it must divide evenly over the devices.
+  """
+  if devices is None:
+    return None
+  if isinstance(devices, (int, np.integer)) and not isinstance(devices, bool):
+    available = jax.devices()
+    if not 1 <= devices <= len(available):
+      hint = (" On CPU, call jax.config.update('jax_num_cpu_devices', N) before JAX is first used."
+              if available[0].platform == "cpu" else "")
+      raise ValueError(f"devices={devices}, but {len(available)} {available[0].platform} device(s) are "
+                       f"available.{hint}")
+    devs = list(available[:devices])
+  else:
+    devs = list(devices)
+    if not devs or not all(isinstance(d, jax.Device) for d in devs):
+      raise TypeError(f"devices must be None, a positive int or a sequence of jax.Device, got {devices!r}.")
+    if len(set(devs)) != len(devs):
+      raise ValueError(f"devices lists a device twice: {devs}.")
+  if len(devs) == 1:
+    return None
+  if num_tasks % len(devs):
+    raise ValueError(f"num_tasks={num_tasks} lanes cannot be split evenly over {len(devs)} devices; use a "
+                     f"multiple of {len(devs)}.")
+  return Mesh(np.asarray(devs), (LANE_AXIS,), axis_types=(AxisType.Auto,))
+
+
+def lane_sharding(mesh: Mesh, leading: int = 0) -> NamedSharding:
+  """Sharding that splits axis ``leading`` (the lane axis) over the mesh and replicates the rest."""
+  return NamedSharding(mesh, P(*([None] * leading + [LANE_AXIS])))
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+  return NamedSharding(mesh, P())
+
+
+def constrain_lanes(tree: Any, mesh: Optional[Mesh], leading: int = 0) -> Any:
+  """Inside jit: keep axis ``leading`` of every leaf split over the mesh (identity without a mesh)."""
+  if mesh is None:
+    return tree
+  return jax.lax.with_sharding_constraint(tree, lane_sharding(mesh, leading))
+
+
+def put_lanes(tree: Any, mesh: Optional[Mesh]) -> Any:
+  """Outside jit: place a lane-major tree on the mesh (a no-op for leaves already placed so)."""
+  return tree if mesh is None else jax.device_put(tree, lane_sharding(mesh))
+
+
+def put_replicated(tree: Any, mesh: Optional[Mesh]) -> Any:
+  """Outside jit: a copy of ``tree`` on every device of the mesh."""
+  return tree if mesh is None else jax.device_put(tree, replicated(mesh))
