@@ -289,8 +289,8 @@ class TruncatedStep:
         return keys
       return jax.lax.dynamic_slice_in_dim(keys, jax.lax.axis_index(sharding.LANE_AXIS) * num_local, num_local)
 
-    def pair_done(is_done):
-      if not local or self.lane_groups == 1:
+    def pair_done(is_done):  # only antithetic pairs (lanes i and i + num_tasks / 2) need each other's flags
+      if not local or not self.antithetic:
         return self._pair_done(is_done)
       everyone = self._pair_done(jax.lax.all_gather(is_done, sharding.LANE_AXIS, tiled=True))
       return jax.lax.dynamic_slice_in_dim(everyone, jax.lax.axis_index(sharding.LANE_AXIS) * num_local, num_local)
