@@ -1,7 +1,7 @@
 """Meta-gradient estimation throughput and the share of meta-training time spent outside the jitted program.
 
     python benchmarks/outer_training.py
-    python benchmarks/outer_training.py --steps 20 --estimators pes
+    python benchmarks/outer_training.py --steps 20 --estimators pes --devices 1
 
 Workload: the image-MLP family at 8x8 (64 -> 32 ReLU -> 10, 2,410 params per task), batch 128 of embedded
 Fashion-MNIST, the per-parameter MLP learned optimizer, 8 antithetic pairs (16 lanes), meta-loss on `outer_valid`.
@@ -10,6 +10,9 @@ Fashion-MNIST, the per-parameter MLP learned optimizer, 8 antithetic pairs (16 l
 For each, `MetaTrainer.train` runs ``--steps`` meta-steps (estimate + Adam meta-update + metric logging + tqdm) and
 the same number of bare calls of the compiled meta-step program is timed; "outside" is the share of the loop's time
 not spent in that program (host overhead: dispatch, metric transfer, logging). Target: < 10%.
+With ``--devices N`` (default 2; the script asks JAX for N CPU devices) each estimator is also built with
+``devices=N`` (lanes split over N devices, same numbers) and the bare meta-step programs of both placements are
+timed round-robin; "xN speedup" is the ratio of their median times.
 The reference library measured 8.5 PES estimates/s for the same model with 8 lanes and truncations of 20 steps
 (TruncatedES 9.7, FullES 9.6; ../shared/README.md); its settings differ, so compare with care.
 """
@@ -17,6 +20,7 @@ The reference library measured 8.5 PES estimates/s for the same model with 8 lan
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 
 import jax
@@ -28,38 +32,66 @@ from metafam.outer_trainers import PES, FullES, MetaTrainer
 from metafam.taskfamilies.image_mlp import ImageMLPFamily
 
 
-def build(name, family, lopt):
+def build(name, family, lopt, devices):
   if name == "pes":
-    return PES(family, lopt, num_pairs=8, unroll_length=10, schedule=ConstantSchedule(50), sigma=0.01)
-  return FullES(family, lopt, num_pairs=8, trajectory_length=200, sigma=0.01)
+    return PES(family, lopt, num_pairs=8, unroll_length=10, schedule=ConstantSchedule(50), sigma=0.01,
+               devices=devices)
+  return FullES(family, lopt, num_pairs=8, trajectory_length=200, sigma=0.01, devices=devices)
+
+
+def time_loop(trainer, state, steps):
+  """Seconds per meta-step of `MetaTrainer.train` (with logging and progress bar), and the state after."""
+  start = time.perf_counter()
+  state, _ = trainer.train(int(state.step) + steps, state=state, progress=True)
+  return (time.perf_counter() - start) / steps, state
+
+
+def time_bare(runs, steps, rounds=5):
+  """Median seconds per bare meta-step call of each trainer, timed round-robin in ``rounds`` blocks."""
+  per_block = max(1, steps // rounds)
+  times = {name: [] for name in runs}
+  for _ in range(rounds):
+    for name, box in runs.items():
+      trainer = box["trainer"]
+      start = time.perf_counter()
+      for _ in range(per_block):
+        box["state"], metrics = trainer.step(box["state"])
+      jax.block_until_ready((box["state"], metrics))
+      times[name].append((time.perf_counter() - start) / per_block)
+  return {name: statistics.median(t) for name, t in times.items()}
 
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--estimators", nargs="+", default=["pes", "full_es"], choices=["pes", "full_es"])
   parser.add_argument("--steps", type=int, default=30, help="meta-steps timed per estimator")
+  parser.add_argument("--devices", type=int, default=2, help="also time the estimators with devices=N (1: skip)")
   args = parser.parse_args()
+  if args.devices > 1:
+    jax.config.update("jax_num_cpu_devices", args.devices)  # before JAX starts its CPU backend
   family = ImageMLPFamily((32,), image_size=8, batch_size=128, activations=("relu",), label_noise_range=(0.0, 0.0))
   lopt = MLPLOpt()
   print(f"jax {jax.__version__} on {jax.devices()[0].platform}; {family.name}; MLPLOpt; {args.steps} meta-steps")
-  print(f"{'estimator':>10} {'estimates/s':>11} {'inner steps/s':>13} {'loop s/step':>11} {'jit s/step':>10} "
-        f"{'outside':>7}")
+  placements = [None] + ([args.devices] if args.devices > 1 else [])
+  rows = []
   for name in args.estimators:
-    est = build(name, family, lopt)
-    trainer = MetaTrainer(lopt, [est], optax.adam(1e-3))
-    state = trainer.init(jax.random.key(0))
-    state, metrics = trainer.step(state)  # compile
-    jax.block_until_ready(metrics)
-    start = time.perf_counter()
-    state, _ = trainer.train(1 + args.steps, state=state, progress=True)
-    loop = (time.perf_counter() - start) / args.steps
-    start = time.perf_counter()
-    for _ in range(args.steps):
-      state, metrics = trainer.step(state)
-    jax.block_until_ready((state, metrics))
-    bare = (time.perf_counter() - start) / args.steps
-    print(f"{name:>10} {1 / loop:>11.2f} {est.inner_steps_per_estimate / loop:>13,.0f} {loop:>11.4f} "
-          f"{bare:>10.4f} {max(0.0, 1 - bare / loop):>7.1%}", flush=True)
+    runs = {}
+    for devices in placements:
+      est = build(name, family, lopt, devices)
+      trainer = MetaTrainer(lopt, [est], optax.adam(1e-3))
+      state, metrics = trainer.step(trainer.init(jax.random.key(0)))  # compile
+      jax.block_until_ready(metrics)
+      loop, state = time_loop(trainer, state, args.steps)
+      runs[devices or 1] = {"trainer": trainer, "state": state, "loop": loop, "est": est}
+    bare = time_bare(runs, args.steps)
+    for devices, box in runs.items():
+      rows.append((name, devices, box["est"].inner_steps_per_estimate, box["loop"], bare[devices],
+                   bare[1] / bare[devices]))
+  print(f"\n{'estimator':>10} {'devices':>7} {'estimates/s':>11} {'inner steps/s':>13} {'loop s/step':>11} "
+        f"{'jit s/step':>10} {'outside':>7} {'speedup':>7}")
+  for name, devices, inner, loop, bare, speedup in rows:
+    print(f"{name:>10} {devices:>7} {1 / loop:>11.2f} {inner / loop:>13,.0f} {loop:>11.4f} {bare:>10.4f} "
+          f"{max(0.0, 1 - bare / loop):>7.1%} {speedup:>6.2f}x")
 
 
 if __name__ == "__main__":

@@ -55,6 +55,9 @@ flags.DEFINE_integer("eval_every", 0, "Meta-steps between evaluations during tra
 flags.DEFINE_integer("eval_tasks", 8, "Held-out task instances per evaluation.", lower_bound=1, flag_values=FLAGS)
 flags.DEFINE_integer("eval_steps", 200, "Inner steps per evaluation.", lower_bound=1, flag_values=FLAGS)
 flags.DEFINE_integer("seed", 0, "Random seed of the run.", flag_values=FLAGS)
+flags.DEFINE_integer("devices", 1, "Spread the estimator's lanes over this many devices (on CPU: cores; JAX is "
+                     "asked for that many CPU devices). Same numbers, usually faster; the lanes must divide evenly.",
+                     lower_bound=1, flag_values=FLAGS)
 flags.DEFINE_bool("tensorboard", False, "Also log to TensorBoard (needs tensorboardX: pip install 'metafam[tb]').",
                   flag_values=FLAGS)
 flags.DEFINE_bool("progress", True, "Show progress bars.", flag_values=FLAGS)
@@ -100,7 +103,8 @@ def build_estimator(name: str, family, lopt):
   from metafam.inner import ConstantSchedule
   from metafam.outer_trainers import PES, FullES, NoiseReuseES, TruncatedBPTT, TruncatedES
   schedule = ConstantSchedule(FLAGS.trajectory_length)
-  es = dict(num_pairs=FLAGS.num_pairs, sigma=FLAGS.sigma)
+  devices = FLAGS.devices if FLAGS.devices > 1 else None
+  es = dict(num_pairs=FLAGS.num_pairs, sigma=FLAGS.sigma, devices=devices)
   if name == "pes":
     return PES(family, lopt, unroll_length=FLAGS.unroll_length, schedule=schedule, **es)
   if name == "nres":
@@ -110,7 +114,7 @@ def build_estimator(name: str, family, lopt):
   if name == "full_es":
     return FullES(family, lopt, trajectory_length=FLAGS.trajectory_length, **es)
   return TruncatedBPTT(family, lopt, num_tasks=FLAGS.num_pairs, unroll_length=FLAGS.unroll_length,
-                       schedule=schedule)
+                       schedule=schedule, devices=devices)
 
 
 def run_config() -> Dict[str, Any]:
@@ -215,7 +219,10 @@ def cmd_meta_train() -> None:
   from metafam.outer_trainers.meta_trainer import METRICS_NAME
   from metafam.evaluation.family_eval import FamilyEvaluator
   family, lopt = get_family(FLAGS.family), build_learned_optimizer(FLAGS.optimizer)
-  estimator = build_estimator(FLAGS.estimator, family, lopt)
+  try:
+    estimator = build_estimator(FLAGS.estimator, family, lopt)
+  except ValueError as e:  # the lanes do not split over --devices, or too few devices
+    raise UsageError(f"--devices {FLAGS.devices}: {e}") from None
   trainer = MetaTrainer(lopt, [estimator], optax.adam(FLAGS.meta_learning_rate),
                         clip_grad_norm=FLAGS.clip_grad_norm or None, eval_family=family,
                         eval_num_tasks=FLAGS.eval_tasks, eval_steps=FLAGS.eval_steps, config=run_config())
@@ -310,6 +317,17 @@ def _enable_compilation_cache() -> None:
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
 
+def _request_cpu_devices(count: int) -> None:
+  """Asks JAX for ``count`` CPU devices (one per core to use) before it starts; other platforms are unaffected."""
+  if count <= 1:
+    return
+  import jax
+  try:
+    jax.config.update("jax_num_cpu_devices", count)
+  except RuntimeError:  # JAX already started in this process (main() called from a program): keep its devices
+    pass
+
+
 # -- entry point -----------------------------------------------------------------------------------------------------
 def main(argv: List[str]) -> int:
   """Runs ``metafam`` with ``argv`` (program name first); returns the exit code."""
@@ -328,6 +346,7 @@ def main(argv: List[str]) -> int:
     return 2
   handlers = {"meta-train": cmd_meta_train, "list": cmd_list, "evaluate": cmd_evaluate, "benchmark": cmd_benchmark}
   _enable_compilation_cache()
+  _request_cpu_devices(FLAGS.devices)
   try:
     handlers[commands[0]]()
   except (UsageError, CheckpointError) as e:

@@ -14,13 +14,13 @@ def quadratic_family():
   return QuadraticFamily(8, scale_range=(0.5, 2.0))
 
 
-def build_trainer(num_pairs=8, unroll_length=10, trajectory=50, lr=0.05, with_tbptt=False):
+def build_trainer(num_pairs=8, unroll_length=10, trajectory=50, lr=0.05, with_tbptt=False, devices=None):
   family, lopt = quadratic_family(), LearnableSGD(0.01)
   estimators = [PES(family, lopt, num_pairs=num_pairs, unroll_length=unroll_length,
-                    schedule=ConstantSchedule(trajectory), sigma=0.1, loss_kind="meta_loss")]
+                    schedule=ConstantSchedule(trajectory), sigma=0.1, loss_kind="meta_loss", devices=devices)]
   if with_tbptt:
     estimators.append(TruncatedBPTT(family, lopt, num_tasks=4, unroll_length=unroll_length,
-                                    schedule=ConstantSchedule(trajectory), loss_kind="meta_loss"))
+                                    schedule=ConstantSchedule(trajectory), loss_kind="meta_loss", devices=devices))
   return MetaTrainer(lopt, estimators, optax.adam(lr), clip_grad_norm=10.0, eval_family=family, eval_num_tasks=4,
                      eval_steps=20, config={"test": "meta_setup", "with_tbptt": with_tbptt})
 

@@ -38,7 +38,8 @@ def test_meta_train_writes_files_and_resumes(tmp_path, capsys):
   for name in ("checkpoint.pkl", "metrics.jsonl", "summary.json", "meta_loss.png", "inner_curves.png"):
     assert os.path.exists(os.path.join(out_dir, name)), name
   assert "learned (final)" in out and "Adam (tuned" in out
-  code, out, err = run(["meta-train", "--num_steps=5", f"--output_dir={out_dir}"] + TINY, capsys)
+  # Resumed with the lanes spread over 2 devices: the device count is not part of the run's identity.
+  code, out, err = run(["meta-train", "--num_steps=5", f"--output_dir={out_dir}", "--devices=2"] + TINY, capsys)
   assert code == 0, err
   with open(os.path.join(out_dir, "metrics.jsonl")) as f:
     assert [json.loads(line)["step"] for line in f] == [1, 2, 3, 4, 5]
@@ -55,6 +56,9 @@ def test_meta_train_writes_files_and_resumes(tmp_path, capsys):
     (["meta-train", "--num_steps=0"], "flag --num_steps=0: 0 is not a positive integer"),
     (["meta-train", "--sigma=-1"], "flag --sigma=-1.*"),
     (["meta-train", "--num_pairs=many"], "num_pairs"),
+    (["meta-train", "--devices=3"], r"--devices 3: devices=3, but 2 cpu device\(s\) are available"),
+    (["meta-train", "--devices=2", "--estimator=tbptt", "--num_pairs=3"],
+     "--devices 2: num_tasks=3 lanes cannot be split evenly over 2 devices"),
     (["train"], "expected one command from meta-train, evaluate, benchmark, list; got train"),
 ])
 def test_bad_input_is_one_line_and_exit_code_2(args, message, capsys, tmp_path):

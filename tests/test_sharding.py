@@ -3,13 +3,16 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from jax.sharding import NamedSharding
 
+from meta_setup import build_trainer, quadratic_family
 from metafam.inner import ConstantSchedule, LogUniformSchedule, TruncatedStep
 from metafam.inner.sharding import lane_mesh
 from metafam.optimizers.base import Adam
 from metafam.optimizers.learned import LearnableSGD
+from metafam.outer_trainers import PES, FullES, MetaTrainer, TruncatedBPTT, TruncatedES
 from metafam.taskfamilies.quadratic import NoisyQuadraticFamily
 
 pytestmark = pytest.mark.skipif(len(jax.devices()) < 2, reason="needs 2 devices (tests/conftest.py asks for 2 CPUs)")
@@ -91,3 +94,59 @@ def test_bad_devices_are_rejected_before_any_work():
   with pytest.raises(ValueError, match="lists a device twice"):
     TruncatedStep(family, Adam(0.1), 4, devices=[jax.devices()[0]] * 2)
   assert lane_mesh(1, 5) is None and lane_mesh(None, 5) is None  # one device: nothing to shard
+
+
+# -- estimators and the meta-trainer on 2 devices ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("make", [
+    lambda fam, lopt, dev: PES(fam, lopt, num_pairs=4, unroll_length=5, schedule=ConstantSchedule(7), devices=dev),
+    lambda fam, lopt, dev: TruncatedES(fam, lopt, num_pairs=4, unroll_length=5, schedule=ConstantSchedule(7),
+                                       devices=dev),
+    lambda fam, lopt, dev: FullES(fam, lopt, num_pairs=4, trajectory_length=6, devices=dev),
+], ids=["pes", "truncated_es", "full_es"])  # TBPTT: in the meta-trainer test below
+def test_sharded_estimators_equal_single_device(make):
+  family = NoisyQuadraticFamily(4, scale_range=(0.5, 2.0))
+  lopt = LearnableSGD()
+  theta = lopt.init(jax.random.key(0))
+  runs = []
+  for devices in (None, 2):
+    est = make(family, lopt, devices)
+    ws = est.init_worker_state(theta, jax.random.key(1))
+    estimates = []
+    for i in range(2):  # 10 steps of trajectories of 7: the PES accumulators restart inside the window
+      estimate, ws = est.estimate(theta, ws, jax.random.key(5 + i))
+      estimates.append(estimate)
+    runs.append((estimates, ws))
+  # Per-lane numbers are identical; only the reductions over lanes may be summed in another order across devices.
+  jax.tree.map(lambda x, y: np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-6), *runs)
+  assert all(float(jnp.abs(g)) > 0 for e in runs[1][0] for g in jax.tree.leaves(e.grad))
+  for leaf in jax.tree.leaves(getattr(runs[1][1], "lanes", runs[1][1])):
+    assert len(leaf.sharding.device_set) == 2 and not leaf.sharding.is_fully_replicated
+
+
+def test_meta_trainer_on_two_devices_matches_one_and_resumes(tmp_path, caplog):
+  # PES and TBPTT (whose gradient flows back through the per-device programs) averaged in one meta-step.
+  single = build_trainer(num_pairs=4, with_tbptt=True)
+  sharded = build_trainer(num_pairs=4, with_tbptt=True, devices=2)
+  assert single.mesh is None and sharded.mesh is not None
+  want, _ = single.train(4, key=jax.random.key(3), progress=False)
+  with jax.log_compiles():
+    sharded.train(2, key=jax.random.key(3), progress=False, output_dir=str(tmp_path), checkpoint_every=2)
+    # The run resumes from its checkpoint, and the restored host arrays are placed on both devices again.
+    resumed, history = sharded.train(4, key=jax.random.key(3), progress=False, output_dir=str(tmp_path))
+  # Every step's output is laid out like its input, so all 4 steps (resumed ones included) ran one compiled program.
+  assert sum("Compiling jit(step_fn)" in r.getMessage() for r in caplog.records) == 1
+  assert [h["step"] for h in history] == [3, 4]
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6),
+               want, resumed)
+  for leaf in jax.tree.leaves(resumed.worker_states[0].lanes):
+    assert len(leaf.sharding.device_set) == 2 and not leaf.sharding.is_fully_replicated
+  assert resumed.theta["log_lr"].sharding.is_fully_replicated and len(resumed.theta["log_lr"].sharding.device_set) == 2
+
+
+def test_meta_trainer_refuses_estimators_on_different_devices():
+  family, lopt = quadratic_family(), LearnableSGD()
+  ests = [PES(family, lopt, num_pairs=2, devices=2), TruncatedBPTT(family, lopt, num_tasks=2)]
+  with pytest.raises(ValueError, match=r"same devices.*estimators\[1\] \(TruncatedBPTT\): 1 device"):
+    MetaTrainer(lopt, ests, optax.sgd(0.1))

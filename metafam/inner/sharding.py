@@ -63,6 +63,11 @@ def replicated(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, P())
 
 
+def layout_shardings(lane_major: Any, mesh: Mesh) -> Any:
+  """A tree of shardings for a tree of bools: split by lane where True, replicated where False."""
+  return jax.tree.map(lambda split: lane_sharding(mesh) if split else replicated(mesh), lane_major)
+
+
 def constrain_lanes(tree: Any, mesh: Optional[Mesh], leading: int = 0) -> Any:
   """Inside jit: keep axis ``leading`` of every leaf split over the mesh (identity without a mesh)."""
   if mesh is None:

@@ -19,6 +19,7 @@ from typing import Any, Dict, Optional
 import jax
 import jax.numpy as jnp
 
+from metafam.inner import sharding
 from metafam.inner.truncated_step import UnrollOutput
 
 LOSS_KINDS = ("meta_loss", "normalized_meta_loss", "loss", "normalized_loss")
@@ -43,6 +44,29 @@ class GradientEstimator:
   """Base class: ``init_worker_state(theta, key)`` and ``estimate(theta, worker_state, key)``."""
 
   name = "estimator"
+  mesh = None  # the `jax.sharding.Mesh` the lanes are spread over, or None (one device)
+
+  def place_theta(self, theta: Any) -> Any:
+    """``theta`` (or any tree of shared values, e.g. a meta-optimizer state) replicated on the estimator's devices."""
+    return sharding.put_replicated(theta, self.mesh)
+
+  def lane_major(self, worker_state: Any) -> Any:
+    """A tree of bools like ``worker_state``: which leaves have a leading lane axis (by default all of them)."""
+    return jax.tree.map(lambda _: True, worker_state)
+
+  def place_worker_state(self, worker_state: Any) -> Any:
+    """Outside jit: ``worker_state`` on the estimator's devices, lane-major leaves split by lane, the rest replicated."""
+    if self.mesh is None:
+      return worker_state
+    return jax.device_put(worker_state, sharding.layout_shardings(self.lane_major(worker_state), self.mesh))
+
+  def constrain_worker_state(self, worker_state: Any) -> Any:
+    """Inside jit: keep ``worker_state`` laid out as `place_worker_state` puts it (so the next call reuses the
+    compiled program instead of compiling one for another layout)."""
+    if self.mesh is None:
+      return worker_state
+    return jax.lax.with_sharding_constraint(worker_state,
+                                            sharding.layout_shardings(self.lane_major(worker_state), self.mesh))
 
   def init_worker_state(self, theta: Any, key: jax.Array) -> Any:
     raise NotImplementedError

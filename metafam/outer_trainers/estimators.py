@@ -7,6 +7,10 @@ Every estimator owns a `TruncatedStep` over its family and offers
     ``data`` is ``estimator.data`` passed through your jit boundary (so arrays are not compiled in as constants);
   * ``estimate(theta, worker_state, key)``: the same, jitted, with ``data = estimator.data``.
 
+Every estimator takes ``devices`` (None, a count or a sequence of devices) and spreads its lanes over them (see
+`metafam.inner.sharding`); the numbers are the same as on one device. `estimate` places its inputs; callers that jit
+`estimate_fn` themselves place theta and the worker state with `place_theta` / `place_worker_state` first.
+
 The meta-loss of a truncation is the masked mean over its steps of the chosen per-step loss (``loss_kind``, default
 the task-normalized ``meta_loss`` of the updated params on ``meta_loss_split``). ES scaling: see `base`.
 """
@@ -20,6 +24,7 @@ from typing import Any, Optional
 import jax
 import jax.numpy as jnp
 
+from metafam.inner import sharding
 from metafam.inner.schedules import ConstantSchedule, NeverEndingSchedule
 from metafam.inner.truncated_step import LaneState, TruncatedStep
 from metafam.outer_trainers.base import (GradientEstimate, GradientEstimator, antithetic_thetas, check_loss_kind,
@@ -47,13 +52,24 @@ class _Estimator(GradientEstimator):
     if clip_loss_diff is not None:
       check_positive("clip_loss_diff", clip_loss_diff)
     self.clip_loss_diff = clip_loss_diff
-    self._estimate = jax.jit(self.estimate_fn)
+    self._estimate = jax.jit(self._pinned_estimate_fn)
 
   @property
   def data(self) -> Any:
     return self.step.data
 
+  @property
+  def mesh(self):
+    return self.step.mesh
+
+  def _pinned_estimate_fn(self, theta, worker_state, key, data):
+    estimate, worker_state = self.estimate_fn(theta, worker_state, key, data)
+    return estimate, self.constrain_worker_state(worker_state)
+
   def estimate(self, theta: Any, worker_state: Any, key: jax.Array):
+    if self.mesh is not None:
+      theta, worker_state = self.place_theta(theta), self.place_worker_state(worker_state)
+      key = sharding.put_replicated(key, self.mesh)
     return self._estimate(theta, worker_state, key, self.data)
 
   def _unroll_keys(self, key: jax.Array, num_steps: int) -> jax.Array:
@@ -71,11 +87,11 @@ class TruncatedBPTT(_Estimator):
 
   def __init__(self, family, learned_opt, num_tasks: int = 8, unroll_length: int = 50, schedule: Any = None,
                loss_kind: str = "normalized_meta_loss", meta_loss_split: str = "outer_valid",
-               random_initial_iteration: bool = True):
+               random_initial_iteration: bool = True, devices: Any = None):
     self.unroll_length = check_positive("unroll_length", unroll_length, integer=True)
     self.num_tasks = num_tasks
     self.step = TruncatedStep(family, learned_opt, num_tasks, schedule or ConstantSchedule(200),
-                              random_initial_iteration, meta_loss_split, donate=False)
+                              random_initial_iteration, meta_loss_split, donate=False, devices=devices)
     super().__init__(loss_kind, None)
 
   @property
@@ -83,7 +99,7 @@ class TruncatedBPTT(_Estimator):
     return self.num_tasks * self.unroll_length
 
   def init_worker_state(self, theta, key):
-    return self.step.init_fn(theta, key)
+    return self.step.init_step_state(theta, key)
 
   def estimate_fn(self, theta, worker_state: LaneState, key, data):
     keys = self._unroll_keys(key, self.unroll_length)
@@ -111,7 +127,7 @@ class FullES(_Estimator):
 
   def __init__(self, family, learned_opt, num_pairs: int = 8, trajectory_length: int = 200, sigma: float = 0.01,
                loss_type: str = "avg", loss_kind: str = "normalized_meta_loss", meta_loss_split: str = "outer_valid",
-               clip_loss_diff: Optional[float] = None, stack_antithetic: bool = True):
+               clip_loss_diff: Optional[float] = None, stack_antithetic: bool = True, devices: Any = None):
     self.num_pairs = check_positive("num_pairs", num_pairs, integer=True)
     self.trajectory_length = check_positive("trajectory_length", trajectory_length, integer=True)
     self.sigma = check_positive("sigma", sigma)
@@ -119,7 +135,7 @@ class FullES(_Estimator):
       raise ValueError(f"loss_type must be one of {FULL_ES_LOSS_TYPES}, got {loss_type!r}.")
     self.loss_type = loss_type
     self.step = TruncatedStep(family, learned_opt, 2 * num_pairs, NeverEndingSchedule(), False, meta_loss_split,
-                              antithetic=True, stack_antithetic=stack_antithetic, donate=False)
+                              antithetic=True, stack_antithetic=stack_antithetic, donate=False, devices=devices)
     super().__init__(loss_kind, clip_loss_diff)
 
   @property
@@ -168,15 +184,17 @@ class TruncatedES(_Estimator):
   def __init__(self, family, learned_opt, num_pairs: int = 8, unroll_length: int = 50, schedule: Any = None,
                sigma: float = 0.01, loss_kind: str = "normalized_meta_loss", meta_loss_split: str = "outer_valid",
                clip_loss_diff: Optional[float] = None, stack_antithetic: bool = True,
-               random_initial_iteration: bool = True):
+               random_initial_iteration: bool = True, devices: Any = None):
     self.num_pairs = check_positive("num_pairs", num_pairs, integer=True)
     self.unroll_length = check_positive("unroll_length", unroll_length, integer=True)
     self.sigma = check_positive("sigma", sigma)
     schedule = schedule or ConstantSchedule(200)
-    self.step = TruncatedStep(family, learned_opt, 2 * num_pairs, schedule, random_initial_iteration,
-                              meta_loss_split, antithetic=True, stack_antithetic=stack_antithetic, donate=False)
+    # The unperturbed lanes (num_pairs) must split over the devices too, so check them first: the clearer error.
     self.plain = TruncatedStep(family, learned_opt, num_pairs, schedule, random_initial_iteration, meta_loss_split,
-                               donate=False)
+                               donate=False, devices=devices)
+    self.step = TruncatedStep(family, learned_opt, 2 * num_pairs, schedule, random_initial_iteration,
+                              meta_loss_split, antithetic=True, stack_antithetic=stack_antithetic, donate=False,
+                              devices=devices)
     super().__init__(loss_kind, clip_loss_diff)
 
   @property
@@ -184,7 +202,7 @@ class TruncatedES(_Estimator):
     return 3 * self.num_pairs * self.unroll_length
 
   def init_worker_state(self, theta, key):
-    return self.plain.init_fn(theta, key)
+    return self.plain.init_step_state(theta, key)
 
   def estimate_fn(self, theta, worker_state: LaneState, key, data):
     k_eps, k_unroll = jax.random.split(key)
@@ -244,7 +262,7 @@ class PES(_Estimator):
   def __init__(self, family, learned_opt, num_pairs: int = 8, unroll_length: int = 50, schedule: Any = None,
                sigma: float = 0.01, resample_every: Optional[int] = 1, loss_kind: str = "normalized_meta_loss",
                meta_loss_split: str = "outer_valid", clip_loss_diff: Optional[float] = None,
-               stack_antithetic: bool = True, random_initial_iteration: bool = True):
+               stack_antithetic: bool = True, random_initial_iteration: bool = True, devices: Any = None):
     self.num_pairs = check_positive("num_pairs", num_pairs, integer=True)
     self.unroll_length = check_positive("unroll_length", unroll_length, integer=True)
     self.sigma = check_positive("sigma", sigma)
@@ -253,18 +271,25 @@ class PES(_Estimator):
     self.resample_every = resample_every
     self.step = TruncatedStep(family, learned_opt, 2 * num_pairs, schedule or ConstantSchedule(200),
                               random_initial_iteration, meta_loss_split, antithetic=True,
-                              stack_antithetic=stack_antithetic, donate=False)
+                              stack_antithetic=stack_antithetic, donate=False, devices=devices)
     super().__init__(loss_kind, clip_loss_diff)
 
   @property
   def inner_steps_per_estimate(self) -> int:
     return 2 * self.num_pairs * self.unroll_length
 
+  def lane_major(self, worker_state: PESWorkerState) -> PESWorkerState:
+    """The lanes are split over the devices; the small per-pair accumulators, perturbations and ages replicated."""
+    flags = lambda tree, value: jax.tree.map(lambda _: value, tree)
+    return PESWorkerState(lanes=flags(worker_state.lanes, True), accumulator=flags(worker_state.accumulator, False),
+                          eps=flags(worker_state.eps, False), age=False)
+
   def init_worker_state(self, theta, key):
     zeros = lambda: jax.tree.map(lambda t: jnp.zeros((self.num_pairs,) + jnp.shape(t), jnp.result_type(t)), theta)
     # Distinct buffers for accumulator and eps, so a meta-step may donate the whole worker state.
-    return PESWorkerState(lanes=self.step.init_fn(theta, key), accumulator=zeros(), eps=zeros(),
-                          age=jnp.zeros((self.num_pairs,), jnp.int32))
+    return self.place_worker_state(PESWorkerState(lanes=self.step.init_step_state(theta, key),
+                                                  accumulator=zeros(), eps=zeros(),
+                                                  age=jnp.zeros((self.num_pairs,), jnp.int32)))
 
   def estimate_fn(self, theta, worker_state: PESWorkerState, key, data):
     k_eps, k_unroll = jax.random.split(key)

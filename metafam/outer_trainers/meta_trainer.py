@@ -4,6 +4,10 @@ One meta-step (estimates of every estimator, averaging, non-finite handling, cli
 single jitted program. Step ``i`` uses the key ``fold_in(state.key, i)``, and the whole `MetaTrainState` (theta,
 meta-optimizer state, worker states, base key, step) is checkpointed, so a run resumed from a checkpoint produces
 exactly the numbers of an uninterrupted run.
+
+Estimators built with ``devices`` (all with the same devices) spread their lanes over those devices; the trainer
+then keeps theta and the meta-optimizer state replicated there and each worker state split by lane (`place`), from
+`init` and after `restore`.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import optax
 from tqdm.auto import tqdm
 
 from metafam.evaluation.family_eval import FamilyEvaluator
+from metafam.inner import sharding
 from metafam.io import atomic_write
 from metafam.outer_trainers import checkpoint
 from metafam.outer_trainers.base import GradientEstimator, zero_nonfinite
@@ -82,6 +87,14 @@ class MetaTrainer:
         raise TypeError(f"estimators[{i}] is a {type(est).__name__}, not a GradientEstimator.")
     if clip_grad_norm is not None and not clip_grad_norm > 0:
       raise ValueError(f"clip_grad_norm must be positive or None, got {clip_grad_norm!r}.")
+    meshes = [getattr(est, "mesh", None) for est in estimators]
+    device_sets = [None if m is None else tuple(m.devices.flat) for m in meshes]
+    if len(set(device_sets)) > 1:
+      listing = ", ".join(f"estimators[{i}] ({type(e).__name__}): {'1 device' if d is None else list(d)}"
+                          for i, (e, d) in enumerate(zip(estimators, device_sets)))
+      raise ValueError(f"all estimators must run on the same devices (build them with the same devices=); "
+                       f"got {listing}.")
+    self.mesh = meshes[0]
     self.learned_opt, self.estimators, self.meta_optimizer = learned_opt, estimators, meta_optimizer
     self.clip_grad_norm = clip_grad_norm
     self.config = dict(config or {})
@@ -105,10 +118,28 @@ class MetaTrainer:
     """A fresh run: theta from ``learned_opt.init`` (unless given), worker states from each estimator."""
     k_theta, k_workers, k_run = jax.random.split(key, 3)
     theta = self.learned_opt.init(k_theta) if theta is None else theta
+    theta = sharding.put_replicated(theta, self.mesh)
     workers = tuple(est.init_worker_state(theta, k)
                     for est, k in zip(self.estimators, jax.random.split(k_workers, len(self.estimators))))
-    return MetaTrainState(theta=theta, opt_state=self.meta_optimizer.init(theta), worker_states=workers,
-                          key_data=jax.random.key_data(k_run), step=jnp.asarray(0, jnp.int32))
+    return self.place(MetaTrainState(theta=theta, opt_state=self.meta_optimizer.init(theta), worker_states=workers,
+                                     key_data=jax.random.key_data(k_run), step=jnp.asarray(0, jnp.int32)))
+
+  def place(self, state: MetaTrainState) -> MetaTrainState:
+    """``state`` on the estimators' devices: worker states split by lane, everything else replicated."""
+    return self._layout(state, sharding.put_replicated, "place_worker_state")
+
+  def _constrain(self, state: MetaTrainState) -> MetaTrainState:
+    """Inside the jitted step: the output laid out like `place` (the next step reuses the compiled program)."""
+    replicate = lambda tree, mesh: jax.lax.with_sharding_constraint(tree, sharding.replicated(mesh))
+    return self._layout(state, replicate, "constrain_worker_state")
+
+  def _layout(self, state: MetaTrainState, replicate, worker_method: str) -> MetaTrainState:
+    if self.mesh is None:
+      return state
+    theta, opt_state, key_data, step = replicate((state.theta, state.opt_state, state.key_data, state.step),
+                                                 self.mesh)
+    workers = tuple(getattr(est, worker_method)(ws) for est, ws in zip(self.estimators, state.worker_states))
+    return MetaTrainState(theta=theta, opt_state=opt_state, worker_states=workers, key_data=key_data, step=step)
 
   # -- one meta-step --------------------------------------------------------------------------------------------
   def step_fn(self, state: MetaTrainState, data: tuple):
@@ -136,7 +167,7 @@ class MetaTrainer:
       metrics[f"meta_loss/{est.name}"] = loss
     new_state = MetaTrainState(theta=theta, opt_state=opt_state, worker_states=tuple(workers),
                                key_data=state.key_data, step=state.step + 1)
-    return new_state, metrics
+    return self._constrain(new_state), metrics
 
   def step(self, state: MetaTrainState):
     """One jitted meta-step (``state`` is donated: use the returned one)."""
@@ -172,7 +203,7 @@ class MetaTrainer:
       if np.shape(a) != np.shape(b) or np.dtype(a.dtype) != np.dtype(b.dtype):
         raise checkpoint.CheckpointError(f"checkpoint leaf {jax.tree_util.keystr(path_)} is {np.dtype(b.dtype)}"
                                          f"{list(np.shape(b))}, expected {np.dtype(a.dtype)}{list(np.shape(a))}.")
-    return jax.tree.map(lambda a, b: jnp.asarray(b, dtype=a.dtype), like, tree)
+    return self.place(jax.tree.map(lambda a, b: jnp.asarray(b, dtype=a.dtype), like, tree))
 
   # -- the loop ---------------------------------------------------------------------------------------------------
   def train(self, num_steps: int, key: Optional[jax.Array] = None, state: Optional[MetaTrainState] = None,
