@@ -7,12 +7,12 @@ Workload: the image-MLP family at 8x8 (64 -> 32 ReLU -> 10, 2,410 params per tas
 Fashion-MNIST, the per-parameter MLP learned optimizer, 8 antithetic pairs (16 lanes), meta-loss on `outer_valid`.
   * PES: trajectories of 50 steps (constant schedule, staggered), 10 inner steps per estimate.
   * FullES: complete trajectories of 200 steps per estimate.
-For each, `MetaTrainer.train` runs ``--steps`` meta-steps (estimate + Adam meta-update + metric logging + tqdm) and
-the same number of bare calls of the compiled meta-step program is timed; "outside" is the share of the loop's time
-not spent in that program (host overhead: dispatch, metric transfer, logging). Target: < 10%.
+For each, ``--steps`` meta-steps of `MetaTrainer.train` (estimate + Adam meta-update + metric transfer and logging)
+and as many bare calls of the compiled meta-step program are timed, in interleaved blocks; "outside" is the share of
+the loop's time not spent in that program (host overhead). Target: < 10%.
 With ``--devices N`` (default 2; the script asks JAX for N CPU devices) each estimator is also built with
 ``devices=N`` (lanes split over N devices, same numbers) and the bare meta-step programs of both placements are
-timed round-robin; "xN speedup" is the ratio of their median times.
+timed in the same round-robin; "speedup" is the ratio of the bare programs' median times.
 The reference library measured 8.5 PES estimates/s for the same model with 8 lanes and truncations of 20 steps
 (TruncatedES 9.7, FullES 9.6; ../shared/README.md); its settings differ, so compare with care.
 """
@@ -39,26 +39,24 @@ def build(name, family, lopt, devices):
   return FullES(family, lopt, num_pairs=8, trajectory_length=200, sigma=0.01, devices=devices)
 
 
-def time_loop(trainer, state, steps):
-  """Seconds per meta-step of `MetaTrainer.train` (with logging and progress bar), and the state after."""
-  start = time.perf_counter()
-  state, _ = trainer.train(int(state.step) + steps, state=state, progress=True)
-  return (time.perf_counter() - start) / steps, state
-
-
-def time_bare(runs, steps, rounds=5):
-  """Median seconds per bare meta-step call of each trainer, timed round-robin in ``rounds`` blocks."""
+def time_round_robin(runs, steps, rounds=5):
+  """Median seconds per meta-step, in the loop (`MetaTrainer.train`: step, metric transfer, logging) and as bare
+  calls of the compiled step, for every trainer in ``runs``; blocks of ``steps // rounds`` steps are interleaved
+  (loop, bare, next trainer, ...), so machine-speed drift hits all of them alike."""
   per_block = max(1, steps // rounds)
-  times = {name: [] for name in runs}
+  times = {(name, kind): [] for name in runs for kind in ("loop", "bare")}
   for _ in range(rounds):
     for name, box in runs.items():
       trainer = box["trainer"]
       start = time.perf_counter()
+      box["state"], _ = trainer.train(int(box["state"].step) + per_block, state=box["state"], progress=False)
+      times[name, "loop"].append((time.perf_counter() - start) / per_block)
+      start = time.perf_counter()
       for _ in range(per_block):
         box["state"], metrics = trainer.step(box["state"])
       jax.block_until_ready((box["state"], metrics))
-      times[name].append((time.perf_counter() - start) / per_block)
-  return {name: statistics.median(t) for name, t in times.items()}
+      times[name, "bare"].append((time.perf_counter() - start) / per_block)
+  return {key: statistics.median(t) for key, t in times.items()}
 
 
 def main():
@@ -81,12 +79,11 @@ def main():
       trainer = MetaTrainer(lopt, [est], optax.adam(1e-3))
       state, metrics = trainer.step(trainer.init(jax.random.key(0)))  # compile
       jax.block_until_ready(metrics)
-      loop, state = time_loop(trainer, state, args.steps)
-      runs[devices or 1] = {"trainer": trainer, "state": state, "loop": loop, "est": est}
-    bare = time_bare(runs, args.steps)
+      runs[devices or 1] = {"trainer": trainer, "state": state, "est": est}
+    times = time_round_robin(runs, args.steps)
     for devices, box in runs.items():
-      rows.append((name, devices, box["est"].inner_steps_per_estimate, box["loop"], bare[devices],
-                   bare[1] / bare[devices]))
+      rows.append((name, devices, box["est"].inner_steps_per_estimate, times[devices, "loop"],
+                   times[devices, "bare"], times[1, "bare"] / times[devices, "bare"]))
   print(f"\n{'estimator':>10} {'devices':>7} {'estimates/s':>11} {'inner steps/s':>13} {'loop s/step':>11} "
         f"{'jit s/step':>10} {'outside':>7} {'speedup':>7}")
   for name, devices, inner, loop, bare, speedup in rows:
