@@ -17,12 +17,17 @@ lanes:
     ``vmap(lax.cond(is_done, reset, train))`` (a batched cond runs both branches) with batches assembled on the host,
     one ``next()`` per lane per step, copied to the device per unroll;
   * naive: a Python loop over tasks calling a jitted single-task step with a host batch (timed on fewer steps);
-  * reference: the reference library's own figures on this machine class (../shared/README.md).
+  * LO / LO dev (only with ``--reference_src DIR``): the reference library itself, google/learned_optimization
+    0.0.1, run from its unpacked source in this process (see `reference_lo.py` for the setup): its
+    `truncated_unroll` with its own MLPLOpt or Adam on the same model and data, with batches assembled on the host per
+    call as LO does ("LO"), and with one fixed batch stack already on the device ("LO dev", its jitted engine alone);
+  * published: the reference library's own figures on this machine class (../shared/README.md), for runs without LO.
 
 The timed programs run round-robin, ``--rounds`` calls each, and the median call is reported (the machine's speed
 drifts by tens of percent over minutes; interleaving keeps the ratios fair). Ratios: metafam/minimal time on one
 device (target <= 1.25 at 64+ lanes); the best metafam configuration against naive (target >= 20x at 256 lanes),
-against ref-style, and against the reference's figures (target >= 1.5x). Memory: the compiled program's argument +
+against ref-style, and against the reference library (target >= 1.5x): measured in this run with ``--reference_src``,
+otherwise its published figures. Memory: the compiled program's argument +
 output + temporary bytes (XLA's memory analysis) and the process's peak resident set size.
 Run it alone: a concurrent job skews timings.
 """
@@ -209,20 +214,28 @@ def main():
   parser.add_argument("--naive_steps", type=int, default=10, help="steps timed for the naive per-task loop")
   parser.add_argument("--devices", type=int, default=2,
                       help="devices for the sharded metafam run (CPU: cores; JAX is asked for this many CPU devices)")
+  parser.add_argument("--reference_src", metavar="DIR",
+                      help="unpacked learned_optimization source: time the reference library in this run")
   args = parser.parse_args()
   jax.config.update("jax_num_cpu_devices", args.devices)  # before JAX starts its CPU backend
+  lo = None
+  if args.reference_src:
+    import reference_lo  # benchmarks/ is on sys.path when this runs as a script
+    lo = reference_lo.load(args.reference_src)
   devices = min(args.devices, len(jax.devices()))
   family = ImageMLPFamily((32,), image_size=8, batch_size=128, activations=("relu",), label_noise_range=(0.0, 0.0))
   print(f"jax {jax.__version__}, {len(jax.devices())} {jax.devices()[0].platform} device(s); {family.name}, batch 128,"
         f" unroll {UNROLL}; median of {args.rounds} interleaved calls; inner steps/s summed over lanes")
+  cols = ["metafam", "minimal", "sharded", "ref_style"] + (["lo", "lo_dev"] if lo else []) + ["naive"]
+  heads = {"sharded": f"mf x{devices}", "ref_style": "ref-style", "lo": "LO", "lo_dev": "LO dev"}
+  ratios = ["best/naive", "best/ref-style"] + (["best/LO", "best/LO dev"] if lo else ["best/published"])
   for name in args.optimizers:
     theta, opt = make_optimizer(name)
     if theta is None:  # a plain Optimizer: wrap it for the baselines as well
       opt, theta = HandDesigned(opt), {}
-    sharded = f"mf x{devices}"
     print(f"\n== inner optimizer: {name}")
-    print(f"{'lanes':>5} {'metafam':>8} {'minimal':>8} {sharded:>8} {'ref-style':>9} {'naive':>6} {'reference':>9} | "
-          f"{'mf/min time':>11} {'best/naive':>10} {'best/ref-style':>14} {'best/ref':>8} | {'mf MB':>6} {'min MB':>6}")
+    print(f"{'lanes':>5} " + " ".join(f"{heads.get(c, c):>9}" for c in cols) + f" | {'mf/min time':>11} "
+          + " ".join(f"{r:>{max(len(r), 6)}}" for r in ratios) + f" | {'mf MB':>6} {'min MB':>6}")
     for lanes in args.lanes:
       runs, mems = {}, {}
       runs["metafam"], mems["metafam"] = setup_metafam(family, opt, theta, lanes, None)
@@ -230,17 +243,19 @@ def main():
       if devices > 1 and lanes % devices == 0:
         runs["sharded"], _ = setup_metafam(family, opt, theta, lanes, devices)
       runs["ref_style"], _ = setup_ref_style(family, opt, theta, lanes)
+      if lo:
+        runs["lo"], runs["lo_dev"] = reference_lo.setup_inner(lo, family, name, lanes, UNROLL)
       times = round_robin(runs, args.rounds)
       times["naive"] = bench_naive(family, opt, theta, lanes, args.naive_steps)
       rate = {k: UNROLL * lanes / t for k, t in times.items()}
       best = max(rate.get("sharded", 0.0), rate["metafam"])
-      ref = REFERENCE[name].get(lanes)
-      sharded_col = f"{rate['sharded']:>8,.0f}" if "sharded" in rate else f"{'-':>8}"
-      print(f"{lanes:>5} {rate['metafam']:>8,.0f} {rate['minimal']:>8,.0f} {sharded_col} {rate['ref_style']:>9,.0f} "
-            f"{rate['naive']:>6,.0f} {(f'{ref:,.0f}' if ref else '-'):>9} | "
-            f"{times['metafam'] / times['minimal']:>11.2f} {best / rate['naive']:>10.1f} "
-            f"{best / rate['ref_style']:>14.2f} {(f'{best / ref:.2f}' if ref else '-'):>8} | "
-            f"{mems['metafam'] / 2**20:>6.1f} {mems['minimal'] / 2**20:>6.1f}", flush=True)
+      baselines = {"best/naive": rate["naive"], "best/ref-style": rate["ref_style"], "best/LO": rate.get("lo"),
+                   "best/LO dev": rate.get("lo_dev"), "best/published": REFERENCE[name].get(lanes)}
+      print(f"{lanes:>5} " + " ".join(f"{rate[c]:>9,.0f}" if c in rate else f"{'-':>9}" for c in cols)
+            + f" | {times['metafam'] / times['minimal']:>11.2f} "
+            + " ".join(f"{best / baselines[r]:>{max(len(r), 6)}.2f}" if baselines[r] else f"{'-':>{max(len(r), 6)}}"
+                       for r in ratios)
+            + f" | {mems['metafam'] / 2**20:>6.1f} {mems['minimal'] / 2**20:>6.1f}", flush=True)
   peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
   print(f"\nprocess peak RSS: {peak:,.0f} MB. 'mf/min time' = metafam time / minimal time on one device (1.00 = no "
         f"overhead); 'best' = the faster of metafam on one device and metafam x{devices}.")

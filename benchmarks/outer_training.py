@@ -15,6 +15,10 @@ With ``--devices N`` (default 2; the script asks JAX for N CPU devices) each est
 timed in the same round-robin; "speedup" is the ratio of the bare programs' median times.
 The reference library measured 8.5 PES estimates/s for the same model with 8 lanes and truncations of 20 steps
 (TruncatedES 9.7, FullES 9.6; ../shared/README.md); its settings differ, so compare with care.
+With ``--reference_src DIR`` (the unpacked google/learned_optimization source, see `reference_lo.py`) the
+reference library's own `TruncatedPES` runs in this process on the PES workload above (its MLPLOpt, 8 antithetic
+pairs, 10 inner steps per estimate within trajectories of 50), timed round-robin against metafam's `PES.estimate`
+alone (no meta-update, like LO's `compute_gradient_estimate`) on one device and on ``--devices``.
 """
 
 from __future__ import annotations
@@ -64,9 +68,15 @@ def main():
   parser.add_argument("--estimators", nargs="+", default=["pes", "full_es"], choices=["pes", "full_es"])
   parser.add_argument("--steps", type=int, default=30, help="meta-steps timed per estimator")
   parser.add_argument("--devices", type=int, default=2, help="also time the estimators with devices=N (1: skip)")
+  parser.add_argument("--reference_src", metavar="DIR",
+                      help="unpacked learned_optimization source: time its TruncatedPES in this run")
   args = parser.parse_args()
   if args.devices > 1:
     jax.config.update("jax_num_cpu_devices", args.devices)  # before JAX starts its CPU backend
+  lo = None
+  if args.reference_src:
+    import reference_lo  # benchmarks/ is on sys.path when this runs as a script
+    lo = reference_lo.load(args.reference_src)
   family = ImageMLPFamily((32,), image_size=8, batch_size=128, activations=("relu",), label_noise_range=(0.0, 0.0))
   lopt = MLPLOpt()
   print(f"jax {jax.__version__} on {jax.devices()[0].platform}; {family.name}; MLPLOpt; {args.steps} meta-steps")
@@ -89,6 +99,39 @@ def main():
   for name, devices, inner, loop, bare, speedup in rows:
     print(f"{name:>10} {devices:>7} {1 / loop:>11.2f} {inner / loop:>13,.0f} {loop:>11.4f} {bare:>10.4f} "
           f"{max(0.0, 1 - bare / loop):>7.1%} {speedup:>6.2f}x")
+  if lo:
+    compare_reference(lo, family, lopt, placements, args.steps)
+
+
+def compare_reference(lo, family, lopt, placements, steps, rounds=5):
+  """PES estimates/s: LO's TruncatedPES against metafam's `PES.estimate`, blocks of calls interleaved."""
+  import reference_lo
+  runs = {"LO TruncatedPES": reference_lo.setup_pes(lo, family, num_pairs=8, unroll_length=10, trajectory_length=50,
+                                                    sigma=0.01)}
+  for devices in placements:
+    est = build("pes", family, lopt, devices)
+    box = {"theta": lopt.init(jax.random.key(0)), "key": jax.random.key(2)}
+    box["state"] = est.init_worker_state(box["theta"], jax.random.key(1))
+
+    def run(est=est, box=box):
+      box["key"], key = jax.random.split(box["key"])
+      out, box["state"] = est.estimate(box["theta"], box["state"], key)
+      jax.block_until_ready(out)
+    runs[f"metafam PES x{devices or 1}"] = run
+  for run in runs.values():
+    run()  # compile
+  per_block = max(1, steps // rounds)
+  times = {name: [] for name in runs}
+  for _ in range(rounds):
+    for name, run in runs.items():
+      start = time.perf_counter()
+      for _ in range(per_block):
+        run()
+      times[name].append((time.perf_counter() - start) / per_block)
+  lo_time = statistics.median(times["LO TruncatedPES"])
+  print(f"\n{'PES, estimate only':>20} {'estimates/s':>11} {'vs LO':>6}")
+  for name, t in times.items():
+    print(f"{name:>20} {1 / statistics.median(t):>11.2f} {lo_time / statistics.median(t):>5.2f}x")
 
 
 if __name__ == "__main__":
