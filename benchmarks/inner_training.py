@@ -2,6 +2,7 @@
 
     python benchmarks/inner_training.py                      # both optimizers, lanes 1 8 64 256, 2 devices
     python benchmarks/inner_training.py --optimizers adam --lanes 64 --rounds 9 --devices 1
+    python benchmarks/inner_training.py --reference_src /tmp/lo/learned_optimization-0.0.1   # + the reference library
 
 Workload: the image-MLP family at 8x8 (64 -> 32 ReLU -> 10, 2,410 params per task, per-instance sampled init scale),
 batch 128 of embedded Fashion-MNIST, truncation length 50, one 50-step unroll per call, inner optimizer the per-
@@ -27,8 +28,8 @@ The timed programs run round-robin, ``--rounds`` calls each, and the median call
 drifts by tens of percent over minutes; interleaving keeps the ratios fair). Ratios: metafam/minimal time on one
 device (target <= 1.25 at 64+ lanes); the best metafam configuration against naive (target >= 20x at 256 lanes),
 against ref-style, and against the reference library (target >= 1.5x): measured in this run with ``--reference_src``,
-otherwise its published figures. Memory: the compiled program's argument +
-output + temporary bytes (XLA's memory analysis) and the process's peak resident set size.
+otherwise its published figures. Memory: the compiled program's argument + output + temporary bytes (XLA's memory
+analysis) and the process's peak resident set size.
 Run it alone: a concurrent job skews timings.
 """
 

@@ -1,6 +1,8 @@
 """train_and_evaluate (single and vectorized, device and host paths) and the ensemble pytree helpers."""
 
+import gc
 import itertools
+import weakref
 
 import jax
 import jax.numpy as jnp
@@ -11,6 +13,7 @@ import pytest
 from metafam.datasets.base import SPLITS, ArraySplit, Datasets
 from metafam.evaluation import (ensemble_apply, ensemble_init, ensemble_size, eval_points, train_and_evaluate,
                                 train_and_evaluate_vectorized, tree_stack, tree_take, tree_unstack)
+from metafam.evaluation.evaluate import _ByIdentity
 from metafam.optimizers.base import SGD, Adam
 from metafam.taskfamilies.quadratic import NoisyQuadraticFamily
 from metafam.tasks.base import Task
@@ -256,3 +259,32 @@ def test_ensemble_apply_shares_the_inputs():
   x = jnp.array([[1.0, 2.0], [0.5, -1.0]])
   out = ensemble_apply(lambda p, x: x @ p["w"], members, x)
   np.testing.assert_allclose(out, np.stack([np.asarray(x) @ np.asarray(w) for w in members["w"]]))
+
+
+def test_compiled_programs_are_reused_but_do_not_keep_tasks_alive(caplog):
+  """Same task and optimizer: the second call reuses the compiled programs. Once the caller drops them, jit's cache
+  (which keys on their identity) does not keep them, or their data, alive."""
+  task, opt = QuadraticTask(dim=3), SGD(0.1)
+  train_and_evaluate(task, opt, num_steps=4, eval_every=2, eval_batches=1, key=jax.random.key(0))
+  with jax.log_compiles():
+    train_and_evaluate(task, opt, num_steps=4, eval_every=2, eval_batches=1, key=jax.random.key(1))
+  assert not [r.getMessage() for r in caplog.records if "Compiling" in r.getMessage()]
+  refs = (weakref.ref(task), weakref.ref(opt))
+  del task, opt
+  gc.collect()
+  assert [r() for r in refs] == [None, None]
+
+
+def test_identity_key_of_a_dead_object_matches_nothing():
+  class Obj:
+    pass
+
+  obj = Obj()
+  k1, k2 = _ByIdentity(obj), _ByIdentity(obj)
+  assert k1 == k2 and hash(k1) == hash(k2) and k1.value is obj
+  assert k1 != _ByIdentity(Obj())
+  del obj
+  gc.collect()
+  assert k1 != k2  # a stale cache entry never matches, even a key that reuses the dead object's id
+  slotted = _ByIdentity((1, 2))  # tuples take no weak references: held strongly, still keyed by identity
+  assert slotted == slotted and slotted.value == (1, 2)

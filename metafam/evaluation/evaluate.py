@@ -6,8 +6,9 @@ Both run on the `Runner` engine, which the high-level `metafam.training.Trainer`
   (``datasets.has_device_data``) every split is moved to the device once and batches are gathered inside the scan
   from `DeviceData.sample`; otherwise the chunk's batches are pulled from the host iterators, stacked and scanned
   over. Data-free tasks (``datasets is None``) get ``batch=None``.
-* The jitted functions live at module level with the task and optimizer as static arguments (hashed by identity), so
-  a (task, optimizer, mode) triple compiles once per chunk length and is reused across calls.
+* The jitted functions live at module level with the task and optimizer as static arguments (hashed by identity and
+  held weakly, so the cache does not keep them alive), so a (task, optimizer, mode) triple compiles once per chunk
+  length and is reused across calls.
 * Randomness is a function of the step, not of the chunking: step ``t`` uses ``fold_in(train_key, t)`` split into
   (batch, loss, optimizer) keys, and the evaluation at step ``s`` uses ``fold_in(eval_key, s)``, so curves do not
   depend on ``eval_every``. On the device path (and for data-free tasks) instance ``i`` of a vectorized run with
@@ -20,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
+import weakref
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 import jax
@@ -130,17 +132,33 @@ def derive_keys(key: Optional[jax.Array], num_members: Optional[int] = None) -> 
 
 # -- jitted programs ----------------------------------------------------------------------------------------------
 class _ByIdentity:
-  """Hashes and compares by the identity of the wrapped object, so any task or optimizer can be a static arg."""
-  __slots__ = ("value",)
+  """A static-argument key that hashes and compares by the identity of the wrapped task or optimizer.
+
+  The object is held through a weak reference where it supports one, so `jax.jit`'s cache does not keep every task
+  and optimizer ever trained (with their datasets) alive. A cache entry whose object has died never matches again,
+  not even a new object that reuses its ``id``; the entry is dropped by jit's bounded cache in due course.
+  """
+  __slots__ = ("_ref", "_id")
 
   def __init__(self, value: Any):
-    self.value = value
+    self._id = id(value)
+    try:
+      self._ref = weakref.ref(value)
+    except TypeError:  # not weak-referenceable (e.g. __slots__ without __weakref__): held strongly
+      self._ref = lambda: value
+
+  @property
+  def value(self) -> Any:
+    return self._ref()  # alive whenever a program is traced: the caller holds it
 
   def __hash__(self) -> int:
-    return id(self.value)
+    return self._id
 
   def __eq__(self, other: Any) -> bool:
-    return isinstance(other, _ByIdentity) and other.value is self.value
+    if not isinstance(other, _ByIdentity) or other._id != self._id:
+      return False
+    mine = self._ref()
+    return mine is not None and other._ref() is mine
 
 
 def _task_of(obj: Union[Task, TaskFamily], cfg: Any) -> Task:
