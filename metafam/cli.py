@@ -56,7 +56,8 @@ flags.DEFINE_integer("eval_tasks", 8, "Held-out task instances per evaluation.",
 flags.DEFINE_integer("eval_steps", 200, "Inner steps per evaluation.", lower_bound=1, flag_values=FLAGS)
 flags.DEFINE_integer("seed", 0, "Random seed of the run.", flag_values=FLAGS)
 flags.DEFINE_integer("devices", 1, "Spread the estimator's lanes over this many devices (on CPU: cores; JAX is "
-                     "asked for that many CPU devices). Same numbers, usually faster; the lanes must divide evenly.",
+                     "asked for that many CPU devices), and the evaluation instances when --eval_tasks divides "
+                     "evenly. Same numbers up to float rounding, usually faster; the lanes must divide evenly.",
                      lower_bound=1, flag_values=FLAGS)
 flags.DEFINE_bool("tensorboard", False, "Also log to TensorBoard (needs tensorboardX: pip install 'metafam[tb]').",
                   flag_values=FLAGS)
@@ -217,7 +218,6 @@ def cmd_meta_train() -> None:
   import optax
   from metafam.outer_trainers import MetaTrainer
   from metafam.outer_trainers.meta_trainer import METRICS_NAME
-  from metafam.evaluation.family_eval import FamilyEvaluator
   family, lopt = get_family(FLAGS.family), build_learned_optimizer(FLAGS.optimizer)
   try:
     estimator = build_estimator(FLAGS.estimator, family, lopt)
@@ -233,7 +233,7 @@ def cmd_meta_train() -> None:
                            progress=FLAGS.progress, log_fn=log_fn)
   train_seconds = time.perf_counter() - start
 
-  evaluator = FamilyEvaluator(family, FLAGS.eval_tasks, FLAGS.eval_steps, split="test")
+  evaluator = trainer.evaluator  # on the "test" split, over --devices when --eval_tasks divides evenly
   eval_key = jax.random.key(FLAGS.seed + 1_000_003)
   theta0 = trainer.init(key).theta
   curves = {"learned (init)": evaluator.evaluate(lopt, theta0, eval_key),

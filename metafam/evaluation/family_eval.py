@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from metafam.inner import sharding
 from metafam.inner.schedules import ConstantSchedule
 from metafam.inner.truncated_step import TruncatedStep
 from metafam.optimizers.learned import LearnableAdam
@@ -33,16 +34,20 @@ def _curves(step: TruncatedStep, theta: Any, key: jax.Array, num_steps: int, the
 class FamilyEvaluator:
   """Scores optimizers on ``num_tasks`` held-out instances of ``family`` over ``num_steps`` steps.
 
-  Programs are compiled once per evaluator and theta structure; `evaluate` and `tune_adam` are jitted.
+  Programs are compiled once per evaluator and theta structure; `evaluate` and `tune_adam` are jitted. With
+  ``devices`` (as in `TruncatedStep`: a count or a sequence of devices; ``num_tasks`` must divide evenly) the
+  instances are spread over the devices, with the same numbers up to float rounding.
   """
 
   def __init__(self, family, num_tasks: int = 8, num_steps: int = 100, split: str = "test",
-               select_split: str = "inner_valid", adam_lrs: Sequence[float] = DEFAULT_ADAM_LRS):
+               select_split: str = "inner_valid", adam_lrs: Sequence[float] = DEFAULT_ADAM_LRS, devices: Any = None):
     self.family, self.num_tasks, self.num_steps, self.split = family, num_tasks, num_steps, split
     self.select_split = select_split
     self.adam_lrs = tuple(float(lr) for lr in adam_lrs)
     if not self.adam_lrs or min(self.adam_lrs) <= 0:
       raise ValueError(f"adam_lrs must be positive learning rates, got {adam_lrs!r}.")
+    self.devices = devices
+    self.mesh = sharding.lane_mesh(devices, num_tasks)  # checks devices and num_tasks before any compilation
     self._adam = LearnableAdam()
     self._jitted = {}
 
@@ -50,7 +55,7 @@ class FamilyEvaluator:
     cache_key = (id(learned_opt), split, groups, theta_is_batched)
     if cache_key not in self._jitted:
       step = TruncatedStep(self.family, learned_opt, groups * self.num_tasks, ConstantSchedule(self.num_steps),
-                           meta_loss_split=split, lane_groups=groups, donate=False)
+                           meta_loss_split=split, lane_groups=groups, donate=False, devices=self.devices)
       fn = jax.jit(lambda theta, key, data: _curves(step, theta, key, self.num_steps, theta_is_batched, data))
       self._jitted[cache_key] = (learned_opt, step, fn)  # keeps learned_opt alive while its id is a key
     _, step, fn = self._jitted[cache_key]
@@ -59,7 +64,8 @@ class FamilyEvaluator:
   def evaluate(self, learned_opt: Any, theta: Any, key: jax.Array) -> np.ndarray:
     """``[num_steps]``: the mean over instances of the normalized ``split`` loss after each step."""
     step, fn = self._program(learned_opt, self.split, 1, False)
-    return np.asarray(jnp.mean(fn(theta, key, step.data), axis=1))
+    return np.asarray(jnp.mean(fn(step.place_theta(theta), sharding.put_replicated(key, self.mesh), step.data),
+                               axis=1))
 
   def tune_adam(self, key: jax.Array) -> Dict[str, Any]:
     """Adam with each of ``adam_lrs`` on the same instances (one vmapped program over lrs x instances).
@@ -73,7 +79,9 @@ class FamilyEvaluator:
     theta = dict(theta, log_lr=jnp.repeat(jnp.log(jnp.asarray(self.adam_lrs, jnp.float32)), n))
     # One lane group per lr: lane j * n + i sees the instance and batches of lane i in `evaluate`.
     select_step, select_fn = self._program(self._adam, self.select_split, n_lr, True)
-    scores = np.asarray(select_fn(theta, key, select_step.data)).reshape(self.num_steps, n_lr, n)
+    scores = select_fn(select_step.place_theta(theta, theta_is_batched=True), sharding.put_replicated(key, self.mesh),
+                       select_step.data)
+    scores = np.asarray(scores).reshape(self.num_steps, n_lr, n)
     tail = max(1, self.num_steps // 10)
     per_lr = np.nan_to_num(scores[-tail:].mean(axis=(0, 2)), nan=np.inf)
     best = int(np.argmin(per_lr))

@@ -7,7 +7,8 @@ exactly the numbers of an uninterrupted run.
 
 Estimators built with ``devices`` (all with the same devices) spread their lanes over those devices; the trainer
 then keeps theta and the meta-optimizer state replicated there and each worker state split by lane (`place`), from
-`init` and after `restore`.
+`init` and after `restore`. Evaluation (`evaluate`) spreads its ``eval_num_tasks`` instances over the same devices
+when they divide evenly, and runs on one device otherwise (the numbers are the same up to float rounding).
 """
 
 from __future__ import annotations
@@ -103,7 +104,9 @@ class MetaTrainer:
     self._step = jax.jit(self.step_fn, donate_argnums=0)
     self.evaluator = None
     if eval_family is not None:
-      self.evaluator = FamilyEvaluator(eval_family, eval_num_tasks, eval_steps, split=eval_split)
+      divides = self.mesh is not None and eval_num_tasks % self.mesh.size == 0
+      self.evaluator = FamilyEvaluator(eval_family, eval_num_tasks, eval_steps, split=eval_split,
+                                       devices=list(self.mesh.devices.flat) if divides else None)
 
   @property
   def data(self) -> tuple:
