@@ -25,13 +25,19 @@ def test_evaluate_matches_plain_sgd_on_quadratics():
   np.testing.assert_allclose(ratios, (1 - lr) ** 2, rtol=1e-4)
 
 
-def test_tune_adam_scores_equal_separate_runs_per_learning_rate():
+@pytest.fixture(scope="module")
+def sweep():
+  """One evaluator shared by the tests below, so its programs compile once."""
+  return FamilyEvaluator(quadratic_family(), NUM_TASKS, NUM_STEPS, split="test", select_split="inner_valid",
+                         adam_lrs=LRS)
+
+
+def test_tune_adam_scores_equal_separate_runs_per_learning_rate(sweep):
   """The one-program sweep (lane group j = lr j, lane j * n + i on instance i) scores each lr exactly as a separate
   evaluation of Adam with that lr on the same key does; a diverging lr is never chosen."""
-  family, key = quadratic_family(), jax.random.key(1)
-  sweep = FamilyEvaluator(family, NUM_TASKS, NUM_STEPS, split="test", select_split="inner_valid", adam_lrs=LRS)
+  key = jax.random.key(1)
   result = sweep.tune_adam(key)
-  select = FamilyEvaluator(family, NUM_TASKS, NUM_STEPS, split="inner_valid")
+  select = FamilyEvaluator(sweep.family, NUM_TASKS, NUM_STEPS, split="inner_valid")
   adam, base = LearnableAdam(), LearnableAdam().init(None)
   tail = max(1, NUM_STEPS // 10)
   for lr, score in zip(LRS, result["select_scores"]):
@@ -43,15 +49,13 @@ def test_tune_adam_scores_equal_separate_runs_per_learning_rate():
   np.testing.assert_allclose(result["curve"], best, rtol=1e-6)
 
 
-def test_two_devices_give_the_same_curves():
-  family, key = quadratic_family(), jax.random.key(2)
-  single = FamilyEvaluator(family, NUM_TASKS, NUM_STEPS, adam_lrs=LRS)
-  sharded = FamilyEvaluator(family, NUM_TASKS, NUM_STEPS, adam_lrs=LRS, devices=2)
-  assert single.mesh is None and sharded.mesh is not None
-  lopt = LearnableSGD(0.05)
-  np.testing.assert_allclose(sharded.evaluate(lopt, lopt.init(None), key), single.evaluate(lopt, lopt.init(None), key),
-                             rtol=1e-5)
-  want, got = single.tune_adam(key), sharded.tune_adam(key)
+def test_two_devices_give_the_same_curves(sweep):
+  """The sweep and the chosen lr's `evaluate` curve on 2 devices equal those on one."""
+  key = jax.random.key(2)
+  sharded = FamilyEvaluator(sweep.family, NUM_TASKS, NUM_STEPS, split="test", select_split="inner_valid",
+                            adam_lrs=LRS, devices=2)
+  assert sweep.mesh is None and sharded.mesh is not None
+  want, got = sweep.tune_adam(key), sharded.tune_adam(key)
   assert got["best_lr"] == want["best_lr"]
   np.testing.assert_allclose(got["select_scores"], want["select_scores"], rtol=1e-5)
   np.testing.assert_allclose(got["curve"], want["curve"], rtol=1e-5)
