@@ -221,8 +221,10 @@ def cmd_meta_train() -> None:
   family, lopt = get_family(FLAGS.family), build_learned_optimizer(FLAGS.optimizer)
   try:
     estimator = build_estimator(FLAGS.estimator, family, lopt)
-  except ValueError as e:  # the lanes do not split over --devices, or too few devices
-    raise UsageError(f"--devices {FLAGS.devices}: {e}") from None
+  except ValueError as e:
+    if FLAGS.devices == 1:  # not about devices: the flags are validated, so this is a bug worth a traceback
+      raise
+    raise UsageError(f"--devices {FLAGS.devices}: {e}") from None  # lanes do not split evenly, or too few devices
   trainer = MetaTrainer(lopt, [estimator], optax.adam(FLAGS.meta_learning_rate),
                         clip_grad_norm=FLAGS.clip_grad_norm or None, eval_family=family,
                         eval_num_tasks=FLAGS.eval_tasks, eval_steps=FLAGS.eval_steps, config=run_config())
