@@ -1,21 +1,28 @@
-"""The `metafam` command line: ``metafam COMMAND [--flags]`` (also ``python -m metafam``).
+"""The `metafam` command line: ``metafam COMMAND [ARGS] [--flags]`` (also ``python -m metafam``).
 
 Commands:
-  meta-train   meta-train a learned optimizer on a task family, then compare it with tuned Adam on held-out
-               instances (test split); writes checkpoints, metrics.jsonl, summary.json and PNG plots.
-  evaluate     train a task or suite with a named optimizer or a saved learned optimizer; print/save the results.
-  benchmark    run the benchmark suite: tuned Adam baselines and the given optimizers, tables and plots.
-  list         list the registered tasks, families, optimizers, estimators and suites.
+  meta-train           meta-train a learned optimizer on a task family, then compare it with tuned Adam on held-out
+                       instances (test split); writes checkpoints, metrics.jsonl, summary.json and PNG plots.
+  evaluate             train a task or suite with a named optimizer or a saved learned optimizer; print/save results.
+  benchmark            run the benchmark suite: tuned Adam baselines and the given optimizers, tables and plots.
+  list                 list the registered tasks, families, optimizers, estimators and suites.
+  convert-checkpoint   convert a legacy pickle checkpoint (``OLD NEW --trust_pickle``) into the current format.
 
-Bad input (unknown names, invalid numbers, an output directory holding another run, a corrupted checkpoint) gets a
-one-line error naming what was wrong and what is accepted, and exit code 2; no existing file is overwritten.
+``metafam --help`` lists the commands; ``metafam COMMAND --help`` lists the command's flags with their defaults.
+
+Bad input (unknown names, non-finite or out-of-range numbers, flags that the command does not take, an output
+directory that cannot be written or that holds another run's results, a corrupted or legacy checkpoint) gets a
+one-line ``metafam: error: ...`` naming what was wrong and what is accepted, and exit code 2, before any expensive
+work; no existing file is changed. The CLI only parses, calls the library and prints.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
+import tempfile
 import time
 from typing import Any, Callable, Dict, List
 
@@ -25,53 +32,84 @@ from metafam.io import save_figure, write_json
 
 FLAGS = flags.FlagValues()
 
-COMMANDS = ("meta-train", "evaluate", "benchmark", "list")
 LEARNED_OPTIMIZERS = ("mlp_lopt", "learnable_adam", "learnable_sgd")
 HAND_OPTIMIZERS = ("adam", "sgd", "sgdm", "nadamw")
 ESTIMATORS = ("pes", "nres", "truncated_es", "full_es", "tbptt")
+INT32_MAX = 2 ** 31 - 1
+MAX_LANES = 2 ** 16  # antithetic pairs, evaluation instances: far beyond what fits in memory for any built-in task
+
+
+def _int(name: str, default: int, help_text: str, lower: int = 1, upper: int = INT32_MAX) -> None:
+  flags.DEFINE_integer(name, default, help_text, lower_bound=lower, upper_bound=upper, flag_values=FLAGS)
+
+
+def _float(name: str, default: float, help_text: str, lower: float) -> None:
+  """A float flag that also refuses NaN and infinities (which pass any bound check)."""
+  flags.DEFINE_float(name, default, help_text, lower_bound=lower, flag_values=FLAGS)
+  flags.register_validator(name, lambda v: v is None or math.isfinite(v), message="must be a finite number",
+                           flag_values=FLAGS)
+
 
 # meta-train
 flags.DEFINE_string("family", "fmnist_mlp_family_8x8_32", "Registered task family to meta-train on.", flag_values=FLAGS)
 flags.DEFINE_string("optimizer", "mlp_lopt", f"Optimizer: learned {LEARNED_OPTIMIZERS} or hand-designed "
                     f"{HAND_OPTIMIZERS} (evaluate/benchmark).", flag_values=FLAGS)
 flags.DEFINE_string("estimator", "pes", f"Meta-gradient estimator, one of {ESTIMATORS}.", flag_values=FLAGS)
-flags.DEFINE_integer("num_steps", 300, "Meta-training steps (total; a resumed run continues to this count).",
-                     lower_bound=1, flag_values=FLAGS)
-flags.DEFINE_integer("num_pairs", 8, "Antithetic pairs (ES estimators) or lanes (tbptt).", lower_bound=1,
-                     flag_values=FLAGS)
-flags.DEFINE_integer("unroll_length", 10, "Inner steps per truncation.", lower_bound=1, flag_values=FLAGS)
-flags.DEFINE_integer("trajectory_length", 50, "Inner steps per trajectory (full_es: per estimate).", lower_bound=1,
-                     flag_values=FLAGS)
-flags.DEFINE_float("sigma", 0.01, "ES perturbation standard deviation.", lower_bound=1e-12, flag_values=FLAGS)
-flags.DEFINE_float("meta_learning_rate", 3e-3, "Adam learning rate of the meta-optimizer.", lower_bound=1e-12,
-                   flag_values=FLAGS)
-flags.DEFINE_float("clip_grad_norm", 1.0, "Clip meta-gradients to this global norm (0: no clipping).",
-                   lower_bound=0.0, flag_values=FLAGS)
+_int("num_steps", 300, "Meta-training steps (total; a resumed run continues to this count).")
+_int("num_pairs", 8, "Antithetic pairs (ES estimators) or lanes (tbptt).", upper=MAX_LANES)
+_int("unroll_length", 10, "Inner steps per truncation.")
+_int("trajectory_length", 50, "Inner steps per trajectory (full_es: per estimate).")
+_float("sigma", 0.01, "ES perturbation standard deviation.", lower=1e-12)
+_float("meta_learning_rate", 3e-3, "Adam learning rate of the meta-optimizer.", lower=1e-12)
+_float("clip_grad_norm", 1.0, "Clip meta-gradients to this global norm (0: no clipping).", lower=0.0)
 flags.DEFINE_string("output_dir", None, "Output directory (default runs/<command>): checkpoints, logs, tables, plots.",
                     flag_values=FLAGS)
-flags.DEFINE_integer("checkpoint_every", 50, "Meta-steps between checkpoints.", lower_bound=1, flag_values=FLAGS)
-flags.DEFINE_integer("eval_every", 0, "Meta-steps between evaluations during training (0: only at the end).",
-                     lower_bound=0, flag_values=FLAGS)
-flags.DEFINE_integer("eval_tasks", 8, "Held-out task instances per evaluation.", lower_bound=1, flag_values=FLAGS)
-flags.DEFINE_integer("eval_steps", 200, "Inner steps per evaluation.", lower_bound=1, flag_values=FLAGS)
-flags.DEFINE_integer("seed", 0, "Random seed of the run.", flag_values=FLAGS)
-flags.DEFINE_integer("devices", 1, "Spread the estimator's lanes over this many devices (on CPU: cores; JAX is "
-                     "asked for that many CPU devices), and the evaluation instances when --eval_tasks divides "
-                     "evenly. Same numbers up to float rounding, usually faster; the lanes must divide evenly.",
-                     lower_bound=1, flag_values=FLAGS)
+_int("checkpoint_every", 50, "Meta-steps between checkpoints.")
+_int("eval_every", 0, "Meta-steps between evaluations during training (0: only at the end).", lower=0)
+_int("eval_tasks", 8, "Held-out task instances per evaluation.", upper=MAX_LANES)
+_int("eval_steps", 200, "Inner steps per evaluation.")
+_int("seed", 0, "Random seed of the run (0 to 2**31 - 1).", lower=0)
+_int("devices", 1, "Spread the estimator's lanes over this many devices (on CPU: cores; JAX is asked for that many "
+     "CPU devices), and the evaluation instances when --eval_tasks divides evenly. Same numbers up to float "
+     "rounding, usually faster; the lanes must divide evenly.", upper=4096)
 flags.DEFINE_bool("tensorboard", False, "Also log to TensorBoard (needs tensorboardX: pip install 'metafam[tb]').",
                   flag_values=FLAGS)
 flags.DEFINE_bool("progress", True, "Show progress bars.", flag_values=FLAGS)
 # evaluate / benchmark
-flags.DEFINE_string("task", None, "A registered task name (evaluate).", flag_values=FLAGS)
+flags.DEFINE_string("task", None, "A registered task name (instead of --suite).", flag_values=FLAGS)
 flags.DEFINE_string("suite", "tiny", "A benchmark suite name.", flag_values=FLAGS)
 flags.DEFINE_string("checkpoint", None, "A meta-train checkpoint (its learned optimizer is evaluated).",
                     flag_values=FLAGS)
-flags.DEFINE_float("learning_rate", 1e-3, "Learning rate of a hand-designed optimizer.", lower_bound=1e-12,
-                   flag_values=FLAGS)
-flags.DEFINE_integer("inner_steps", 200, "Inner training steps per task (evaluate/benchmark).", lower_bound=1,
-                     flag_values=FLAGS)
-flags.DEFINE_integer("seeds", 2, "Seeds per task (evaluate/benchmark).", lower_bound=1, flag_values=FLAGS)
+_float("learning_rate", 1e-3, "Learning rate of a hand-designed optimizer.", lower=1e-12)
+_int("inner_steps", 200, "Inner training steps per task.")
+_int("seeds", 2, "Seeds per task.", upper=MAX_LANES)
+flags.DEFINE_bool("overwrite", False, "Replace the results of an earlier evaluate/benchmark in --output_dir.",
+                  flag_values=FLAGS)
+# convert-checkpoint
+flags.DEFINE_bool("trust_pickle", False, "Confirm that the legacy pickle checkpoint comes from a trusted source "
+                  "(unpickling it can run arbitrary code).", flag_values=FLAGS)
+
+_SUITE_FLAGS = ("task", "suite", "optimizer", "checkpoint", "learning_rate", "inner_steps", "seeds", "seed",
+                "output_dir", "overwrite", "progress")
+COMMANDS: Dict[str, Dict[str, Any]] = {
+    "meta-train": dict(
+        summary="meta-train a learned optimizer on a task family, then compare it with tuned Adam on held-out "
+                "instances; run it again to resume",
+        args=(), flags=("family", "optimizer", "estimator", "num_steps", "num_pairs", "unroll_length",
+                        "trajectory_length", "sigma", "meta_learning_rate", "clip_grad_norm", "output_dir",
+                        "checkpoint_every", "eval_every", "eval_tasks", "eval_steps", "seed", "devices",
+                        "tensorboard", "progress")),
+    "evaluate": dict(summary="train a task or suite with one optimizer (hand-designed, or learned from a "
+                             "checkpoint) and save the results", args=(), flags=_SUITE_FLAGS),
+    "benchmark": dict(summary="tuned Adam and SGDM baselines (and optionally one more optimizer) on a suite: "
+                              "tables, speedups and plots", args=(), flags=_SUITE_FLAGS),
+    "list": dict(summary="list the registered tasks, families, optimizers, estimators and suites", args=(),
+                 flags=()),
+    "convert-checkpoint": dict(summary="convert a legacy pickle checkpoint into the current format (unpickling "
+                                       "runs code: only for files you trust)", args=("OLD", "NEW"),
+                               flags=("trust_pickle",)),
+}
+HELP_ARGS = ("--help", "-h", "--helpfull", "--helpshort", "-help")
 
 
 class UsageError(Exception):
@@ -83,6 +121,31 @@ def _choose(kind: str, name: str, accepted) -> str:
   if name not in accepted:
     raise UsageError(f"unknown {kind} {name!r}; accepted: {', '.join(accepted)}.")
   return name
+
+
+# -- help ------------------------------------------------------------------------------------------------------------
+def usage() -> str:
+  """``metafam --help``: the commands."""
+  width = max(map(len, COMMANDS)) + 2
+  lines = ["usage: metafam COMMAND [ARGS] [--flag=value ...]", "", "commands:"]
+  lines += [f"  {name:<{width}} {spec['summary']}" for name, spec in COMMANDS.items()]
+  lines += ["", "`metafam COMMAND --help` lists a command's flags and their defaults."]
+  return "\n".join(lines)
+
+
+def command_usage(command: str) -> str:
+  """``metafam COMMAND --help``: what the command does and each of its flags with its default."""
+  spec = COMMANDS[command]
+  args = "".join(f" {a}" for a in spec["args"])
+  lines = [f"usage: metafam {command}{args} [--flag=value ...]", "", spec["summary"] + ".", ""]
+  if not spec["flags"]:
+    lines.append("(no flags)")
+  for name in spec["flags"]:
+    flag = FLAGS[name]
+    default = "none" if flag.default is None else flag.default_as_str.strip("'")
+    lines.append(f"  --{name}={default}")
+    lines.append(f"      {flag.help}")
+  return "\n".join(lines)
 
 
 # -- builders --------------------------------------------------------------------------------------------------------
@@ -100,22 +163,22 @@ def build_hand_optimizer(name: str, lr: float):
   return {"adam": Adam, "sgd": SGD, "sgdm": SGDM}[name](lr)
 
 
-def build_estimator(name: str, family, lopt):
+def build_estimator(name: str, family, lopt, *, num_pairs: int, unroll_length: int, trajectory_length: int,
+                    sigma: float, devices: Any = None):
   from metafam.inner import ConstantSchedule
   from metafam.outer_trainers import PES, FullES, NoiseReuseES, TruncatedBPTT, TruncatedES
-  schedule = ConstantSchedule(FLAGS.trajectory_length)
-  devices = FLAGS.devices if FLAGS.devices > 1 else None
-  es = dict(num_pairs=FLAGS.num_pairs, sigma=FLAGS.sigma, devices=devices)
+  schedule = ConstantSchedule(trajectory_length)
+  es = dict(num_pairs=num_pairs, sigma=sigma, devices=devices)
   if name == "pes":
-    return PES(family, lopt, unroll_length=FLAGS.unroll_length, schedule=schedule, **es)
+    return PES(family, lopt, unroll_length=unroll_length, schedule=schedule, **es)
   if name == "nres":
-    return NoiseReuseES(family, lopt, unroll_length=FLAGS.unroll_length, schedule=schedule, **es)
+    return NoiseReuseES(family, lopt, unroll_length=unroll_length, schedule=schedule, **es)
   if name == "truncated_es":
-    return TruncatedES(family, lopt, unroll_length=FLAGS.unroll_length, schedule=schedule, **es)
+    return TruncatedES(family, lopt, unroll_length=unroll_length, schedule=schedule, **es)
   if name == "full_es":
-    return FullES(family, lopt, trajectory_length=FLAGS.trajectory_length, **es)
-  return TruncatedBPTT(family, lopt, num_tasks=FLAGS.num_pairs, unroll_length=FLAGS.unroll_length,
-                       schedule=schedule, devices=devices)
+    return FullES(family, lopt, trajectory_length=trajectory_length, **es)
+  return TruncatedBPTT(family, lopt, num_tasks=num_pairs, unroll_length=unroll_length, schedule=schedule,
+                       devices=devices)
 
 
 def run_config() -> Dict[str, Any]:
@@ -125,12 +188,47 @@ def run_config() -> Dict[str, Any]:
   return {k: FLAGS[k].value for k in keys}
 
 
-# -- commands --------------------------------------------------------------------------------------------------------
+# -- output directories ----------------------------------------------------------------------------------------------
 def _output_dir(command: str) -> str:
   """``--output_dir`` if given, else ``runs/<command>``."""
   return FLAGS.output_dir if FLAGS["output_dir"].present else os.path.join("runs", command.replace("-", "_"))
 
 
+def check_output_dir(path: str) -> None:
+  """Refuses, without creating anything, an output directory that is a file or lies under one, or whose nearest
+  existing ancestor is not writable."""
+  if not path:
+    raise UsageError("--output_dir must not be empty.")
+  if os.path.exists(path) and not os.path.isdir(path):
+    raise UsageError(f"--output_dir {path!r} exists and is not a directory.")
+  ancestor = os.path.abspath(path)
+  while not os.path.exists(ancestor):
+    ancestor = os.path.dirname(ancestor)
+  if not os.path.isdir(ancestor):
+    raise UsageError(f"--output_dir {path!r} cannot be created: {ancestor!r} is a file, not a directory.")
+  if not os.access(ancestor, os.W_OK | os.X_OK):
+    raise UsageError(f"--output_dir {path!r} is not writable ({ancestor!r} denies writing).")
+
+
+def make_output_dir(path: str) -> None:
+  """Creates ``path`` and proves it writable with a probe file (removed again), before any expensive work."""
+  try:
+    os.makedirs(path, exist_ok=True)
+    with tempfile.TemporaryFile(dir=path):
+      pass
+  except OSError as e:
+    raise UsageError(f"--output_dir {path!r} cannot be written ({e.strerror or e}).") from None
+
+
+def _check_no_earlier_results(path: str) -> None:
+  from metafam.benchmark.report import existing_report_files
+  found = existing_report_files(path) if os.path.isdir(path) else ()
+  if found and not FLAGS.overwrite:
+    raise UsageError(f"--output_dir {path!r} already holds results ({', '.join(found)}); pass --overwrite to "
+                     "replace them, or choose another --output_dir.")
+
+
+# -- commands --------------------------------------------------------------------------------------------------------
 def _tasks_from_flags():
   from metafam.benchmark.suites import SUITES
   from metafam.tasks.registry import TASKS
@@ -153,7 +251,7 @@ def _optimizer_from_flags(required: bool):
     return {opt.name: opt}
   if FLAGS.checkpoint is None:
     raise UsageError(f"--optimizer={name} is a learned optimizer: give its meta-parameters with --checkpoint=PATH "
-                     "(a checkpoint.pkl written by `metafam meta-train`).")
+                     "(a checkpoint written by `metafam meta-train`).")
   if not os.path.isfile(FLAGS.checkpoint):
     raise UsageError(f"--checkpoint {FLAGS.checkpoint!r} is not a file.")
   from metafam.benchmark.runner import learned_optimizer
@@ -165,17 +263,18 @@ def _optimizer_from_flags(required: bool):
   return {f"{name}@{os.path.basename(os.path.dirname(os.path.abspath(FLAGS.checkpoint))) or 'checkpoint'}": opt}
 
 
-def _run_suite(command: str, optimizers, tuned, reference) -> None:
+def _run_suite(command: str, required: bool, tuned, reference) -> None:
   from metafam.benchmark import print_report, run_benchmark, write_report
   tasks = _tasks_from_flags()
   out_dir = _output_dir(command)
-  if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-    raise UsageError(f"--output_dir {out_dir!r} exists and is not a directory.")
+  check_output_dir(out_dir)
+  _check_no_earlier_results(out_dir)
+  optimizers = _optimizer_from_flags(required)
+  make_output_dir(out_dir)
   start = time.perf_counter()
   result = run_benchmark(tasks, optimizers, num_steps=FLAGS.inner_steps, num_seeds=FLAGS.seeds, tuned=tuned,
                          reference=reference, seed=FLAGS.seed, progress=FLAGS.progress)
   print_report(result)
-  os.makedirs(out_dir, exist_ok=True)
   files = write_report(result, out_dir)
   names = [files.results_csv, files.tuned_csv, files.aggregates_csv, files.json, *files.figures]
   print(f"\n{command} took {time.perf_counter() - start:.1f} s; wrote {out_dir}: "
@@ -184,11 +283,11 @@ def _run_suite(command: str, optimizers, tuned, reference) -> None:
 
 
 def cmd_evaluate() -> None:
-  _run_suite("evaluate", _optimizer_from_flags(required=True), tuned=None, reference=None)
+  _run_suite("evaluate", required=True, tuned=None, reference=None)
 
 
 def cmd_benchmark() -> None:
-  _run_suite("benchmark", _optimizer_from_flags(required=False), tuned=("adam", "sgdm"), reference="adam")
+  _run_suite("benchmark", required=False, tuned=("adam", "sgdm"), reference="adam")
 
 
 def cmd_list() -> None:
@@ -204,30 +303,51 @@ def cmd_list() -> None:
     pass
 
 
+def cmd_convert_checkpoint(old: str, new: str) -> None:
+  from metafam.outer_trainers import checkpoint
+  if not os.path.isfile(old):
+    raise UsageError(f"OLD {old!r} is not a file.")
+  if os.path.exists(new):
+    raise UsageError(f"NEW {new!r} already exists; choose a path that does not.")
+  if not FLAGS.trust_pickle:
+    raise UsageError(f"converting {old!r} unpickles it, which runs any code the file contains: pass --trust_pickle "
+                     "only if you trust where it came from.")
+  parent = os.path.dirname(os.path.abspath(new))
+  if not os.path.isdir(parent):
+    raise UsageError(f"NEW {new!r}: directory {parent!r} does not exist.")
+  checkpoint.convert_legacy_checkpoint(old, new, trust_pickle=True)
+  print(f"converted {old} -> {new}")
+
+
 def cmd_meta_train() -> None:
   from metafam.tasks.registry import FAMILIES, get_family
   _choose("family", FLAGS.family, FAMILIES)
   _choose("learned optimizer (--optimizer)", FLAGS.optimizer, LEARNED_OPTIMIZERS)
   _choose("estimator", FLAGS.estimator, ESTIMATORS)
   out_dir = _output_dir("meta-train")
-  if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-    raise UsageError(f"--output_dir {out_dir!r} exists and is not a directory.")
-  log_fn = _tensorboard_logger(out_dir) if FLAGS.tensorboard else None
+  check_output_dir(out_dir)
+  if FLAGS.tensorboard:
+    _require_tensorboard()
 
   import jax
   import optax
   from metafam.outer_trainers import MetaTrainer
-  from metafam.outer_trainers.meta_trainer import METRICS_NAME
+  from metafam.outer_trainers.meta_trainer import CHECKPOINT_NAME, METRICS_NAME
   family, lopt = get_family(FLAGS.family), build_learned_optimizer(FLAGS.optimizer)
+  devices = FLAGS.devices if FLAGS.devices > 1 else None
   try:
-    estimator = build_estimator(FLAGS.estimator, family, lopt)
+    estimator = build_estimator(FLAGS.estimator, family, lopt, num_pairs=FLAGS.num_pairs,
+                                unroll_length=FLAGS.unroll_length, trajectory_length=FLAGS.trajectory_length,
+                                sigma=FLAGS.sigma, devices=devices)
   except ValueError as e:
-    if FLAGS.devices == 1:  # not about devices: the flags are validated, so this is a bug worth a traceback
+    if devices is None:  # not about devices: the flags are validated, so this is a bug worth a traceback
       raise
     raise UsageError(f"--devices {FLAGS.devices}: {e}") from None  # lanes do not split evenly, or too few devices
   trainer = MetaTrainer(lopt, [estimator], optax.adam(FLAGS.meta_learning_rate),
                         clip_grad_norm=FLAGS.clip_grad_norm or None, eval_family=family,
                         eval_num_tasks=FLAGS.eval_tasks, eval_steps=FLAGS.eval_steps, config=run_config())
+  make_output_dir(out_dir)
+  log_fn = _tensorboard_logger(out_dir) if FLAGS.tensorboard else None
   key = jax.random.key(FLAGS.seed)
   start = time.perf_counter()
   state, _ = trainer.train(FLAGS.num_steps, key=key, output_dir=out_dir,
@@ -259,7 +379,7 @@ def cmd_meta_train() -> None:
   for name, curve in curves.items():
     print(f"{name:<28} {float(curve[-1]):>10.4f} {float(curve.mean()):>10.4f}")
   plots = _plot_meta_train(out_dir, history, curves)
-  print(f"\nwrote {os.path.join(out_dir, 'summary.json')}, {METRICS_NAME}, checkpoint.pkl"
+  print(f"\nwrote {os.path.join(out_dir, 'summary.json')}, {METRICS_NAME}, {CHECKPOINT_NAME}"
         + (", " + ", ".join(plots) if plots else " (install matplotlib for PNG plots: pip install 'metafam[plot]')"))
 
 
@@ -270,11 +390,14 @@ def _read_jsonl(path: str) -> List[Dict[str, Any]]:
     return [json.loads(line) for line in f if line.strip()]
 
 
+def _require_tensorboard() -> None:
+  import importlib.util
+  if importlib.util.find_spec("tensorboardX") is None:
+    raise UsageError("--tensorboard needs tensorboardX: pip install 'metafam[tb]'.")
+
+
 def _tensorboard_logger(output_dir: str) -> Callable[[Dict[str, Any]], None]:
-  try:
-    from tensorboardX import SummaryWriter
-  except ImportError:
-    raise UsageError("--tensorboard needs tensorboardX: pip install 'metafam[tb]'.") from None
+  from tensorboardX import SummaryWriter
   writer = SummaryWriter(os.path.join(output_dir, "tensorboard"))
 
   def log(record):
@@ -331,28 +454,65 @@ def _request_cpu_devices(count: int) -> None:
 
 
 # -- entry point -----------------------------------------------------------------------------------------------------
-def main(argv: List[str]) -> int:
-  """Runs ``metafam`` with ``argv`` (program name first); returns the exit code."""
-  from metafam.outer_trainers.checkpoint import CheckpointError
+def _parse(argv: List[str]) -> tuple:
+  """``(command, positional args)`` after parsing ``argv``'s flags; raises UsageError for any bad input."""
   FLAGS.unparse_flags()  # main() may run several times in one process (tests)
   try:
     rest = FLAGS(argv)
   except flags.Error as e:
-    print(f"metafam: error: {e}", file=sys.stderr)
-    return 2
-  commands = rest[1:]
-  if len(commands) != 1 or commands[0] not in COMMANDS:
-    got = " ".join(commands) or "nothing"
-    print(f"metafam: error: expected one command from {', '.join(COMMANDS)}; got {got}. "
-          "Try `metafam list` or `metafam --help`.", file=sys.stderr)
-    return 2
-  handlers = {"meta-train": cmd_meta_train, "list": cmd_list, "evaluate": cmd_evaluate, "benchmark": cmd_benchmark}
-  _enable_compilation_cache()
-  _request_cpu_devices(FLAGS.devices)
+    raise UsageError(str(e)) from None
+  words = rest[1:]
+  if not words or words[0] not in COMMANDS:
+    got = " ".join(words) or "nothing"
+    raise UsageError(f"expected one command from {', '.join(COMMANDS)}; got {got}. Try `metafam --help`.")
+  command, args = words[0], words[1:]
+  expected = COMMANDS[command]["args"]
+  if len(args) != len(expected):
+    want = " ".join(expected) or "no arguments"
+    raise UsageError(f"{command} takes {want}; got {' '.join(args) or 'none'}. Try `metafam {command} --help`.")
+  allowed = COMMANDS[command]["flags"]
+  foreign = sorted(name for name in FLAGS if FLAGS[name].present and name not in allowed)
+  if foreign:
+    raise UsageError(f"{command} does not take --{', --'.join(foreign)}; its flags: "
+                     + (", ".join(f"--{f}" for f in allowed) or "none") + ".")
+  return command, args
+
+
+def _help(argv: List[str]):
+  """The help text if ``argv`` asks for it (``metafam --help``, ``metafam COMMAND --help``), else None."""
+  words = argv[1:]
+  if not any(w in HELP_ARGS for w in words):
+    return None
+  commands = [w for w in words if w in COMMANDS]
+  return command_usage(commands[0]) if commands else usage()
+
+
+def _one_line(message: str) -> str:
+  return " ".join(str(message).split())
+
+
+def main(argv: List[str]) -> int:
+  """Runs ``metafam`` with ``argv`` (program name first); returns the exit code."""
+  from metafam.outer_trainers.checkpoint import CheckpointError
+  text = _help(argv)
+  if text is not None:
+    print(text)
+    return 0
   try:
-    handlers[commands[0]]()
+    command, args = _parse(argv)
+    handlers: Dict[str, Callable[..., None]] = {
+        "meta-train": cmd_meta_train, "list": cmd_list, "evaluate": cmd_evaluate, "benchmark": cmd_benchmark,
+        "convert-checkpoint": cmd_convert_checkpoint}
+    if command in ("meta-train", "evaluate", "benchmark"):
+      _enable_compilation_cache()
+      _request_cpu_devices(FLAGS.devices)
+    handlers[command](*args)
   except (UsageError, CheckpointError) as e:
-    print(f"metafam: error: {e}", file=sys.stderr)
+    print(f"metafam: error: {_one_line(e)}", file=sys.stderr)
+    return 2
+  except OSError as e:  # a file or directory that cannot be read or written
+    where = f" ({e.filename})" if e.filename else ""
+    print(f"metafam: error: {_one_line(e.strerror or e)}{where}", file=sys.stderr)
     return 2
   return 0
 

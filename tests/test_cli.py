@@ -53,13 +53,13 @@ def test_meta_train_writes_files_and_resumes(tmp_path, capsys):
     (["meta-train", "--family=nope"], "unknown family 'nope'; accepted: .*fmnist_mlp_family_8x8_32"),
     (["meta-train", "--estimator=es"], "unknown estimator 'es'; accepted: full_es, nres, pes"),
     (["meta-train", "--optimizer=adam"], "unknown learned optimizer .*'adam'; accepted: learnable_adam"),
-    (["meta-train", "--num_steps=0"], "flag --num_steps=0: 0 is not a positive integer"),
+    (["meta-train", "--num_steps=0"], r"flag --num_steps=0: 0 is not an integer in the range \[1, 2147483647\]"),
     (["meta-train", "--sigma=-1"], "flag --sigma=-1.*"),
     (["meta-train", "--num_pairs=many"], "num_pairs"),
     (["meta-train", "--devices=3"], r"--devices 3: devices=3, but 2 cpu device\(s\) are available"),
     (["meta-train", "--devices=2", "--estimator=tbptt", "--num_pairs=3"],
      "--devices 2: num_tasks=3 lanes cannot be split evenly over 2 devices"),
-    (["train"], "expected one command from meta-train, evaluate, benchmark, list; got train"),
+    (["train"], "expected one command from meta-train, evaluate, benchmark, list, convert-checkpoint; got train"),
 ])
 def test_bad_input_is_one_line_and_exit_code_2(args, message, capsys, tmp_path):
   code, out, err = run(args + [f"--output_dir={tmp_path / 'x'}"], capsys)

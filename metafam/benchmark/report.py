@@ -27,6 +27,7 @@ import numpy as np
 from metafam.benchmark.runner import TUNED_SUFFIX, BenchmarkResult
 from metafam.io import atomic_write, save_figure
 
+REPORT_FILES = ("results.csv", "tuned.csv", "aggregates.csv", "results.json", "curves.png", "speedup.png")
 MATPLOTLIB_HINT = "pip install matplotlib  (or the `plot` extra: pip install \"metafam[plot]\")"
 Table = Tuple[List[str], List[List[Any]]]
 
@@ -185,6 +186,11 @@ class ReportFiles:
   json: str
   figures: Tuple[str, ...]
   figures_skipped: Optional[str] = None
+
+
+def existing_report_files(out_dir: str) -> Tuple[str, ...]:
+  """The names of `write_report`'s files already present in ``out_dir`` (which `write_report` would replace)."""
+  return tuple(name for name in REPORT_FILES if os.path.exists(os.path.join(out_dir, name)))
 
 
 def write_report(result: BenchmarkResult, out_dir: str, figures: bool = True) -> ReportFiles:
