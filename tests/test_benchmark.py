@@ -161,7 +161,7 @@ def test_format_table_aligns_columns():
 
 def test_learned_optimizer_checks_theta(tmp_path):
   theta = LearnableSGD(0.1).init(jax.random.key(0))
-  path = str(tmp_path / "theta.pkl")
+  path = str(tmp_path / "theta.npz")
   checkpoint.save(path, theta, {})
   opt = learned_optimizer(LearnableSGD(), path)
   assert float(np.exp(opt.theta["log_lr"])) == pytest.approx(0.1)
@@ -181,7 +181,7 @@ STEPS, SEEDS, EVERY = 50, 2, 10
 
 @pytest.fixture(scope="module")
 def tiny_result(tmp_path_factory):
-  path = str(tmp_path_factory.mktemp("ckpt") / "lsgd.pkl")
+  path = str(tmp_path_factory.mktemp("ckpt") / "lsgd.npz")
   checkpoint.save(path, LearnableSGD(0.1).init(jax.random.key(0)), {"note": "bare theta"})
   return run_benchmark("tiny", {"lsgd": (LearnableSGD(), path)}, num_steps=STEPS, num_seeds=SEEDS,
                        eval_every=EVERY, learning_rates=[1e-3, 1e-2, 1e-1], baseline_factor=2, progress=False)

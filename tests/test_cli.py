@@ -35,7 +35,7 @@ def test_meta_train_writes_files_and_resumes(tmp_path, capsys):
   out_dir = str(tmp_path / "run")
   code, out, err = run(["meta-train", "--num_steps=3", f"--output_dir={out_dir}"] + TINY, capsys)
   assert code == 0, err
-  for name in ("checkpoint.pkl", "metrics.jsonl", "summary.json", "meta_loss.png", "inner_curves.png"):
+  for name in ("checkpoint.npz", "metrics.jsonl", "summary.json", "meta_loss.png", "inner_curves.png"):
     assert os.path.exists(os.path.join(out_dir, name)), name
   assert "learned (final)" in out and "Adam (tuned" in out
   # Resumed with the lanes spread over 2 devices: the device count is not part of the run's identity.
@@ -77,12 +77,12 @@ def test_other_runs_checkpoint_and_corrupted_checkpoint_are_refused_and_kept(tmp
   code, _, err = run(["meta-train", "--num_steps=4", "--seed=1", f"--output_dir={out_dir}"] + TINY, capsys)
   assert code == 2 and "belongs to a different run" in err and len(err.strip().splitlines()) == 1
   assert {n: open(os.path.join(out_dir, n), "rb").read() for n in os.listdir(out_dir)} == files
-  ckpt = os.path.join(out_dir, "checkpoint.pkl")
+  ckpt = os.path.join(out_dir, "checkpoint.npz")
   with open(ckpt, "wb") as f:
-    f.write(files["checkpoint.pkl"][:100])
+    f.write(files["checkpoint.npz"][:100])
   code, _, err = run(["meta-train", "--num_steps=4", f"--output_dir={out_dir}"] + TINY, capsys)
   assert code == 2 and "corrupted" in err
-  assert open(ckpt, "rb").read() == files["checkpoint.pkl"][:100]  # left as found, for the user to inspect
+  assert open(ckpt, "rb").read() == files["checkpoint.npz"][:100]  # left as found, for the user to inspect
   assert open(os.path.join(out_dir, "metrics.jsonl"), "rb").read() == files["metrics.jsonl"]
 
 
@@ -98,7 +98,7 @@ def test_python_dash_m_entry_point():
 def test_evaluate_a_saved_learned_optimizer_and_its_bad_inputs(tmp_path, capsys):
   run_dir = str(tmp_path / "run")
   assert run(["meta-train", "--num_steps=2", f"--output_dir={run_dir}"] + TINY, capsys)[0] == 0
-  ckpt = os.path.join(run_dir, "checkpoint.pkl")
+  ckpt = os.path.join(run_dir, "checkpoint.npz")
   out_dir = str(tmp_path / "eval")
   code, out, err = run(["evaluate", "--optimizer=learnable_sgd", f"--checkpoint={ckpt}", "--task=quadratic_10",
                         "--inner_steps=20", "--seeds=2", "--progress=false", f"--output_dir={out_dir}"], capsys)
@@ -111,7 +111,7 @@ def test_evaluate_a_saved_learned_optimizer_and_its_bad_inputs(tmp_path, capsys)
       (["--optimizer=adam", "--suite=tiny", "--task=quadratic_10"], "give --task or --suite, not both"),
       (["--optimizer=adam", "--task=resnet"], "unknown task 'resnet'; accepted: .*fmnist_mlp_8x8_32"),
       (["--optimizer=adamw"], "unknown optimizer 'adamw'; accepted: adam, learnable_adam"),
-      (["--optimizer=learnable_sgd", f"--checkpoint={tmp_path / 'missing.pkl'}"], "is not a file"),
+      (["--optimizer=learnable_sgd", f"--checkpoint={tmp_path / 'missing.npz'}"], "is not a file"),
   ]:
     code, _, err = run(["evaluate", f"--output_dir={tmp_path / 'bad'}"] + args, capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1, err

@@ -57,7 +57,7 @@ def test_kill_and_resume_in_a_new_process_equals_an_uninterrupted_run(tmp_path):
   for steps in (n // 2, n):  # first process stops at n/2 (a checkpoint), the second resumes from it
     subprocess.run([sys.executable, os.path.join(HERE, "meta_setup.py"), out, str(steps)], check=True, env=env,
                    capture_output=True, timeout=600)
-  resumed = trainer.restore(os.path.join(out, "checkpoint.pkl"), trainer.init(jax.random.key(7)))
+  resumed = trainer.restore(os.path.join(out, "checkpoint.npz"), trainer.init(jax.random.key(7)))
   assert int(resumed.step) == n
   jax.tree.map(lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7),
                straight, resumed)
@@ -69,7 +69,7 @@ def test_kill_and_resume_in_a_new_process_equals_an_uninterrupted_run(tmp_path):
 def test_checkpoint_from_another_run_or_corrupted_is_refused(tmp_path):
   trainer = build_trainer()
   state, _ = trainer.train(2, key=jax.random.key(0), output_dir=str(tmp_path), progress=False)
-  ckpt = tmp_path / "checkpoint.pkl"
+  ckpt = tmp_path / "checkpoint.npz"
   before = ckpt.read_bytes()
   other = build_trainer(with_tbptt=True)
   with pytest.raises(CheckpointError, match="different run"):

@@ -1,7 +1,7 @@
 """Benchmarking optimizers on a suite of tasks against learning-rate-tuned baselines.
 
     from metafam.benchmark import run_benchmark
-    result = run_benchmark("small", {"adam-1e-3": optax.adam(1e-3), "lopt": (MLPLOpt(), "ckpt.pkl")},
+    result = run_benchmark("small", {"adam-1e-3": optax.adam(1e-3), "lopt": (MLPLOpt(), "run/checkpoint.npz")},
                            num_steps=300, num_seeds=2)
 
 For every task: each tuned baseline (default: Adam) is swept over the learning-rate grid by
@@ -46,10 +46,14 @@ TUNED_SUFFIX = "-tuned"
 
 # -- optimizers ---------------------------------------------------------------------------------------------------
 def load_theta(path: Union[str, os.PathLike]) -> Any:
-  """Meta-parameters from a `metafam.outer_trainers.checkpoint` file holding a MetaTrainState (its ``.theta``) or a
-  bare theta pytree; leaves come back as numpy arrays."""
-  tree, _ = checkpoint.load(os.fspath(path))
-  return tree.theta if hasattr(tree, "theta") else tree
+  """Meta-parameters from a `metafam.outer_trainers.checkpoint` file holding a MetaTrainState (its ``theta``) or a
+  bare theta pytree; leaves come back as numpy arrays in plain containers (see `checkpoint.load`).
+
+  Nothing in the file is executed: legacy pickle checkpoints are refused with the command that converts them.
+  """
+  path = os.fspath(path)
+  header, tree = checkpoint.read(path)
+  return tree["theta"] if header.root_class == "MetaTrainState" else tree
 
 
 def learned_optimizer(lopt: LearnedOptimizer, theta_or_path: Any) -> Optimizer:

@@ -32,7 +32,8 @@ from metafam.io import atomic_write
 from metafam.outer_trainers import checkpoint
 from metafam.outer_trainers.base import GradientEstimator, zero_nonfinite
 
-CHECKPOINT_NAME = "checkpoint.pkl"
+CHECKPOINT_NAME = "checkpoint.npz"
+LEGACY_CHECKPOINT_NAME = "checkpoint.pkl"  # v1 pickles: refused, see checkpoint.convert_legacy_checkpoint
 METRICS_NAME = "metrics.jsonl"
 
 
@@ -193,20 +194,19 @@ class MetaTrainer:
     checkpoint.save(path, state, {"step": int(state.step), "config": self.config})
 
   def restore(self, path: str, like: MetaTrainState) -> MetaTrainState:
-    """Loads a checkpoint written by `save` for a run with the same config; ``like`` gives the expected structure."""
-    tree, metadata = checkpoint.load(path)
-    if metadata.get("config") != self.config:
+    """Loads a checkpoint written by `save` for a run with the same config; ``like`` gives the expected structure.
+
+    The config (stored as JSON) is checked first, then the state is rebuilt into ``like``'s types (structure, shapes
+    and dtypes must match; see `checkpoint.load`). Legacy pickle checkpoints are refused without being unpickled.
+    """
+    metadata = checkpoint.read_metadata(path)
+    mine = json.loads(json.dumps(self.config, sort_keys=True))  # as stored: tuples become lists
+    if metadata.get("config") != mine:
       raise checkpoint.CheckpointError(
           f"{path} belongs to a different run: its config is {json.dumps(metadata.get('config'), sort_keys=True)}, "
-          f"this run's is {json.dumps(self.config, sort_keys=True)}.")
-    want, got = jax.tree.structure(like), jax.tree.structure(tree)
-    if want != got:
-      raise checkpoint.CheckpointError(f"{path} holds a state of a different structure than this run's.")
-    for (path_, a), b in zip(jax.tree_util.tree_flatten_with_path(like)[0], jax.tree.leaves(tree)):
-      if np.shape(a) != np.shape(b) or np.dtype(a.dtype) != np.dtype(b.dtype):
-        raise checkpoint.CheckpointError(f"checkpoint leaf {jax.tree_util.keystr(path_)} is {np.dtype(b.dtype)}"
-                                         f"{list(np.shape(b))}, expected {np.dtype(a.dtype)}{list(np.shape(a))}.")
-    return self.place(jax.tree.map(lambda a, b: jnp.asarray(b, dtype=a.dtype), like, tree))
+          f"this run's is {json.dumps(mine, sort_keys=True)}.")
+    tree, _ = checkpoint.load(path, like=like)
+    return self.place(jax.tree.map(jnp.asarray, tree))
 
   # -- the loop ---------------------------------------------------------------------------------------------------
   def train(self, num_steps: int, key: Optional[jax.Array] = None, state: Optional[MetaTrainState] = None,
@@ -228,6 +228,9 @@ class MetaTrainer:
       raise ValueError("eval_every needs an eval_family and a positive value.")
     ckpt = os.path.join(output_dir, CHECKPOINT_NAME) if output_dir else None
     if output_dir:
+      legacy = os.path.join(output_dir, LEGACY_CHECKPOINT_NAME)
+      if not os.path.exists(ckpt) and os.path.exists(legacy):  # refuse rather than silently start over
+        raise checkpoint.legacy_error(legacy, ckpt)
       os.makedirs(output_dir, exist_ok=True)
     if state is None:
       state = self.init(jax.random.key(0) if key is None else key)
