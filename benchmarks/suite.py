@@ -3,7 +3,7 @@
     python benchmarks/suite.py                                   # suite "small", 200 steps, 2 seeds
     python benchmarks/suite.py --quick                           # suite "tiny", 100 steps: a smoke test
     python benchmarks/suite.py --suite full --num_steps 1000 --optimizers adam:1e-3 nadamw:1e-3 \
-        mlp_lopt:runs/lopt/checkpoint.pkl --tune adam sgdm --out results/full
+        mlp_lopt:runs/lopt/checkpoint.npz --tune adam sgdm --out results/full
 
 For every task, Adam (and any other ``--tune`` baseline) is swept over ``--num_lrs`` log-spaced learning rates in
 [``--lr_min``, ``--lr_max``], rates x seeds vmapped in one program, and the rate with the lowest ``inner_valid`` loss
@@ -55,7 +55,7 @@ def main(argv=None) -> int:
   parser.add_argument("--eval_every", type=int, default=None, help="default num_steps // 10")
   parser.add_argument("--eval_batches", type=int, default=4)
   parser.add_argument("--optimizers", nargs="*", default=["adam:1e-3"],
-                      help="benchmarked optimizers, e.g. adam:1e-3 sgdm:0.05 mlp_lopt:ckpt.pkl (default adam:1e-3)")
+                      help="benchmarked optimizers, e.g. adam:1e-3 sgdm:0.05 mlp_lopt:ckpt.npz (default adam:1e-3)")
   parser.add_argument("--tune", nargs="*", default=["adam"], help="tuned baselines: adam, nadamw, sgdm, sgd")
   parser.add_argument("--lr_min", type=float, default=1e-4)
   parser.add_argument("--lr_max", type=float, default=1e-1)
