@@ -1,0 +1,204 @@
+"""Building blocks shared by the learned optimizers of this package (private).
+
+Numerics: every square root, reciprocal square root, logarithm and division here is differentiable at exact-zero
+inputs (exact-zero gradient entries are common: dead ReLUs, constant input pixels), so meta-gradients through an
+unroll stay finite:
+
+  * `safe_sqrt` uses the double-``where`` pattern (value and derivative 0 at 0);
+  * `rsqrt_eps`, `log_rms` and `log_mean_abs` add a positive floor inside the root or log;
+  * `safe_div` divides by a denominator replaced by 1 where it is 0 (and returns 0 there).
+
+Dtypes: optimizers compute in `compute_dtype` (float32, or float64 for float64 inputs) and cast the new params back
+to their stored dtype; accumulators are allocated in the compute dtype at init, so the state's dtypes never change.
+
+Networks: `init_mlp` / `mlp_columns` are a ReLU MLP evaluated feature-major (``w.T @ x`` on ``[features, n]``, one
+matmul per layer over a whole leaf); `init_lstm` / `lstm_step` are a plain LSTM cell (gates i, f, g, o; forget bias
+1) run on a ``[num_tensors, features]`` batch.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence, Tuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from metafam.optimizers.base import OptimizerState
+
+
+def compute_dtype(x: Any) -> jnp.dtype:
+  """float32 for float32 and narrower floats (bf16, f16), float64 for float64."""
+  return jnp.promote_types(jnp.result_type(x), jnp.float32)
+
+
+def zeros_like_in(x: Any, leading: Tuple[int, ...] = (), dtype: Any = None) -> jax.Array:
+  """Zeros of shape ``leading + x.shape`` in ``dtype`` (default: the compute dtype of ``x``)."""
+  return jnp.zeros(tuple(leading) + jnp.shape(x), compute_dtype(x) if dtype is None else dtype)
+
+
+def safe_sqrt(x: jax.Array) -> jax.Array:
+  """``sqrt(x)`` for ``x >= 0`` whose value and derivative are 0 at ``x == 0`` (instead of an infinite slope)."""
+  positive = x > 0
+  return jnp.where(positive, jnp.sqrt(jnp.where(positive, x, 1.0)), 0.0)
+
+
+def safe_div(num: jax.Array, den: jax.Array) -> jax.Array:
+  """``num / den`` where ``den != 0``, else 0; differentiable everywhere."""
+  nonzero = den != 0
+  return jnp.where(nonzero, num / jnp.where(nonzero, den, 1.0), 0.0)
+
+
+def rsqrt_eps(x: jax.Array, eps: float) -> jax.Array:
+  """``1 / sqrt(x + eps)`` for ``x >= 0``; its slope is bounded by ``0.5 * eps ** -1.5`` (finite at 0)."""
+  return jax.lax.rsqrt(x + eps)
+
+
+def log_rms(x: jax.Array, floor: float = 1e-8) -> jax.Array:
+  """``0.5 * log(mean(x^2) + floor^2)``: the log root-mean-square of ``x``, at least ``log(floor)``."""
+  return 0.5 * jnp.log(jnp.mean(jnp.square(x)) + floor ** 2)
+
+
+def log_mean_abs(x: jax.Array, floor: float = 1e-8) -> jax.Array:
+  """``log(mean(|x|) + floor)``."""
+  return jnp.log(jnp.mean(jnp.abs(x)) + floor)
+
+
+def cosine(a: jax.Array, b: jax.Array, floor: float = 1e-8) -> jax.Array:
+  """``mean(a * b) / (rms(a) rms(b))`` with each rms at least ``floor``: in [-1, 1], 0 when either is 0."""
+  ra = jnp.sqrt(jnp.mean(jnp.square(a)) + floor ** 2)
+  rb = jnp.sqrt(jnp.mean(jnp.square(b)) + floor ** 2)
+  return jnp.mean(a * b) / (ra * rb)
+
+
+def shape_features(shape: Sequence[int]) -> np.ndarray:
+  """Static per-tensor features: +-1 flags (scalar, vector, rank >= 2) and ``0.1 * log(size)``."""
+  rank, size = len(shape), int(np.prod(shape, dtype=np.int64))
+  flags = [1.0 if rank == 0 else -1.0, 1.0 if rank == 1 else -1.0, 1.0 if rank >= 2 else -1.0]
+  return np.asarray(flags + [0.1 * np.log(max(size, 1))], np.float32)
+
+
+NUM_SHAPE_FEATURES = 4
+
+
+def decay_shape(x: jax.Array, rank: int) -> jax.Array:
+  """``x: [K]`` reshaped to ``[K, 1, ..., 1]`` to broadcast against ``[K, *shape]`` with ``len(shape) == rank``."""
+  return jnp.reshape(x, (-1,) + (1,) * rank)
+
+
+def logit(x: float) -> float:
+  """``log(x / (1 - x))`` in float64."""
+  return float(np.log(x) - np.log1p(-x))
+
+
+def check_decays(name: str, decays: Sequence[float]) -> Tuple[float, ...]:
+  """``decays`` as a tuple of floats in (0, 1), or ValueError naming ``name``."""
+  out = tuple(float(d) for d in decays)
+  if not out or not all(0 < d < 1 for d in out):
+    raise ValueError(f"{name} must be a non-empty sequence of values in (0, 1), got {decays!r}.")
+  return out
+
+
+def check_sizes(name: str, sizes: Sequence[int], minimum: int = 1) -> Tuple[int, ...]:
+  out = tuple(int(s) for s in sizes)
+  if not out or min(out) < minimum:
+    raise ValueError(f"{name} must be a non-empty sequence of ints >= {minimum}, got {sizes!r}.")
+  return out
+
+
+def check_positive(name: str, value: float) -> float:
+  if not value > 0:
+    raise ValueError(f"{name} must be > 0, got {value!r}.")
+  return float(value)
+
+
+def next_state(state: OptimizerState, params: Any, model_state: Any, opt_state: Any) -> OptimizerState:
+  """The `OptimizerState` after one update (iteration + 1, int32; model state replaced when given)."""
+  return OptimizerState(params=params, state=state.state if model_state is None else model_state,
+                        iteration=(state.iteration + 1).astype(jnp.int32), opt_state=opt_state)
+
+
+def map_leaves(fn, params: Any, *trees: Any, num_outputs: int) -> Tuple[Any, ...]:
+  """Applies ``fn(param_leaf, *leaves_or_subtrees)`` leaf by leaf; returns ``num_outputs`` trees shaped like params.
+
+  Each of ``trees`` is flattened up to the params' structure, so its "leaves" may be whole subtrees (e.g. a dict of
+  accumulators per parameter).
+  """
+  p_leaves, treedef = jax.tree.flatten(params)
+  args = [treedef.flatten_up_to(t) for t in trees]
+  outs = [fn(p, *xs) for p, *xs in zip(p_leaves, *args)]
+  return tuple(treedef.unflatten([o[i] for o in outs]) for i in range(num_outputs))
+
+
+def init_state(params: Any, model_state: Any, opt_state: Any) -> OptimizerState:
+  return OptimizerState(params=params, state=model_state, iteration=jnp.asarray(0, jnp.int32), opt_state=opt_state)
+
+
+# -- MLP -------------------------------------------------------------------------------------------------------
+def init_mlp(key: jax.Array, sizes: Sequence[int], out_scale: float, pathway: Optional[int] = None) -> dict:
+  """ReLU MLP weights ``{"w{i}": f32[fan_in, fan_out], "b{i}": f32[fan_out]}`` for layer sizes ``sizes``.
+
+  Hidden weights are ``N(0, 2 / fan_in)``, output weights ``N(0, out_scale^2 / fan_in)`` (``out_scale = 0`` gives a
+  zero output layer), biases 0. With ``pathway = j`` two units per hidden layer carry ``relu(x_j)`` and
+  ``relu(-x_j)`` of input feature ``j`` unchanged to output 0, which reads ``relu(x_j) - relu(-x_j) = x_j``; no other
+  output reads them. Needs hidden widths >= 2.
+  """
+  shapes = list(zip(sizes[:-1], sizes[1:]))
+  z = jax.random.normal(key, (sum(a * b for a, b in shapes),), jnp.float32)  # one draw, one kernel to compile
+  theta, offset, last = {}, 0, len(shapes) - 1
+  for i, (fan_in, fan_out) in enumerate(shapes):
+    w = z[offset:offset + fan_in * fan_out].reshape(fan_in, fan_out)
+    w = w * np.float32((out_scale if i == last else np.sqrt(2.0)) / np.sqrt(fan_in))
+    offset += fan_in * fan_out
+    if pathway is not None:
+      mask, value = np.zeros((fan_in, fan_out), bool), np.zeros((fan_in, fan_out), np.float32)
+      if i == 0 and i != last:
+        mask[:, :2] = True
+        value[pathway, :2] = (1.0, -1.0)
+      elif i != last:
+        mask[:, :2] = True
+        value[0, 0] = value[1, 1] = 1.0
+      else:
+        mask[:2, :] = True
+        value[:2, 0] = (1.0, -1.0)
+      w = jnp.where(mask, value, w)
+    theta[f"w{i}"], theta[f"b{i}"] = w, jnp.zeros((fan_out,), jnp.float32)
+  return theta
+
+
+def mlp_columns(theta: dict, x: jax.Array, bias0: jax.Array, num_layers: int) -> jax.Array:
+  """The MLP on the columns of ``x: [F, n]`` -> ``[out, n]``.
+
+  Layer 0 uses only the first ``F`` rows of ``w0``; the remaining inputs (the same for every column, e.g. step or
+  context features) are folded into ``bias0`` (``b0 + rest @ w0[F:]``).
+  """
+  h = theta["w0"][:x.shape[0]].T @ x + bias0[:, None]
+  for i in range(1, num_layers):
+    h = theta[f"w{i}"].T @ jax.nn.relu(h) + theta[f"b{i}"][:, None]
+  return h
+
+
+# -- LSTM ------------------------------------------------------------------------------------------------------
+def init_lstm(key: jax.Array, num_inputs: int, hidden: int) -> dict:
+  """``{"w": f32[num_inputs + hidden, 4 * hidden], "b": f32[4 * hidden]}``; w ~ N(0, 1 / fan_in), forget bias 1."""
+  w = jax.random.normal(key, (num_inputs + hidden, 4 * hidden), jnp.float32) * np.float32(
+      1.0 / np.sqrt(num_inputs + hidden))
+  b = np.zeros((4 * hidden,), np.float32)
+  b[hidden:2 * hidden] = 1.0
+  return {"w": w, "b": jnp.asarray(b)}
+
+
+def lstm_step(params: dict, x: jax.Array, h: jax.Array, c: jax.Array) -> Tuple[jax.Array, jax.Array]:
+  """One LSTM step on a batch: ``x: [B, num_inputs]``, ``h, c: [B, hidden]`` -> new ``(h, c)``."""
+  z = jnp.concatenate([x, h], axis=-1) @ params["w"] + params["b"]
+  i, f, g, o = jnp.split(z, 4, axis=-1)
+  c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+  return jax.nn.sigmoid(o) * jnp.tanh(c), c
+
+
+def num_lstm_params(num_inputs: int, hidden: int) -> int:
+  return (num_inputs + hidden) * 4 * hidden + 4 * hidden
+
+
+def num_mlp_params(sizes: Sequence[int]) -> int:
+  return sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))

@@ -1,0 +1,174 @@
+"""`AdafacMLPLOpt`: a small per-parameter MLP fed with momenta and Adafactor-style factored second moments.
+
+This is the "small_fc" / adafac MLP learned optimizer family of Metz et al. 2022 ("Practical tradeoffs between
+memory, compute, and performance in learned optimizers"): a tiny MLP (default two hidden layers of width 4) applied
+to every scalar parameter, whose inputs include factored (row / column) second-moment statistics, so the optimizer
+state costs ``K`` momenta plus ``O(rows + columns)`` per matrix instead of another full copy per decay.
+
+Accumulators, one per decay ``b_k`` (default ``(0.9, 0.99, 0.999)``, learned; all zero-initialized, float32):
+
+  * momenta ``m_k <- b_k m_k + (1 - b_k) g``;
+  * for a tensor of rank >= 2, factors over its last two dims (``g2 = g^2``): row ``R_k <- b_k R_k + (1 - b_k)
+    mean(g2, axis=-1)`` and column ``C_k <- b_k C_k + (1 - b_k) mean(g2, axis=-2)``, and the Adafactor estimate
+    ``v_k = R_k C_k / mean(R_k)`` (0 where ``mean(R_k) == 0``); for vectors and scalars the full second moment
+    ``v_k <- b_k v_k + (1 - b_k) g2`` (and ``R_k = C_k = v_k`` below).
+
+Per-element features (``K = 3``: 17), each RMS-normalized over its tensor (and vmapped lane):
+
+  =========================  ===================================================================================
+  0, 1                       the gradient ``g`` and the parameter ``p``
+  2 .. 1+K                   momenta ``m_k``
+  2+K .. 1+2K, 2+2K .. 1+3K  row and column factors ``R_k``, ``C_k`` broadcast over the tensor
+  2+3K .. 1+4K               Adafactor-normalized gradient ``g / sqrt(v_k + eps)``
+  2+4K .. 1+5K               Adafactor-normalized momentum ``m_k / sqrt(v_k + eps)``
+  =========================  ===================================================================================
+
+plus the 11 step features ``tanh(t / tau - 1)`` of `metafam.optimizers.mlp_lopt.time_features` (not normalized).
+The MLP outputs a direction ``d`` and log-magnitude ``s``; ``p <- p - d * exp(exp_mult * s) * step_mult``.
+
+Meta-parameters (default config): 149 = MLP ``28 -> 4 -> 4 -> 2`` (146) + 3 decay logits. ``theta = {"mlp": {"w0",
+"b0", "w1", "b1", "w2", "b2"}, "decay_logits": f32[K]}`` with ``1 - b_k = sigmoid(decay_logits[k])``.
+
+Init (``descent_init``): two hidden units per layer pass the normalized ``m_k / sqrt(v_k)`` for the decay nearest
+0.9 to the direction output, so the optimizer starts as per-tensor-normalized Adafactor-momentum descent with steps
+of about ``step_mult = 1e-3`` per element (small steps), and every meta-parameter gets a gradient.
+
+Per-step cost: about 2.5x a jitted Adam update on the 8x8 MLP (2,410 params, CPU; see the lopt zoo report); the
+state holds ``K`` momenta plus the factors.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from metafam.optimizers import _features as F
+from metafam.optimizers.base import Optimizer, OptimizerState, check_grad_matches
+from metafam.optimizers.learned import LearnedOptimizer
+from metafam.optimizers.mlp_lopt import DEFAULT_TIME_SCALES, rms_normalize, time_features
+
+DEFAULT_DECAYS = (0.9, 0.99, 0.999)
+
+
+class AdafacMLPLOpt(LearnedOptimizer):
+  """Per-parameter MLP with momenta and factored second moments; see the module docstring.
+
+  Args:
+    hidden_sizes: widths of the ReLU hidden layers (each >= 2 with ``descent_init``).
+    decays: initial decays of the momenta and second-moment accumulators (learned via ``decay_logits``).
+    time_scales: the ``tau`` of the step features.
+    step_mult, exp_mult: ``step = d * exp(exp_mult * s) * step_mult``.
+    eps: added to ``v_k`` inside the reciprocal square root (1e-12: gradients below ~1e-6 lose scale invariance).
+    norm_eps: the ``eps`` of the per-tensor RMS normalization.
+    out_init_scale: output weights start as ``N(0, out_init_scale^2 / fan_in)``.
+    descent_init: start as normalized Adafactor-momentum descent (see the module docstring).
+  """
+
+  def __init__(self, hidden_sizes: Sequence[int] = (4, 4), decays: Sequence[float] = DEFAULT_DECAYS,
+               time_scales: Sequence[float] = DEFAULT_TIME_SCALES, step_mult: float = 1e-3, exp_mult: float = 1e-3,
+               eps: float = 1e-12, norm_eps: float = 1e-12, out_init_scale: float = 1e-2, descent_init: bool = True):
+    self.hidden_sizes = F.check_sizes("hidden_sizes", hidden_sizes, 2 if descent_init else 1)
+    self.decays = F.check_decays("decays", decays)
+    self.time_scales = tuple(float(t) for t in time_scales)
+    if not all(t > 0 for t in self.time_scales):
+      raise ValueError(f"time_scales must be positive, got {time_scales!r}.")
+    self.step_mult, self.exp_mult = float(step_mult), float(exp_mult)
+    self.eps, self.norm_eps = F.check_positive("eps", eps), F.check_positive("norm_eps", norm_eps)
+    self.out_init_scale, self.descent_init = float(out_init_scale), bool(descent_init)
+
+  @property
+  def name(self) -> str:
+    return f"AdafacMLPLOpt({'x'.join(map(str, self.hidden_sizes))})"
+
+  @property
+  def num_leaf_features(self) -> int:
+    return 2 + 5 * len(self.decays)
+
+  @property
+  def num_features(self) -> int:
+    return self.num_leaf_features + len(self.time_scales)
+
+  @property
+  def num_layers(self) -> int:
+    return len(self.hidden_sizes) + 1
+
+  @property
+  def direction_feature(self) -> int:
+    """``m_k / sqrt(v_k + eps)`` for the decay closest to 0.9 (the feature the descent init passes through)."""
+    return 2 + 4 * len(self.decays) + int(np.argmin(np.abs(np.asarray(self.decays) - 0.9)))
+
+  def init(self, key: jax.Array) -> dict:
+    sizes = (self.num_features,) + self.hidden_sizes + (2,)
+    mlp = F.init_mlp(key, sizes, self.out_init_scale, self.direction_feature if self.descent_init else None)
+    logits = np.asarray([F.logit(1.0 - d) for d in self.decays], np.float32)
+    return {"mlp": mlp, "decay_logits": jnp.asarray(logits)}
+
+  def opt_fn(self, theta: dict, is_training: bool = False) -> Optimizer:
+    """The optimizer for ``theta`` (``is_training`` is unused)."""
+    return _AdafacOptimizer(self, theta)
+
+  # -- one tensor ---------------------------------------------------------------------------------------------
+  def init_accumulators(self, p: jax.Array) -> dict:
+    """Zero accumulators of one tensor: ``{"momenta": [K, *shape]}`` plus ``{"row", "col"}`` or ``{"v"}``."""
+    k, shape = len(self.decays), jnp.shape(p)
+    acc = {"momenta": F.zeros_like_in(p, (k,))}
+    if len(shape) >= 2:
+      dt = F.compute_dtype(p)
+      acc["row"] = jnp.zeros((k,) + shape[:-1], dt)
+      acc["col"] = jnp.zeros((k,) + shape[:-2] + shape[-1:], dt)
+    else:
+      acc["v"] = F.zeros_like_in(p, (k,))
+    return acc
+
+  def leaf_update(self, mlp: dict, one_minus_decay: jax.Array, bias0: jax.Array, p: jax.Array, g: jax.Array,
+                  acc: dict):
+    """``(new p, new accumulators)`` for one tensor."""
+    dt = acc["momenta"].dtype
+    g, p_c, rank = g.astype(dt), p.astype(dt), jnp.ndim(p)
+    omd = one_minus_decay.astype(dt)
+    ema = lambda old, new, r: ((1 - F.decay_shape(omd, r)) * old + F.decay_shape(omd, r) * new).astype(dt)
+    m = ema(acc["momenta"], g[None], rank)
+    g2 = jnp.square(g)
+    if rank >= 2:
+      row = ema(acc["row"], jnp.mean(g2, axis=-1)[None], rank - 1)
+      col = ema(acc["col"], jnp.mean(g2, axis=-2)[None], rank - 1)
+      row_b, col_b = row[..., :, None], col[..., None, :]
+      v = F.safe_div(row_b * col_b, jnp.mean(row, axis=-1)[..., None, None])
+      row_f, col_f = jnp.broadcast_to(row_b, m.shape), jnp.broadcast_to(col_b, m.shape)
+      new_acc = {"momenta": m, "row": row, "col": col}
+    else:
+      v = ema(acc["v"], g2[None], rank)
+      row_f = col_f = v
+      new_acc = {"momenta": m, "v": v}
+    r = F.rsqrt_eps(v, self.eps)
+    x = jnp.concatenate([g[None], p_c[None], m, row_f, col_f, g[None] * r, m * r], axis=0)
+    x = rms_normalize(x, range(1, x.ndim), self.norm_eps)
+    out = F.mlp_columns(mlp, x.reshape(x.shape[0], -1), bias0, self.num_layers)
+    step = (out[0] * jnp.exp(self.exp_mult * out[1]) * self.step_mult).reshape(jnp.shape(p))
+    return (p_c - step).astype(p.dtype), new_acc
+
+
+class _AdafacOptimizer(Optimizer):
+  """`AdafacMLPLOpt` with fixed ``theta``; states are `OptimizerState` with ``opt_state`` a tree of accumulators."""
+
+  def __init__(self, lopt: AdafacMLPLOpt, theta: dict):
+    self.lopt, self.theta = lopt, theta
+
+  @property
+  def name(self) -> str:
+    return f"{self.lopt.name}.opt_fn(theta)"
+
+  def init(self, params, model_state=None, num_steps=None, key=None) -> OptimizerState:
+    return F.init_state(params, model_state, jax.tree.map(self.lopt.init_accumulators, params))
+
+  def update(self, opt_state, grad, loss=None, model_state=None, key=None) -> OptimizerState:
+    check_grad_matches(opt_state.params, grad)
+    lopt, mlp = self.lopt, self.theta["mlp"]
+    omd = jax.nn.sigmoid(self.theta["decay_logits"])
+    bias0 = mlp["b0"] + time_features(opt_state.iteration, lopt.time_scales) @ mlp["w0"][lopt.num_leaf_features:]
+    leaf = lambda p, g, acc: lopt.leaf_update(mlp, omd, bias0, p, g, acc)
+    params, accs = F.map_leaves(leaf, opt_state.params, grad, opt_state.opt_state, num_outputs=2)
+    return F.next_state(opt_state, params, model_state, accs)

@@ -1,0 +1,354 @@
+"""The learned-optimizer zoo: one conformance suite run over every entry of the registry, plus per-optimizer checks.
+
+Conformance (parametrized over `LEARNED_OPTIMIZERS`, so a new entry is covered by registering it): theta is a tree of
+float32 arrays whose size is the documented count; 10 steps reduce a quadratic's loss; the meta-gradient through
+10 steps of the 8x8 MLP task (with exact-zero gradient entries) is finite and matches a finite difference; state
+dtypes and shapes survive updates of bf16 params; `TruncatedStep` (theta shared and per lane), ``as_optax`` and
+every outer-gradient estimator run.
+"""
+
+import re
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from metafam.inner import ConstantSchedule, TruncatedStep
+from metafam.optimizers import SGDM, Adam, LearnedOptimizer, num_meta_params
+from metafam.optimizers.adafac_mlp_lopt import AdafacMLPLOpt
+from metafam.optimizers.learnable_sgdm import LearnableSGDM
+from metafam.optimizers.mlp_nom_lopt import MLPNomLOpt
+from metafam.optimizers.nn_adam import NNAdam
+from metafam.optimizers.registry import LEARNED_OPTIMIZERS, get_learned_optimizer, list_learned_optimizers
+from metafam.optimizers.rnn_mlp_lopt import RNNMLPLOpt
+from metafam.outer_trainers import PES, FullES, NoiseReuseES, TruncatedBPTT, TruncatedES
+from metafam.taskfamilies.base import TaskFamily
+from metafam.tasks import get_task
+from metafam.tasks.base import Task
+from metafam.tasks.quadratic import QuadraticTask
+
+NAMES = list_learned_optimizers()
+# Counts the older docstrings state as a list of theta's scalars rather than as a number.
+LISTED_COUNTS = {"learnable_sgd": 1, "learnable_adam": 4}
+COUNT_PATTERNS = (r"Meta-parameters \(default config\): ([\d,]+)", r"\(([\d,]+) scalars\)")
+
+
+@pytest.fixture(scope="module", params=NAMES)
+def zoo(request):
+  """``(name, lopt, theta)`` for each registry entry, built once per module."""
+  lopt = get_learned_optimizer(request.param)
+  return request.param, lopt, lopt.init(jax.random.key(0))
+
+
+def _perturbed(theta, seed, scale=0.1):
+  """``theta + scale * N(0, 1)``: every pathway active (zero-initialized heads included)."""
+  rng = np.random.default_rng(seed)
+  return jax.tree.map(lambda x: x + jnp.asarray(scale * rng.standard_normal(np.shape(x)), x.dtype), theta)
+
+
+def _layout(tree):
+  return jax.tree.map(lambda x: (jnp.shape(x), jnp.result_type(x)), tree)
+
+
+def _assert_trees_close(a, b, rtol=1e-6, atol=1e-6):
+  assert jax.tree.structure(a) == jax.tree.structure(b)
+  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+    np.testing.assert_allclose(np.asarray(x, np.float64), np.asarray(y, np.float64), rtol=rtol, atol=atol)
+
+
+def _all_finite(tree):
+  return all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(tree))
+
+
+# -- registry -------------------------------------------------------------------------------------------------------
+def test_registry_lists_every_optimizer_and_builds_with_kwargs():
+  assert NAMES == sorted(LEARNED_OPTIMIZERS) and {"mlp_lopt", "learnable_adam", "learnable_sgd", "learnable_sgdm",
+                                                   "adafac_mlp_lopt", "nn_adam", "rnn_mlp_lopt",
+                                                   "mlp_nom_lopt"} <= set(NAMES)
+  for name in NAMES:
+    assert isinstance(get_learned_optimizer(name), LearnedOptimizer)
+  assert get_learned_optimizer("learnable_sgdm", initial_lr=0.3).initial_lr == 0.3
+  with pytest.raises(ValueError, match="Unknown learned optimizer 'adamw'; registered: adafac_mlp_lopt, .*nn_adam"):
+    get_learned_optimizer("adamw")
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda: LearnableSGDM(momentum=1.0), "momentum must lie in"),
+    (lambda: AdafacMLPLOpt(hidden_sizes=(1,)), "hidden_sizes must be"),
+    (lambda: AdafacMLPLOpt(decays=(0.9, 1.0)), "decays must be"),
+    (lambda: NNAdam(beta2=0.0), "beta2 must lie in"),
+    (lambda: RNNMLPLOpt(lstm_hidden=0), "lstm_hidden must be"),
+    (lambda: MLPNomLOpt(beta1=0.8), r"beta1 must be one of decays=\(0.9, 0.99, 0.999\)"),
+])
+def test_bad_arguments_are_named(build, message):
+  with pytest.raises(ValueError, match=message):
+    build()
+
+
+# -- conformance: every registered optimizer ----------------------------------------------------------------------
+def test_theta_is_float32_with_the_documented_size(zoo):
+  name, lopt, theta = zoo
+  assert jax.tree.leaves(theta) and all(isinstance(x, jax.Array) and x.dtype == jnp.float32
+                                        for x in jax.tree.leaves(theta))
+  docs = (type(lopt).__doc__ or "") + (sys.modules[type(lopt).__module__].__doc__ or "")
+  found = [m.group(1) for p in COUNT_PATTERNS for m in [re.search(p, docs)] if m]
+  assert found or name in LISTED_COUNTS, f"{name}: document 'Meta-parameters (default config): N' in its docstring"
+  documented = int(found[0].replace(",", "")) if found else LISTED_COUNTS[name]
+  assert num_meta_params(theta) == documented
+
+
+def test_ten_steps_reduce_a_quadratic(zoo):
+  _, lopt, theta = zoo
+  task = QuadraticTask(dim=8, scale=2.0)
+  opt = lopt.opt_fn(theta)
+
+  @jax.jit
+  def train(x0):
+    def step(state, _):
+      loss, grad = jax.value_and_grad(task.loss)(opt.get_params(state), None, None)
+      return opt.update(state, grad, loss=loss), loss
+    state, losses = jax.lax.scan(step, opt.init(x0), None, length=10)
+    return losses, task.loss(opt.get_params(state), None, None)
+
+  losses, final = train(jnp.asarray(np.random.default_rng(1).standard_normal(8), jnp.float32))
+  assert np.all(np.isfinite(np.asarray(losses))) and np.isfinite(float(final))
+  assert float(final) < float(losses[0])  # the small-step ones (steps ~1e-3 per element) only need to decrease it
+
+
+@pytest.fixture(scope="module")
+def mlp_problem():
+  """The 8x8 Fashion-MNIST MLP, one fixed batch, and params with 4 dead hidden units (bias -100), so the gradient
+  has exact zeros: their incoming weights, biases and outgoing weights, besides any constant-zero input pixel."""
+  task = get_task("fmnist_mlp_8x8_32")
+  batch = jax.tree.map(np.asarray, next(iter(task.datasets.train)))
+  params = task.init(jax.random.key(0))
+  params["linear_0"]["b"] = params["linear_0"]["b"].at[:4].set(-100.0)
+  grad = jax.grad(task.loss)(params, None, batch)
+  assert sum(int(jnp.sum(g == 0)) for g in jax.tree.leaves(grad)) >= 4 * (64 + 1 + 10)
+  return task, params, batch
+
+
+def test_meta_gradient_is_finite_and_matches_finite_difference(zoo, mlp_problem):
+  name, lopt, theta = zoo
+  task, params, batch = mlp_problem
+  theta = _perturbed(theta, seed=1)
+  rng = np.random.default_rng(2)
+  direction = jax.tree.map(lambda x: rng.standard_normal(np.shape(x)), theta)
+  norm = np.sqrt(sum(np.sum(np.square(u)) for u in jax.tree.leaves(direction)))
+  # In float64, so a difference quotient resolves the derivative: rounding contributes ~1e-16 * loss / eps ~ 1e-10.
+  with jax.enable_x64(True):
+    f64 = lambda tree: jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), tree)
+    theta, params, direction = f64(theta), f64(params), jax.tree.map(lambda u: jnp.asarray(u / norm), direction)
+
+    def meta_loss(theta):  # mean over 10 steps of the loss after each update
+      opt = lopt.opt_fn(theta, is_training=True)
+
+      def step(state, _):
+        loss, grad = jax.value_and_grad(task.loss)(opt.get_params(state), None, batch)
+        state = opt.update(state, grad, loss=loss)
+        return state, task.loss(opt.get_params(state), None, batch)
+
+      return jnp.mean(jax.lax.scan(step, opt.init(params), None, length=10)[1])
+
+    value_and_grad = jax.jit(jax.value_and_grad(meta_loss))  # one program, reused for the difference quotient
+    value, grad = value_and_grad(theta)
+    assert np.isfinite(float(value)) and _all_finite(grad), name
+    assert all(g.dtype == jnp.float64 for g in jax.tree.leaves(grad))
+    ad = sum(float(jnp.vdot(g, u)) for g, u in zip(jax.tree.leaves(grad), jax.tree.leaves(direction)))
+    # Central difference along a unit direction. eps = 1e-5 is small because the meta-loss has kinks (ReLUs in the
+    # task and the optimizers' MLPs; Adam's m / (sqrt(v) + 1e-8) is nearly a step function of g near g = 0): with
+    # eps = 1e-3 some entries were off by 10-40%, with 1e-5 all agree to <= 2e-3. Truncation error is O(eps^2).
+    # rtol 1e-2 leaves room for optimizers that compute parts of the update in float32 (2e-3 measured for
+    # mlp_lopt); a wrong gradient is off by far more.
+    eps = 1e-5
+    shifted = lambda s: value_and_grad(jax.tree.map(lambda t, u: t + s * u, theta, direction))[0]
+    fd = (float(shifted(eps)) - float(shifted(-eps))) / (2 * eps)
+  assert abs(ad) > 0, name
+  np.testing.assert_allclose(ad, fd, rtol=1e-2, err_msg=name)
+
+
+def test_state_dtypes_and_shapes_are_stable_with_bf16_params(zoo):
+  _, lopt, theta = zoo
+  opt = lopt.opt_fn(_perturbed(theta, seed=3))
+  rng = np.random.default_rng(4)
+  params = {"w": jnp.asarray(rng.standard_normal((6, 4)), jnp.bfloat16),
+            "w3": jnp.asarray(rng.standard_normal((2, 3, 5)), jnp.bfloat16),
+            "b": jnp.zeros((4,), jnp.bfloat16), "s": jnp.asarray(0.5, jnp.bfloat16),
+            "f": jnp.asarray(rng.standard_normal(3), jnp.float32)}
+  state = opt.init(params)
+  layout = _layout(state)
+  assert state.iteration.dtype == jnp.int32
+  update = jax.jit(opt.update)
+  for i in range(3):
+    grad = jax.tree.map(lambda p: jnp.asarray(rng.standard_normal(jnp.shape(p)), p.dtype), params)
+    grad["w"] = grad["w"].at[:, 0].set(0.0)  # exact zeros, and a whole zero leaf
+    grad["b"] = jnp.zeros_like(grad["b"])
+    state = update(state, grad, loss=jnp.float32(1.0))
+    assert _layout(state) == layout, f"update {i + 1} changed the state's dtypes or shapes"
+    assert _all_finite(state) and int(state.iteration) == i + 1
+
+
+class _MatrixQuadratics(TaskFamily):
+  """``0.5 * scale * (||w - target||^2 + ||b||^2)`` with params ``{"w": f32[3, 2], "b": f32[2]}`` (a matrix, so the
+  factored paths run in `TruncatedStep` too)."""
+
+  def sample(self, key):
+    k1, k2 = jax.random.split(key)
+    return {"target": jax.random.normal(k1, (3, 2)), "scale": jnp.exp(jax.random.uniform(k2, (), minval=-1.0))}
+
+  def task_fn(self, cfg):
+    return _MatrixQuadratic(cfg)
+
+
+class _MatrixQuadratic(Task):
+  def __init__(self, cfg):
+    self.cfg = cfg
+
+  def init(self, key):
+    return {"w": jax.random.normal(key, (3, 2)), "b": jnp.ones((2,))}
+
+  def loss(self, params, key, batch):
+    return 0.5 * self.cfg["scale"] * (jnp.sum(jnp.square(params["w"] - self.cfg["target"]))
+                                      + jnp.sum(jnp.square(params["b"])))
+
+
+def test_truncated_step_with_shared_and_per_lane_theta(zoo):
+  _, lopt, theta = zoo
+  step = TruncatedStep(_MatrixQuadratics(), lopt, num_tasks=2, schedule=ConstantSchedule(3), donate=False)
+  key = jax.random.key(0)
+  thetas = jax.tree.map(lambda a, b: jnp.stack([a, b]), theta, _perturbed(theta, seed=5))
+  for th, batched in ((theta, False), (thetas, True)):
+    state = step.init_step_state(th, key, theta_is_batched=batched)
+    new_state, out = step.unroll(th, state, key, 4, theta_is_batched=batched)  # crosses a reset at step 3
+    assert _layout(new_state) == _layout(state)
+    assert np.all(np.asarray(out.mask) == 1.0) and np.all(np.isfinite(np.asarray(out.loss)))
+    assert np.asarray(out.is_done)[2].all()
+
+
+def test_as_optax_matches_the_optimizer(zoo):
+  _, lopt, theta = zoo
+  theta = _perturbed(theta, seed=6)
+  task = QuadraticTask(dim=5, scale=3.0, target=jnp.arange(5.0))
+  x0 = jnp.asarray(np.random.default_rng(1).standard_normal(5), jnp.float32)
+  grad_fn = jax.jit(jax.grad(task.loss))
+  opt = lopt.opt_fn(theta)
+  state, update = opt.init(x0), jax.jit(opt.update)
+  for _ in range(4):
+    state = update(state, grad_fn(opt.get_params(state), None, None))
+  tx = lopt.as_optax(theta)
+  params, ostate, tx_update = x0, tx.init(x0), jax.jit(tx.update)
+  for _ in range(4):
+    updates, ostate = tx_update(grad_fn(params, None, None), ostate, params)
+    params = optax.apply_updates(params, updates)
+  np.testing.assert_allclose(np.asarray(params), np.asarray(opt.get_params(state)), rtol=1e-6, atol=1e-6)
+  assert not np.allclose(np.asarray(params), np.asarray(x0))
+
+
+ESTIMATORS = {
+    "tbptt": lambda fam, lopt: TruncatedBPTT(fam, lopt, num_tasks=2, unroll_length=2, schedule=ConstantSchedule(3),
+                                             loss_kind="meta_loss"),
+    "full_es": lambda fam, lopt: FullES(fam, lopt, num_pairs=1, trajectory_length=2, loss_kind="meta_loss"),
+    "truncated_es": lambda fam, lopt: TruncatedES(fam, lopt, num_pairs=1, unroll_length=2,
+                                                  schedule=ConstantSchedule(3), loss_kind="meta_loss"),
+    "pes": lambda fam, lopt: PES(fam, lopt, num_pairs=1, unroll_length=2, schedule=ConstantSchedule(3),
+                                 loss_kind="meta_loss"),
+    "nres": lambda fam, lopt: NoiseReuseES(fam, lopt, num_pairs=1, unroll_length=2, schedule=ConstantSchedule(3),
+                                           loss_kind="meta_loss"),
+}
+
+
+@pytest.mark.parametrize("estimator", sorted(ESTIMATORS))
+def test_every_estimator_gives_a_finite_gradient(zoo, estimator):
+  name, lopt, theta = zoo
+  est = ESTIMATORS[estimator](_MatrixQuadratics(), lopt)
+  worker = est.init_worker_state(theta, jax.random.key(0))
+  estimate, _ = est.estimate(theta, worker, jax.random.key(1))
+  assert jax.tree.structure(estimate.grad) == jax.tree.structure(theta)
+  assert _all_finite(estimate.grad) and np.isfinite(float(estimate.meta_loss)), (name, estimator)
+  assert float(estimate.metrics["num_nonfinite"]) == 0.0
+
+
+# -- per-optimizer checks ------------------------------------------------------------------------------------------
+def _params(seed=0):
+  rng = np.random.default_rng(seed)
+  return {"w": jnp.asarray(rng.standard_normal((6, 4)), jnp.float32),
+          "b": jnp.asarray(rng.standard_normal(4), jnp.float32), "s": jnp.float32(0.3)}
+
+
+def _grads(num, seed=1):
+  return [jax.tree.map(lambda x: 0.5 * x, _params(seed * 100 + i)) for i in range(num)]
+
+
+def _run(opt, params, grads):
+  state, update = opt.init(params), jax.jit(opt.update)
+  for g in grads:
+    state = update(state, g)
+  return state
+
+
+def _run_optax(tx, params, grads):
+  state = tx.init(params)
+  for g in grads:
+    updates, state = tx.update(g, state, params)
+    params = optax.apply_updates(params, updates)
+  return params
+
+
+def test_learnable_sgdm_is_sgd_with_momentum():
+  lopt = LearnableSGDM(initial_lr=0.05, momentum=0.8)
+  theta = lopt.init(jax.random.key(0))
+  hp = LearnableSGDM.hyperparameters(theta)
+  np.testing.assert_allclose([float(hp["lr"]), float(hp["momentum"])], [0.05, 0.8], rtol=1e-6)
+  params, grads = _params(), _grads(5)
+  got = _run(lopt.opt_fn(theta), params, grads).params
+  _assert_trees_close(got, _run_optax(optax.sgd(0.05, momentum=0.8), params, grads), rtol=1e-5)
+  _assert_trees_close(got, _run(SGDM(0.05, 0.8), params, grads).params, rtol=1e-5)
+
+
+@pytest.mark.parametrize("lopt", [NNAdam(initial_lr=1e-3), MLPNomLOpt(initial_lr=1e-3)], ids=lambda l: l.name)
+def test_initial_theta_is_exactly_adam(lopt):
+  """Their learned parts start at zero, so the initial optimizer is Adam(1e-3, 0.9, 0.999, 1e-8)."""
+  params, grads = _params(), _grads(6)
+  grads[2]["w"] = grads[2]["w"].at[0].set(0.0)
+  got = _run(lopt.opt_fn(lopt.init(jax.random.key(0))), params, grads).params
+  _assert_trees_close(got, _run_optax(optax.adam(1e-3), params, grads), rtol=1e-5, atol=1e-7)
+  _assert_trees_close(got, _run(Adam(1e-3), params, grads).params, rtol=1e-5, atol=1e-7)
+  # ... and perturbing the learned part changes the steps.
+  other = _run(lopt.opt_fn(_perturbed(lopt.init(jax.random.key(0)), seed=0)), params, grads).params
+  assert not np.allclose(np.asarray(other["w"]), np.asarray(got["w"]), rtol=0, atol=1e-7)
+
+
+def test_adafac_accumulators_are_factored_and_features_normalized():
+  lopt = AdafacMLPLOpt()
+  theta = lopt.init(jax.random.key(0))
+  params = {"w": jnp.ones((2, 5, 3)), "v": jnp.ones((4,))}
+  rng = np.random.default_rng(0)
+  g = {"w": jnp.asarray(rng.standard_normal((2, 5, 3)), jnp.float32),
+       "v": jnp.asarray(rng.standard_normal(4), jnp.float32)}
+  state = jax.jit(lopt.opt_fn(theta).update)(lopt.opt_fn(theta).init(params), g)
+  acc = state.opt_state
+  omd = 1.0 - np.asarray(lopt.decays)[:, None, None]
+  g2 = np.square(np.asarray(g["w"], np.float64))
+  assert set(acc["w"]) == {"momenta", "row", "col"} and set(acc["v"]) == {"momenta", "v"}
+  np.testing.assert_allclose(np.asarray(acc["w"]["row"]), omd * g2.mean(-1)[None], rtol=1e-5)
+  np.testing.assert_allclose(np.asarray(acc["w"]["col"]), omd * g2.mean(-2)[None], rtol=1e-5)
+  np.testing.assert_allclose(np.asarray(acc["v"]["v"]), omd[:, :, 0] * np.square(np.asarray(g["v"]))[None],
+                             rtol=1e-5)
+  # The initial step is per-tensor normalized Adafactor momentum: its RMS over the tensor is step_mult (+- noise).
+  step = np.asarray(params["w"] - state.params["w"])
+  np.testing.assert_allclose(np.sqrt(np.mean(np.square(step))), lopt.step_mult, rtol=0.1)
+  assert np.corrcoef(step.ravel(), np.asarray(g["w"]).ravel())[0, 1] > 0.5
+
+
+def test_rnn_mlp_lopt_context_reaches_the_steps():
+  lopt = RNNMLPLOpt()
+  theta = lopt.init(jax.random.key(0))
+  params, grads = _params(), _grads(3)
+  state = _run(lopt.opt_fn(theta), params, grads)
+  assert state.opt_state["h"].shape == (3, lopt.lstm_hidden) and float(jnp.max(jnp.abs(state.opt_state["h"]))) > 0
+  changed = dict(theta, context=jax.tree.map(lambda x: x + 0.5, theta["context"]))
+  other = _run(lopt.opt_fn(changed), params, grads)
+  assert not np.allclose(np.asarray(other.params["w"]), np.asarray(state.params["w"]), rtol=0, atol=1e-8)
