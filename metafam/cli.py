@@ -32,7 +32,6 @@ from metafam.io import save_figure, write_json
 
 FLAGS = flags.FlagValues()
 
-LEARNED_OPTIMIZERS = ("mlp_lopt", "learnable_adam", "learnable_sgd")
 HAND_OPTIMIZERS = ("adam", "sgd", "sgdm", "nadamw")
 ESTIMATORS = ("pes", "nres", "truncated_es", "full_es", "tbptt")
 INT32_MAX = 2 ** 31 - 1
@@ -52,8 +51,8 @@ def _float(name: str, default: float, help_text: str, lower: float) -> None:
 
 # meta-train
 flags.DEFINE_string("family", "fmnist_mlp_family_8x8_32", "Registered task family to meta-train on.", flag_values=FLAGS)
-flags.DEFINE_string("optimizer", "mlp_lopt", f"Optimizer: learned {LEARNED_OPTIMIZERS} or hand-designed "
-                    f"{HAND_OPTIMIZERS} (evaluate/benchmark).", flag_values=FLAGS)
+flags.DEFINE_string("optimizer", "mlp_lopt", "Optimizer: a registered learned optimizer (`metafam list`), or for "
+                    f"evaluate/benchmark a hand-designed one of {HAND_OPTIMIZERS}.", flag_values=FLAGS)
 flags.DEFINE_string("estimator", "pes", f"Meta-gradient estimator, one of {ESTIMATORS}.", flag_values=FLAGS)
 _int("num_steps", 300, "Meta-training steps (total; a resumed run continues to this count).")
 _int("num_pairs", 8, "Antithetic pairs (ES estimators) or lanes (tbptt).", upper=MAX_LANES)
@@ -149,10 +148,14 @@ def command_usage(command: str) -> str:
 
 
 # -- builders --------------------------------------------------------------------------------------------------------
+def learned_optimizer_names() -> tuple:
+  from metafam.optimizers.registry import list_learned_optimizers
+  return tuple(list_learned_optimizers())
+
+
 def build_learned_optimizer(name: str):
-  from metafam.optimizers.learned import LearnableAdam, LearnableSGD
-  from metafam.optimizers.mlp_lopt import MLPLOpt
-  return {"mlp_lopt": MLPLOpt, "learnable_adam": LearnableAdam, "learnable_sgd": LearnableSGD}[name]()
+  from metafam.optimizers.registry import get_learned_optimizer
+  return get_learned_optimizer(name)
 
 
 def build_hand_optimizer(name: str, lr: float):
@@ -243,10 +246,11 @@ def _optimizer_from_flags(required: bool):
   """``{name: optimizer spec}`` from --optimizer/--learning_rate/--checkpoint (empty if not given and optional)."""
   if not required and not FLAGS["optimizer"].present and FLAGS.checkpoint is None:
     return {}
-  name = _choose("optimizer", FLAGS.optimizer, LEARNED_OPTIMIZERS + HAND_OPTIMIZERS)
+  learned = learned_optimizer_names()
+  name = _choose("optimizer", FLAGS.optimizer, learned + HAND_OPTIMIZERS)
   if name in HAND_OPTIMIZERS:
     if FLAGS.checkpoint is not None:
-      raise UsageError(f"--checkpoint holds a learned optimizer; use --optimizer with one of {LEARNED_OPTIMIZERS}.")
+      raise UsageError(f"--checkpoint holds a learned optimizer; use --optimizer with one of {learned}.")
     opt = build_hand_optimizer(name, FLAGS.learning_rate)
     return {opt.name: opt}
   if FLAGS.checkpoint is None:
@@ -294,7 +298,8 @@ def cmd_list() -> None:
   from metafam.tasks.registry import list_families, list_tasks
   print("tasks:       " + ", ".join(list_tasks()))
   print("families:    " + ", ".join(list_families()))
-  print("optimizers:  learned: " + ", ".join(LEARNED_OPTIMIZERS) + "; hand-designed: " + ", ".join(HAND_OPTIMIZERS))
+  print("optimizers:  learned: " + ", ".join(learned_optimizer_names()) + "; hand-designed: "
+        + ", ".join(HAND_OPTIMIZERS))
   print("estimators:  " + ", ".join(ESTIMATORS))
   try:
     from metafam.benchmark.suites import SUITES
@@ -322,7 +327,7 @@ def cmd_convert_checkpoint(old: str, new: str) -> None:
 def cmd_meta_train() -> None:
   from metafam.tasks.registry import FAMILIES, get_family
   _choose("family", FLAGS.family, FAMILIES)
-  _choose("learned optimizer (--optimizer)", FLAGS.optimizer, LEARNED_OPTIMIZERS)
+  _choose("learned optimizer (--optimizer)", FLAGS.optimizer, learned_optimizer_names())
   _choose("estimator", FLAGS.estimator, ESTIMATORS)
   out_dir = _output_dir("meta-train")
   check_output_dir(out_dir)
