@@ -115,7 +115,8 @@ def bad_invocations(root):
       (["meta-train", "--num_steps=4", "--seed=1", f"--output_dir={run}"] + TINY, "belongs to a different run"),
       (["meta-train", "--output_dir="] + TINY, "--output_dir must not be empty"),
       # evaluate
-      (["evaluate", f"--output_dir={ev}", "--learning_rate=nan"] + EVAL[1:], "--learning_rate=nan: must be a finite number"),
+      (["evaluate", f"--output_dir={ev}", "--learning_rate=nan"] + EVAL[1:],
+       "--learning_rate=nan: must be a finite number"),
       (evl + ["--learning_rate=inf"] + EVAL, "--learning_rate=inf"),
       (["evaluate", f"--output_dir={ev}"] + EVAL, f"--output_dir '{re.escape(ev)}' already holds results "
        r"\(results.csv.*pass --overwrite"),
