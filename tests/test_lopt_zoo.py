@@ -16,7 +16,7 @@ import numpy as np
 import optax
 import pytest
 
-from metafam.inner import ConstantSchedule, TruncatedStep
+from metafam.inner import ConstantSchedule
 from metafam.optimizers import SGDM, Adam, LearnedOptimizer, num_meta_params
 from metafam.optimizers.adafac_mlp_lopt import AdafacMLPLOpt
 from metafam.optimizers.learnable_sgdm import LearnableSGDM
@@ -24,7 +24,8 @@ from metafam.optimizers.mlp_nom_lopt import MLPNomLOpt
 from metafam.optimizers.nn_adam import NNAdam
 from metafam.optimizers.registry import LEARNED_OPTIMIZERS, get_learned_optimizer, list_learned_optimizers
 from metafam.optimizers.rnn_mlp_lopt import RNNMLPLOpt
-from metafam.outer_trainers import PES, FullES, NoiseReuseES, TruncatedBPTT, TruncatedES
+from metafam import outer_trainers
+from metafam.outer_trainers import PES, FullES, GradientEstimator, NoiseReuseES, TruncatedBPTT, TruncatedES
 from metafam.taskfamilies.base import TaskFamily
 from metafam.tasks import get_task
 from metafam.tasks.base import Task
@@ -215,17 +216,47 @@ class _MatrixQuadratic(Task):
                                       + jnp.sum(jnp.square(params["b"])))
 
 
-def test_truncated_step_with_shared_and_per_lane_theta(zoo):
-  _, lopt, theta = zoo
-  step = TruncatedStep(_MatrixQuadratics(), lopt, num_tasks=2, schedule=ConstantSchedule(3), donate=False)
-  key = jax.random.key(0)
-  thetas = jax.tree.map(lambda a, b: jnp.stack([a, b]), theta, _perturbed(theta, seed=5))
-  for th, batched in ((theta, False), (thetas, True)):
-    state = step.init_step_state(th, key, theta_is_batched=batched)
-    new_state, out = step.unroll(th, state, key, 4, theta_is_batched=batched)  # crosses a reset at step 3
-    assert _layout(new_state) == _layout(state)
-    assert np.all(np.asarray(out.mask) == 1.0) and np.all(np.isfinite(np.asarray(out.loss)))
-    assert np.asarray(out.is_done)[2].all()
+# The cheapest configuration of each estimator: 1 pair (2 lanes), 2-step truncations of 2-step trajectories (so every
+# lane finishes a trajectory and resets inside the estimate).
+ESTIMATORS = {
+    TruncatedBPTT: dict(num_tasks=2, unroll_length=2, schedule=ConstantSchedule(2)),
+    FullES: dict(num_pairs=1, trajectory_length=2),
+    TruncatedES: dict(num_pairs=1, unroll_length=2, schedule=ConstantSchedule(2)),
+    PES: dict(num_pairs=1, unroll_length=2, schedule=ConstantSchedule(2)),
+    NoiseReuseES: dict(num_pairs=1, unroll_length=2, schedule=ConstantSchedule(2)),
+}
+
+
+def test_estimator_list_covers_every_estimator_class():
+  exported = {c for c in vars(outer_trainers).values()
+              if isinstance(c, type) and issubclass(c, GradientEstimator) and c is not GradientEstimator}
+  assert exported == set(ESTIMATORS)
+
+
+def test_truncated_step_and_every_estimator(zoo):
+  """One short estimate of every estimator class. Between them they run `TruncatedStep` with theta shared by the
+  lanes (TruncatedBPTT under `jax.grad`; TruncatedES's unperturbed lanes) and per lane (the antithetic ES lanes),
+  across trajectory resets; the lane states must keep their dtypes and shapes."""
+  name, lopt, theta = zoo
+  estimators = {cls.__name__: cls(_MatrixQuadratics(), lopt, loss_kind="meta_loss", **kwargs)
+                for cls, kwargs in ESTIMATORS.items()}
+
+  @jax.jit  # all estimators in one program: one compilation per optimizer instead of two per estimator
+  def estimate_all(theta, key):
+    k_init, k_est = jax.random.split(key)
+    out = {}
+    for n, est in estimators.items():
+      worker = est.init_worker_state(theta, k_init)
+      out[n] = (worker,) + est.estimate_fn(theta, worker, k_est, est.data)
+    return out
+
+  for estimator, (worker, estimate, new_worker) in estimate_all(theta, jax.random.key(0)).items():
+    where = f"{name} with {estimator}"
+    assert _layout(new_worker) == _layout(worker), where
+    assert jax.tree.structure(estimate.grad) == jax.tree.structure(theta), where
+    assert _all_finite(estimate.grad) and np.isfinite(float(estimate.meta_loss)), where
+    assert float(estimate.metrics["num_nonfinite"]) == 0.0, where
+    assert any(float(jnp.max(jnp.abs(g))) > 0 for g in jax.tree.leaves(estimate.grad)), where
 
 
 def test_as_optax_matches_the_optimizer(zoo):
@@ -233,42 +264,22 @@ def test_as_optax_matches_the_optimizer(zoo):
   theta = _perturbed(theta, seed=6)
   task = QuadraticTask(dim=5, scale=3.0, target=jnp.arange(5.0))
   x0 = jnp.asarray(np.random.default_rng(1).standard_normal(5), jnp.float32)
-  grad_fn = jax.jit(jax.grad(task.loss))
-  opt = lopt.opt_fn(theta)
-  state, update = opt.init(x0), jax.jit(opt.update)
-  for _ in range(4):
-    state = update(state, grad_fn(opt.get_params(state), None, None))
-  tx = lopt.as_optax(theta)
-  params, ostate, tx_update = x0, tx.init(x0), jax.jit(tx.update)
-  for _ in range(4):
-    updates, ostate = tx_update(grad_fn(params, None, None), ostate, params)
-    params = optax.apply_updates(params, updates)
-  np.testing.assert_allclose(np.asarray(params), np.asarray(opt.get_params(state)), rtol=1e-6, atol=1e-6)
-  assert not np.allclose(np.asarray(params), np.asarray(x0))
+  opt, tx = lopt.opt_fn(theta), lopt.as_optax(theta)
+  assert isinstance(tx, optax.GradientTransformationExtraArgs)
 
+  @jax.jit  # both paths in one program
+  def both(x0):
+    state = opt.init(x0)
+    params, ostate = x0, tx.init(x0)
+    for _ in range(4):
+      state = opt.update(state, jax.grad(task.loss)(opt.get_params(state), None, None))
+      updates, ostate = tx.update(jax.grad(task.loss)(params, None, None), ostate, params)
+      params = optax.apply_updates(params, updates)
+    return opt.get_params(state), params
 
-ESTIMATORS = {
-    "tbptt": lambda fam, lopt: TruncatedBPTT(fam, lopt, num_tasks=2, unroll_length=2, schedule=ConstantSchedule(3),
-                                             loss_kind="meta_loss"),
-    "full_es": lambda fam, lopt: FullES(fam, lopt, num_pairs=1, trajectory_length=2, loss_kind="meta_loss"),
-    "truncated_es": lambda fam, lopt: TruncatedES(fam, lopt, num_pairs=1, unroll_length=2,
-                                                  schedule=ConstantSchedule(3), loss_kind="meta_loss"),
-    "pes": lambda fam, lopt: PES(fam, lopt, num_pairs=1, unroll_length=2, schedule=ConstantSchedule(3),
-                                 loss_kind="meta_loss"),
-    "nres": lambda fam, lopt: NoiseReuseES(fam, lopt, num_pairs=1, unroll_length=2, schedule=ConstantSchedule(3),
-                                           loss_kind="meta_loss"),
-}
-
-
-@pytest.mark.parametrize("estimator", sorted(ESTIMATORS))
-def test_every_estimator_gives_a_finite_gradient(zoo, estimator):
-  name, lopt, theta = zoo
-  est = ESTIMATORS[estimator](_MatrixQuadratics(), lopt)
-  worker = est.init_worker_state(theta, jax.random.key(0))
-  estimate, _ = est.estimate(theta, worker, jax.random.key(1))
-  assert jax.tree.structure(estimate.grad) == jax.tree.structure(theta)
-  assert _all_finite(estimate.grad) and np.isfinite(float(estimate.meta_loss)), (name, estimator)
-  assert float(estimate.metrics["num_nonfinite"]) == 0.0
+  want, got = both(x0)
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
+  assert not np.allclose(np.asarray(got), np.asarray(x0))
 
 
 # -- per-optimizer checks ------------------------------------------------------------------------------------------

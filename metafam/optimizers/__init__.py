@@ -4,7 +4,15 @@ from metafam.optimizers.base import SGD, SGDM, Adam, OptaxOptimizer, Optimizer, 
 from metafam.optimizers.learned import HandDesigned, LearnableAdam, LearnableSGD, LearnedOptimizer, num_meta_params
 from metafam.optimizers.mlp_lopt import MLPLOpt, MLPLOptState
 from metafam.optimizers.optax_adapter import OptaxAdapterState, as_optax, optimizer_as_optax
+from metafam.optimizers.learnable_sgdm import LearnableSGDM
+from metafam.optimizers.adafac_mlp_lopt import AdafacMLPLOpt
+from metafam.optimizers.nn_adam import NNAdam
+from metafam.optimizers.rnn_mlp_lopt import RNNMLPLOpt
+from metafam.optimizers.mlp_nom_lopt import MLPNomLOpt
+from metafam.optimizers.registry import LEARNED_OPTIMIZERS, get_learned_optimizer, list_learned_optimizers
 
 __all__ = ["SGD", "SGDM", "Adam", "OptaxOptimizer", "Optimizer", "OptimizerState", "HandDesigned", "LearnableAdam",
            "LearnableSGD", "LearnedOptimizer", "num_meta_params", "MLPLOpt", "MLPLOptState", "OptaxAdapterState",
            "as_optax", "optimizer_as_optax"]
+__all__ += ["LearnableSGDM", "AdafacMLPLOpt", "NNAdam", "RNNMLPLOpt", "MLPNomLOpt", "LEARNED_OPTIMIZERS",
+            "get_learned_optimizer", "list_learned_optimizers"]
