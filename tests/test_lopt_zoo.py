@@ -236,21 +236,33 @@ def test_estimator_list_covers_every_estimator_class():
 def test_truncated_step_and_every_estimator(zoo):
   """One short estimate of every estimator class. Between them they run `TruncatedStep` with theta shared by the
   lanes (TruncatedBPTT under `jax.grad`; TruncatedES's unperturbed lanes) and per lane (the antithetic ES lanes),
-  across trajectory resets; the lane states must keep their dtypes and shapes."""
+  across trajectory resets; the lane states must keep their dtypes and shapes. Plus `jax.grad` through an unroll
+  with per-lane theta."""
   name, lopt, theta = zoo
   estimators = {cls.__name__: cls(_MatrixQuadratics(), lopt, loss_kind="meta_loss", **kwargs)
                 for cls, kwargs in ESTIMATORS.items()}
 
-  @jax.jit  # all estimators in one program: one compilation per optimizer instead of two per estimator
-  def estimate_all(theta, key):
+  step = estimators["TruncatedBPTT"].step  # 2 lanes
+  thetas = jax.tree.map(lambda a, b: jnp.stack([a, b]), theta, _perturbed(theta, seed=5))
+
+  def batched_meta_loss(thetas, lanes, keys):  # per-lane theta under jax.grad (the estimators differentiate shared)
+    return jnp.mean(step.unroll_fn(thetas, lanes, keys, step.data, theta_is_batched=True)[1].meta_loss)
+
+  @jax.jit  # all in one program: one compilation per optimizer instead of two per estimator
+  def estimate_all(theta, thetas, key):
     k_init, k_est = jax.random.split(key)
     out = {}
     for n, est in estimators.items():
       worker = est.init_worker_state(theta, k_init)
       out[n] = (worker,) + est.estimate_fn(theta, worker, k_est, est.data)
-    return out
+    lanes = step.init_fn(thetas, k_init, theta_is_batched=True)
+    return out, jax.grad(batched_meta_loss)(thetas, lanes, jax.random.split(k_est, 2))
 
-  for estimator, (worker, estimate, new_worker) in estimate_all(theta, jax.random.key(0)).items():
+  results, per_lane_grad = estimate_all(theta, thetas, jax.random.key(0))
+  assert _all_finite(per_lane_grad), name
+  for lane in range(2):  # each lane's theta gets its own nonzero gradient
+    assert any(np.any(np.asarray(g)[lane] != 0) for g in jax.tree.leaves(per_lane_grad)), (name, lane)
+  for estimator, (worker, estimate, new_worker) in results.items():
     where = f"{name} with {estimator}"
     assert _layout(new_worker) == _layout(worker), where
     assert jax.tree.structure(estimate.grad) == jax.tree.structure(theta), where
