@@ -192,6 +192,37 @@ def test_state_dtypes_and_shapes_are_stable_with_bf16_params(zoo):
     assert _all_finite(state) and int(state.iteration) == i + 1
 
 
+def test_vmap_over_lanes_equals_separate_runs(zoo):
+  """Lanes of a `vmap` (theta shared, or one theta per lane) compute exactly what separate runs compute."""
+  _, lopt, theta = zoo
+  lanes, num_steps = 2, 3
+  rng = np.random.default_rng(7)
+  tree = lambda *lead: {"w": rng.standard_normal(lead + (5, 3)), "b": rng.standard_normal(lead + (3,)),
+                        "s": rng.standard_normal(lead)}
+  params = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), tree(lanes))
+  grads = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), tree(lanes, num_steps))
+  thetas = jax.tree.map(lambda *xs: jnp.stack(xs), *[_perturbed(theta, seed=10 + i) for i in range(lanes)])
+
+  def train(th, p, gs):
+    opt = lopt.opt_fn(th)
+    state = jax.lax.scan(lambda st, g: (opt.update(st, g), None), opt.init(p), gs)[0]
+    return opt.get_params(state)
+
+  @jax.jit  # one program
+  def run(theta, thetas, params, grads):
+    lane = lambda tree, i: jax.tree.map(lambda x: x[i], tree)
+    shared = jax.vmap(train, in_axes=(None, 0, 0))(theta, params, grads)
+    batched = jax.vmap(train)(thetas, params, grads)
+    singles = [(train(theta, lane(params, i), lane(grads, i)), train(lane(thetas, i), lane(params, i), lane(grads, i)))
+               for i in range(lanes)]
+    return shared, batched, singles
+
+  shared, batched, singles = run(theta, thetas, params, grads)
+  for i, (want_shared, want_batched) in enumerate(singles):
+    _assert_trees_close(jax.tree.map(lambda x: x[i], shared), want_shared, rtol=1e-5, atol=1e-6)
+    _assert_trees_close(jax.tree.map(lambda x: x[i], batched), want_batched, rtol=1e-5, atol=1e-6)
+
+
 class _MatrixQuadratics(TaskFamily):
   """``0.5 * scale * (||w - target||^2 + ||b||^2)`` with params ``{"w": f32[3, 2], "b": f32[2]}`` (a matrix, so the
   factored paths run in `TruncatedStep` too)."""
@@ -279,15 +310,18 @@ def test_as_optax_matches_the_optimizer(zoo):
   opt, tx = lopt.opt_fn(theta), lopt.as_optax(theta)
   assert isinstance(tx, optax.GradientTransformationExtraArgs)
 
+  def optimizer_step(state, _):
+    return opt.update(state, jax.grad(task.loss)(opt.get_params(state), None, None)), None
+
+  def optax_step(carry, _):
+    params, ostate = carry
+    updates, ostate = tx.update(jax.grad(task.loss)(params, None, None), ostate, params)
+    return (optax.apply_updates(params, updates), ostate), None
+
   @jax.jit  # both paths in one program
   def both(x0):
-    state = opt.init(x0)
-    params, ostate = x0, tx.init(x0)
-    for _ in range(4):
-      state = opt.update(state, jax.grad(task.loss)(opt.get_params(state), None, None))
-      updates, ostate = tx.update(jax.grad(task.loss)(params, None, None), ostate, params)
-      params = optax.apply_updates(params, updates)
-    return opt.get_params(state), params
+    state = jax.lax.scan(optimizer_step, opt.init(x0), None, length=4)[0]
+    return opt.get_params(state), jax.lax.scan(optax_step, (x0, tx.init(x0)), None, length=4)[0][0]
 
   want, got = both(x0)
   np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
