@@ -1,10 +1,13 @@
 """The learned-optimizer zoo: one conformance suite run over every entry of the registry, plus per-optimizer checks.
 
-Conformance (parametrized over `LEARNED_OPTIMIZERS`, so a new entry is covered by registering it): theta is a tree of
-float32 arrays whose size is the documented count; 10 steps reduce a quadratic's loss; the meta-gradient through
-10 steps of the 8x8 MLP task (with exact-zero gradient entries) is finite and matches a finite difference; state
-dtypes and shapes survive updates of bf16 params; `TruncatedStep` (theta shared and per lane), ``as_optax`` and
-every outer-gradient estimator run.
+Conformance (every test taking the ``zoo`` fixture runs once per entry of `LEARNED_OPTIMIZERS`, so a new entry is
+covered by registering it): theta is a tree of float32 arrays whose size is the documented count; 10 steps reduce a
+quadratic's loss; the meta-gradient through 10 steps of the 8x8 MLP task (with exact-zero gradient entries) is
+finite and matches a finite difference; state dtypes and shapes survive updates of bf16 params; `vmap` lanes (theta
+shared or per lane) equal separate runs; ``as_optax`` equals the `Optimizer`; and every outer-gradient estimator
+gives a finite estimate, which runs `TruncatedStep` with theta shared (also under `jax.grad`) and per lane.
+
+Compilation dominates the run time, so each test builds one jitted program (e.g. all estimators together).
 """
 
 import re
@@ -16,6 +19,7 @@ import numpy as np
 import optax
 import pytest
 
+from metafam import outer_trainers
 from metafam.inner import ConstantSchedule
 from metafam.optimizers import SGDM, Adam, LearnedOptimizer, num_meta_params
 from metafam.optimizers.adafac_mlp_lopt import AdafacMLPLOpt
@@ -24,7 +28,6 @@ from metafam.optimizers.mlp_nom_lopt import MLPNomLOpt
 from metafam.optimizers.nn_adam import NNAdam
 from metafam.optimizers.registry import LEARNED_OPTIMIZERS, get_learned_optimizer, list_learned_optimizers
 from metafam.optimizers.rnn_mlp_lopt import RNNMLPLOpt
-from metafam import outer_trainers
 from metafam.outer_trainers import PES, FullES, GradientEstimator, NoiseReuseES, TruncatedBPTT, TruncatedES
 from metafam.taskfamilies.base import TaskFamily
 from metafam.tasks import get_task

@@ -100,6 +100,7 @@ def check_decays(name: str, decays: Sequence[float]) -> Tuple[float, ...]:
 
 
 def check_sizes(name: str, sizes: Sequence[int], minimum: int = 1) -> Tuple[int, ...]:
+  """``sizes`` as a non-empty tuple of ints >= ``minimum``, or ValueError naming ``name``."""
   out = tuple(int(s) for s in sizes)
   if not out or min(out) < minimum:
     raise ValueError(f"{name} must be a non-empty sequence of ints >= {minimum}, got {sizes!r}.")
@@ -107,6 +108,7 @@ def check_sizes(name: str, sizes: Sequence[int], minimum: int = 1) -> Tuple[int,
 
 
 def check_positive(name: str, value: float) -> float:
+  """``float(value)`` if ``value > 0``, or ValueError naming ``name``."""
   if not value > 0:
     raise ValueError(f"{name} must be > 0, got {value!r}.")
   return float(value)
@@ -131,6 +133,7 @@ def map_leaves(fn, params: Any, *trees: Any, num_outputs: int) -> Tuple[Any, ...
 
 
 def init_state(params: Any, model_state: Any, opt_state: Any) -> OptimizerState:
+  """A fresh `OptimizerState` (iteration 0, int32)."""
   return OptimizerState(params=params, state=model_state, iteration=jnp.asarray(0, jnp.int32), opt_state=opt_state)
 
 
