@@ -1,19 +1,20 @@
-"""Meta-training per wall-clock minute: held-out speedup over tuned Adam after fixed time budgets, and a quadratic anchor.
+"""Meta-training per wall-clock minute: held-out speedup over tuned Adam after time budgets, and a quadratic anchor.
 
     python benchmarks/meta_training.py                          # budgets 1, 3, 10 minutes (about 1 h on 2 cores)
     python benchmarks/meta_training.py --budgets 0.5,1 --lopts mlp_lopt --estimators pes
     python benchmarks/meta_training.py --only quadratic         # the quadratic anchor alone (seconds)
 
 Image-MLP part (``--family``, default the 8x8 image-MLP family): for each learned optimizer in ``--lopts`` and each
-estimator in ``--estimators``, one `MetaTrainer` run with the `metafam meta-train` defaults (constant trajectories of
-``--trajectory`` = the evaluation horizon, staggered lanes, ``--pairs`` antithetic pairs, ``--unroll`` steps per
-truncation, ``sigma``, Adam meta-optimizer with linear warmup and cosine decay over the largest budget, gradient
-clipping). Its theta is recorded when the run's wall time (compilation included, evaluation excluded) passes each
-budget of ``--budgets`` (minutes); then every recorded theta is scored by
+estimator in ``--estimators``, one `MetaTrainer` run with the recommended `metafam meta-train` settings (constant
+trajectories of ``--trajectory`` = the evaluation horizon, staggered lanes, ``--pairs`` antithetic pairs, ``--unroll``
+steps per truncation, ``--sigma``, the learned optimizer built with ``step_mult=--step_mult``, Adam meta-optimizer at
+a constant ``--meta_lr``, gradient clipping; ``--cosine`` adds a warmup and a cosine decay over the largest budget).
+Its theta is recorded when the run's wall time (compilation included, evaluation excluded) passes each budget of
+``--budgets`` (minutes); then every recorded theta is scored by
 `metafam.evaluation.comparison.compare_with_tuned_adam` on ``--eval_tasks`` fresh instances of the family (test
 split, ``--eval_steps`` inner steps): final loss, tuned Adam's final loss and the median per-instance speedup over
-tuned Adam with its 95% bootstrap interval. The learning-rate schedule spans the largest budget, so a theta recorded
-at a smaller budget is a mid-run snapshot, not what a run sized for that budget would produce.
+tuned Adam with its 95% bootstrap interval. A theta recorded at a smaller budget is a snapshot of the one run (with
+``--cosine``, mid-schedule), not what a run sized for that budget would produce.
 "inner step cost / Adam" is the time of one vectorized inner step (``--eval_tasks`` lanes, the family's task) with the
 learned optimizer divided by that with Adam, timed round-robin (median of 5 calls each).
 
@@ -72,7 +73,8 @@ def run_budgets(family, lopt_name: str, est_name: str, args):
   lopt = build_lopt(lopt_name, args.step_mult)
   est = build_estimator(est_name, family, lopt, args)
   total = steps_per_minute_guess(args)
-  trainer = MetaTrainer(lopt, [est], meta_optimizer(args.meta_lr, args.warmup, total), clip_grad_norm=args.clip)
+  tx = meta_optimizer(args.meta_lr, args.warmup, total) if args.cosine else optax.adam(args.meta_lr)
+  trainer = MetaTrainer(lopt, [est], tx, clip_grad_norm=args.clip)
   start = time.perf_counter()
   state = trainer.init(jax.random.key(args.seed))
   theta0 = jax.tree.map(np.asarray, state.theta)
@@ -189,6 +191,7 @@ def main():
   parser.add_argument("--sigma", type=float, default=0.01)
   parser.add_argument("--step_mult", type=float, default=1e-2)
   parser.add_argument("--meta_lr", type=float, default=3e-3)
+  parser.add_argument("--cosine", action="store_true", help="warmup + cosine decay of the meta learning rate")
   parser.add_argument("--warmup", type=int, default=100)
   parser.add_argument("--clip", type=float, default=1.0)
   parser.add_argument("--steps_per_second", type=float, default=15.0,
