@@ -80,12 +80,17 @@ def test_registry_lists_every_optimizer_and_builds_with_kwargs():
 
 
 @pytest.mark.parametrize("build, message", [
-    (lambda: LearnableSGDM(momentum=1.0), "momentum must lie in"),
-    (lambda: AdafacMLPLOpt(hidden_sizes=(1,)), "hidden_sizes must be"),
-    (lambda: AdafacMLPLOpt(decays=(0.9, 1.0)), "decays must be"),
+    (lambda: LearnableSGDM(momentum=1.0), r"momentum must lie in \(0, 1\), got 1.0"),
+    (lambda: LearnableSGDM(initial_lr=float("inf")), "initial_lr must be a finite number > 0, got inf"),
+    (lambda: AdafacMLPLOpt(hidden_sizes=(1,)), "hidden_sizes must be a non-empty sequence of ints >= 2"),
+    (lambda: AdafacMLPLOpt(decays=(0.9, float("nan"))), r"decays\[1\] must lie in \(0, 1\), got nan"),
+    (lambda: AdafacMLPLOpt(step_mult=0.0), "step_mult must be a finite number > 0"),
     (lambda: NNAdam(beta2=0.0), "beta2 must lie in"),
-    (lambda: RNNMLPLOpt(lstm_hidden=0), "lstm_hidden must be"),
+    (lambda: NNAdam(lstm_hidden=True), "lstm_hidden must be an int >= 1, got True"),
+    (lambda: RNNMLPLOpt(lstm_hidden=0), "lstm_hidden must be an int >= 1"),
+    (lambda: RNNMLPLOpt(time_scales=(1.0, -3.0)), r"time_scales\[1\] must be a finite number > 0"),
     (lambda: MLPNomLOpt(beta1=0.8), r"beta1 must be one of decays=\(0.9, 0.99, 0.999\)"),
+    (lambda: MLPNomLOpt(out_init_scale=-1.0), "out_init_scale must be a finite number >= 0"),
 ])
 def test_bad_arguments_are_named(build, message):
   with pytest.raises(ValueError, match=message):

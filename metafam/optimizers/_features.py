@@ -91,27 +91,53 @@ def logit(x: float) -> float:
   return float(np.log(x) - np.log1p(-x))
 
 
+def _is_real(value: Any) -> bool:
+  return (isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+          and bool(np.isfinite(value)))
+
+
+def check_positive(name: str, value: float, allow_zero: bool = False) -> float:
+  """``float(value)`` if it is a finite number ``> 0`` (``>= 0`` with ``allow_zero``), or ValueError naming ``name``."""
+  if not (_is_real(value) and (value >= 0 if allow_zero else value > 0)):
+    raise ValueError(f"{name} must be a finite number {'>=' if allow_zero else '>'} 0, got {value!r}.")
+  return float(value)
+
+
+def check_unit_interval(name: str, value: float) -> float:
+  """``float(value)`` if it lies in the open interval (0, 1), or ValueError naming ``name``."""
+  if not (_is_real(value) and 0 < value < 1):
+    raise ValueError(f"{name} must lie in (0, 1), got {value!r}.")
+  return float(value)
+
+
 def check_decays(name: str, decays: Sequence[float]) -> Tuple[float, ...]:
-  """``decays`` as a tuple of floats in (0, 1), or ValueError naming ``name``."""
-  out = tuple(float(d) for d in decays)
-  if not out or not all(0 < d < 1 for d in out):
+  """``decays`` as a non-empty tuple of floats in (0, 1), or ValueError naming ``name``."""
+  decays = tuple(decays)
+  if not decays:
     raise ValueError(f"{name} must be a non-empty sequence of values in (0, 1), got {decays!r}.")
-  return out
+  return tuple(check_unit_interval(f"{name}[{i}]", d) for i, d in enumerate(decays))
+
+
+def check_time_scales(time_scales: Sequence[float]) -> Tuple[float, ...]:
+  """``time_scales`` as a tuple of positive floats (possibly empty: no step features)."""
+  return tuple(check_positive(f"time_scales[{i}]", t) for i, t in enumerate(time_scales))
 
 
 def check_sizes(name: str, sizes: Sequence[int], minimum: int = 1) -> Tuple[int, ...]:
   """``sizes`` as a non-empty tuple of ints >= ``minimum``, or ValueError naming ``name``."""
-  out = tuple(int(s) for s in sizes)
-  if not out or min(out) < minimum:
+  sizes = tuple(sizes)
+  ok = bool(sizes) and all(isinstance(s, (int, np.integer)) and not isinstance(s, (bool, np.bool_)) and s >= minimum
+                           for s in sizes)
+  if not ok:
     raise ValueError(f"{name} must be a non-empty sequence of ints >= {minimum}, got {sizes!r}.")
-  return out
+  return tuple(int(s) for s in sizes)
 
 
-def check_positive(name: str, value: float) -> float:
-  """``float(value)`` if ``value > 0``, or ValueError naming ``name``."""
-  if not value > 0:
-    raise ValueError(f"{name} must be > 0, got {value!r}.")
-  return float(value)
+def check_size(name: str, size: int, minimum: int = 1) -> int:
+  """``int(size)`` if it is an int >= ``minimum``, or ValueError naming ``name``."""
+  if not (isinstance(size, (int, np.integer)) and not isinstance(size, (bool, np.bool_)) and size >= minimum):
+    raise ValueError(f"{name} must be an int >= {minimum}, got {size!r}.")
+  return int(size)
 
 
 def next_state(state: OptimizerState, params: Any, model_state: Any, opt_state: Any) -> OptimizerState:

@@ -74,12 +74,12 @@ class AdafacMLPLOpt(LearnedOptimizer):
                eps: float = 1e-12, norm_eps: float = 1e-12, out_init_scale: float = 1e-2, descent_init: bool = True):
     self.hidden_sizes = F.check_sizes("hidden_sizes", hidden_sizes, 2 if descent_init else 1)
     self.decays = F.check_decays("decays", decays)
-    self.time_scales = tuple(float(t) for t in time_scales)
-    if not all(t > 0 for t in self.time_scales):
-      raise ValueError(f"time_scales must be positive, got {time_scales!r}.")
-    self.step_mult, self.exp_mult = float(step_mult), float(exp_mult)
+    self.time_scales = F.check_time_scales(time_scales)
+    self.step_mult = F.check_positive("step_mult", step_mult)
+    self.exp_mult = F.check_positive("exp_mult", exp_mult, allow_zero=True)
     self.eps, self.norm_eps = F.check_positive("eps", eps), F.check_positive("norm_eps", norm_eps)
-    self.out_init_scale, self.descent_init = float(out_init_scale), bool(descent_init)
+    self.out_init_scale = F.check_positive("out_init_scale", out_init_scale, allow_zero=True)
+    self.descent_init = bool(descent_init)
 
   @property
   def name(self) -> str:

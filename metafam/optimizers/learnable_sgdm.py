@@ -37,9 +37,7 @@ class LearnableSGDM(LearnedOptimizer):
 
   def __init__(self, initial_lr: float = 1e-2, momentum: float = 0.9):
     self.initial_lr = F.check_positive("initial_lr", initial_lr)
-    if not 0 < momentum < 1:
-      raise ValueError(f"momentum must lie in (0, 1), got {momentum!r}.")
-    self.momentum = float(momentum)
+    self.momentum = F.check_unit_interval("momentum", momentum)
 
   @property
   def name(self) -> str:

@@ -63,19 +63,16 @@ class MLPNomLOpt(LearnedOptimizer):
                norm_eps: float = 1e-12, out_init_scale: float = 0.0):
     self.initial_lr, self.epsilon = F.check_positive("initial_lr", initial_lr), F.check_positive("epsilon", epsilon)
     self.decays = F.check_decays("decays", decays)
-    (self.beta2,) = F.check_decays("beta2", (beta2,))
-    if float(beta1) not in self.decays:
+    self.beta2 = F.check_unit_interval("beta2", beta2)
+    if F.check_unit_interval("beta1", beta1) not in self.decays:
       raise ValueError(f"beta1 must be one of decays={self.decays} (its momentum is Adam's), got {beta1!r}.")
     self.beta1 = float(beta1)
     self.hidden_sizes = F.check_sizes("hidden_sizes", hidden_sizes)
-    self.time_scales = tuple(float(t) for t in time_scales)
-    if not all(t > 0 for t in self.time_scales):
-      raise ValueError(f"time_scales must be positive, got {time_scales!r}.")
-    self.step_mult, self.exp_mult = float(step_mult), float(exp_mult)
+    self.time_scales = F.check_time_scales(time_scales)
+    self.step_mult = F.check_positive("step_mult", step_mult)
+    self.exp_mult = F.check_positive("exp_mult", exp_mult, allow_zero=True)
     self.norm_eps = F.check_positive("norm_eps", norm_eps)
-    if out_init_scale < 0:
-      raise ValueError(f"out_init_scale must be >= 0, got {out_init_scale!r}.")
-    self.out_init_scale = float(out_init_scale)
+    self.out_init_scale = F.check_positive("out_init_scale", out_init_scale, allow_zero=True)
     self._decay = np.asarray(self.decays, np.float32)
     self._one_minus_decay = (1.0 - np.asarray(self.decays, np.float64)).astype(np.float32)
     self._beta1_index = self.decays.index(self.beta1)

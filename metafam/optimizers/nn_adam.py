@@ -75,14 +75,9 @@ class NNAdam(LearnedOptimizer):
   def __init__(self, initial_lr: float = 1e-3, beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8,
                lstm_hidden: int = 16, time_scales: Sequence[float] = DEFAULT_TIME_SCALES):
     self.initial_lr, self.epsilon = F.check_positive("initial_lr", initial_lr), F.check_positive("epsilon", epsilon)
-    for name, b in (("beta1", beta1), ("beta2", beta2)):
-      if not 0 < b < 1:
-        raise ValueError(f"{name} must lie in (0, 1), got {b!r}.")
-    self.beta1, self.beta2 = float(beta1), float(beta2)
-    (self.lstm_hidden,) = F.check_sizes("lstm_hidden", (lstm_hidden,))
-    self.time_scales = tuple(float(t) for t in time_scales)
-    if not all(t > 0 for t in self.time_scales):
-      raise ValueError(f"time_scales must be positive, got {time_scales!r}.")
+    self.beta1, self.beta2 = F.check_unit_interval("beta1", beta1), F.check_unit_interval("beta2", beta2)
+    self.lstm_hidden = F.check_size("lstm_hidden", lstm_hidden)
+    self.time_scales = F.check_time_scales(time_scales)
 
   @property
   def name(self) -> str:
