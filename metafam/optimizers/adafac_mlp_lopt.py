@@ -33,10 +33,10 @@ Init (``descent_init``): two hidden units per layer pass the normalized ``m_k / 
 0.9 to the direction output, so the optimizer starts as per-tensor-normalized Adafactor-momentum descent with steps
 of about ``step_mult = 1e-3`` per element (small steps), and every meta-parameter gets a gradient.
 
-Per-step cost (8x8 MLP, 2,410 params, CPU, jitted; medians on a shared, noisy machine): about 7x Adam's update
-inside a jitted loop (the feature construction dominates; the width-4 MLP is cheap) and 1.7x per single jitted call,
-where dispatch dominates at this size. The state holds ``K`` momenta plus the factors (``K`` full second moments only
-for vectors and scalars).
+Per-step cost (8x8 MLP, 2,410 params, CPU, jitted; medians on a shared, noisy machine, two runs): 7-11x Adam's
+update inside a jitted loop (the feature construction dominates; the width-4 MLP is cheap) and 1.7x per single
+jitted call, where dispatch dominates at this size. The state holds ``K`` momenta plus the factors (``K`` full
+second moments only for vectors and scalars).
 """
 
 from __future__ import annotations

@@ -28,8 +28,8 @@ direction output, so the optimizer starts as per-tensor-normalized momentum desc
 gradient).
 
 Per-step cost: an `MLPLOpt`-sized MLP per element plus one LSTM step over the tensors (8x8 MLP, 2,410 params, CPU,
-jitted; medians on a shared, noisy machine): about 30x Adam's update inside a jitted loop (`MLPLOpt`: 23x) and 3x per
-single jitted call, where dispatch dominates at this size.
+jitted; medians on a shared, noisy machine, two runs): 32-37x Adam's update inside a jitted loop (`MLPLOpt`: 23-29x) and
+3-3.7x per single jitted call, where dispatch dominates at this size.
 """
 
 from __future__ import annotations
