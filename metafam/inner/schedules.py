@@ -21,8 +21,8 @@ class ConstantSchedule:
   length: int
 
   def __post_init__(self):
-    if not isinstance(self.length, (int, np.integer)) or self.length < 1:
-      raise ValueError(f"ConstantSchedule.length must be a positive int, got {self.length!r}.")
+    if not isinstance(self.length, (int, np.integer)) or isinstance(self.length, (bool, np.bool_)) or self.length < 1:
+      raise ValueError(f"ConstantSchedule.length must be a positive int (not a bool), got {self.length!r}.")
 
   def sample(self, key: jax.Array) -> jax.Array:
     del key
@@ -36,8 +36,10 @@ class LogUniformSchedule:
   high: int
 
   def __post_init__(self):
-    if not 1 <= self.low <= self.high:
-      raise ValueError(f"LogUniformSchedule needs 1 <= low <= high, got low={self.low!r}, high={self.high!r}.")
+    ints = all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in (self.low, self.high))
+    if not ints or not 1 <= self.low <= self.high:
+      raise ValueError(f"LogUniformSchedule needs ints (not bools) with 1 <= low <= high, got low={self.low!r}, "
+                       f"high={self.high!r}.")
 
   def sample(self, key: jax.Array) -> jax.Array:
     u = jax.random.uniform(key, (), jnp.float32, np.log(self.low), np.log(self.high))

@@ -16,8 +16,10 @@ exactly ``L`` steps with ``iteration = 0, 1, ..., L - 1``. In the step at iterat
 So every step's outputs belong to exactly one trajectory and every output is valid (no wasted reset steps):
 ``is_new_trajectory`` is True exactly for the first step (iteration 0) of a trajectory, and that step belongs to the
 *new* trajectory; ``is_done`` is True exactly for a trajectory's last step, which
-belongs to the *old* one. A step whose loss, meta-loss or updated params are non-finite has ``mask = 0`` (its losses
-are reported as 0) and ends its trajectory, so one diverging lane never poisons the others.
+belongs to the *old* one. A step whose loss, gradient, meta-loss or updated params are non-finite has ``mask = 0``
+(its losses are reported as 0) and ends its trajectory, so one diverging lane never poisons the others: not in the
+forward pass, and not in reverse mode either, where a masked step sends exact zeros back into theta and into its
+lane's earlier steps (see `_cut_unless_finite`), so the meta-gradient of a truncation is that of its masked loss.
 
 With ``random_initial_iteration=True``, `init_step_state` starts each lane at a uniform iteration in ``[0, L)`` of
 a fresh trajectory (fresh params), so resets are staggered across lanes; those first, shortened trajectories begin
@@ -74,7 +76,7 @@ class UnrollOutput:
     normalized_loss: ``task.normalizer(loss)``.
     meta_loss: loss of the updated params on the meta-loss data (0 where ``mask == 0``).
     normalized_meta_loss: ``task.normalizer(meta_loss)``.
-    mask: float32, 1 for a finite step, 0 for a step that went non-finite.
+    mask: float32, 1 for a finite step, 0 for a step that went non-finite (loss, gradient, meta-loss or params).
     iteration: int32, the step's index within its trajectory.
     is_new_trajectory: bool, this step is the first (iteration 0) of its trajectory.
     is_done: bool, this step is the last of its trajectory (length reached or non-finite); the lane resets after it.
@@ -96,6 +98,107 @@ def _all_finite(tree: Any) -> jax.Array:
 
 def _select(pred: jax.Array, on_true: Any, on_false: Any) -> Any:
   return jax.tree.map(lambda a, b: jnp.where(pred, a, b), on_true, on_false)
+
+
+def _lane_axes(batched_fn, diff, rest, residuals: list, num_lanes: int) -> Optional[list]:
+  """The lane axis of each of ``residuals``, the leaves of ``jax.vjp(batched_fn, diff)``'s pullback (None: it has
+  none), or None if they cannot be told.
+
+  Found by tracing (shapes only) the same vjp for ``num_lanes`` and ``num_lanes + 1`` lanes: the axis whose size
+  changes is the lane axis. None unless the first trace reproduces ``residuals`` leaf for leaf and the second
+  differs from it in at most one axis per leaf.
+  """
+  def residual_shapes(n):
+    spec = lambda tree: jax.tree.map(lambda x: jax.ShapeDtypeStruct((n,) + tuple(x.shape[1:]), x.dtype), tree)
+    leaves = lambda d, r: jax.tree.leaves(jax.vjp(lambda d: batched_fn(d, r), d, has_aux=True)[1])
+    return [tuple(x.shape) for x in jax.eval_shape(leaves, spec(diff), spec(rest))]
+
+  now, more = residual_shapes(num_lanes), residual_shapes(num_lanes + 1)
+  if now != [tuple(jnp.shape(r)) for r in residuals] or len(more) != len(now):
+    return None
+  axes = []
+  for a, b in zip(now, more):
+    changed = [i for i, (x, y) in enumerate(zip(a, b)) if x != y] if len(a) == len(b) else None
+    if changed is None or len(changed) > 1 or (changed and (a[changed[0]], b[changed[0]]) != (num_lanes,
+                                                                                             num_lanes + 1)):
+      return None
+    axes.append(changed[0] if changed else None)
+  return axes
+
+
+def _cut_unless_finite(fn):
+  """``fn(diff, rest) -> (outputs, ok)`` mapped over lanes (`jax.vmap`; every leaf has a leading lane axis),
+  differentiable w.r.t. ``diff``, whose pullback sends nothing back from a lane that is not ``ok``.
+
+  Wraps the theta-free pieces of a step that can go non-finite from finite inputs (the train loss with its gradient,
+  and the meta-loss); a lane that is not ``ok`` is masked in that step. A masked step reports constants and its
+  lane resets, so the cotangents reaching its outputs are exactly 0, and so must be those of its inputs. Plain
+  reverse mode multiplies those zeros with partial derivatives taken at the non-finite point (``0 * NaN = NaN``):
+  one such lane used to turn the whole meta-gradient into NaN (then zeroed). Here, in the lanes that are not
+  ``ok``, the pullback's floating residuals are replaced by ones (the double-where pattern, applied to the
+  residuals), so it maps their zero cotangents to exact zeros. Otherwise the values, residuals and pullback are
+  those of plain reverse mode through `vmap` (the same operations). ``rest`` (configs, keys, batches: nothing that
+  depends on theta) gets no cotangent. Reverse mode only (`jax.jvp` through an unroll raises).
+  """
+  batched_fn = jax.vmap(fn)
+
+  @jax.custom_vjp
+  def cut(diff, rest):
+    return batched_fn(diff, rest)
+
+  def fwd(diff, rest):
+    outputs, pullback, ok = jax.vjp(lambda d: batched_fn(d, rest), diff, has_aux=True)
+    leaves, treedef = jax.tree.flatten(pullback)
+    axes = _lane_axes(batched_fn, diff, rest, leaves, ok.shape[0])
+    if axes is None:  # residual layout unknown: select the pullback's per-lane results instead
+      return (outputs, ok), (pullback, ok)
+
+    def stand_in(r, axis):
+      if axis is None or not jnp.issubdtype(r.dtype, jnp.inexact):
+        return r
+      return jnp.where(jnp.expand_dims(ok, [i for i in range(r.ndim) if i != axis]), r, jnp.ones_like(r))
+
+    return (outputs, ok), (jax.tree.unflatten(treedef, [stand_in(r, a) for r, a in zip(leaves, axes)]), None)
+
+  def bwd(residuals, cts):
+    pullback, ok = residuals
+    (ct_diff,) = pullback(cts[0])
+    if ok is not None:
+      ct_diff = _zero_bad_lanes(ct_diff, ok)
+    return ct_diff, None
+
+  cut.defvjp(fwd, bwd)
+  return cut
+
+
+def _zero_bad_lanes(tree: Any, ok: jax.Array) -> Any:
+  """``tree`` (leading lane axis) with the floating leaves of the lanes that are not ``ok`` set to 0 (a select)."""
+  zero = lambda v: (jnp.where(jnp.expand_dims(ok, tuple(range(1, v.ndim))), v, jnp.zeros_like(v))
+                    if jnp.issubdtype(v.dtype, jnp.inexact) else v)
+  return jax.tree.map(zero, tree)
+
+
+@jax.custom_vjp
+def _zero_unless_ok_in_reverse_mode(x: Any, ok: jax.Array) -> Any:
+  """``x`` itself (leading lane axis); in reverse mode, zeros in the lanes that are not ``ok``.
+
+  Feeds the update the gradient (and loss) of a step: where they are non-finite the step is masked and the lane
+  resets, so the update only matters to reverse mode, whose pullback would multiply zero cotangents by the NaN
+  gradient. Only the differentiated program substitutes zeros (cotangents pass unchanged), and only when some lane
+  is not ``ok`` (`lax.cond`): plain forward passes (ES, evaluation) compute exactly what they computed before.
+  """
+  return x
+
+
+def _zero_unless_ok_fwd(x, ok):
+  return jax.lax.cond(jnp.all(ok), lambda x: x, lambda x: _zero_bad_lanes(x, ok), x), None
+
+
+def _zero_unless_ok_bwd(_, ct):
+  return ct, None
+
+
+_zero_unless_ok_in_reverse_mode.defvjp(_zero_unless_ok_fwd, _zero_unless_ok_bwd)
 
 
 class TruncatedStep:
@@ -138,8 +241,8 @@ class TruncatedStep:
     if not hasattr(learned_opt, "opt_fn"):
       raise TypeError(f"learned_opt must be a learned optimizer (with opt_fn) or an Optimizer, "
                       f"got {type(learned_opt).__name__}.")
-    if not isinstance(num_tasks, int) or num_tasks < 1:
-      raise ValueError(f"num_tasks must be a positive int, got {num_tasks!r}.")
+    if not isinstance(num_tasks, int) or isinstance(num_tasks, bool) or num_tasks < 1:
+      raise ValueError(f"num_tasks must be a positive int (not a bool), got {num_tasks!r}.")
     if meta_loss_split is not None and meta_loss_split not in META_LOSS_SPLITS:
       raise ValueError(f"meta_loss_split must be None or one of {META_LOSS_SPLITS}, got {meta_loss_split!r}.")
     if meta_loss_aux is not None and meta_loss_split is None:
@@ -148,7 +251,7 @@ class TruncatedStep:
       raise ValueError(f"antithetic=True needs an even num_tasks (pairs of lanes), got {num_tasks}.")
     if antithetic and lane_groups not in (1, 2):
       raise ValueError(f"antithetic=True uses 2 lane groups; got lane_groups={lane_groups}.")
-    if not isinstance(lane_groups, int) or lane_groups < 1 or num_tasks % lane_groups:
+    if not isinstance(lane_groups, int) or isinstance(lane_groups, bool) or lane_groups < 1 or num_tasks % lane_groups:
       raise ValueError(f"lane_groups must be a positive int dividing num_tasks={num_tasks}, got {lane_groups!r}.")
     self.lane_groups = 2 if antithetic else lane_groups
     self.antithetic, self.stack_antithetic = antithetic, stack_antithetic
@@ -180,7 +283,7 @@ class TruncatedStep:
   def _sample(data, split, key):
     return None if data is None else data[split].sample(key)
 
-  # -- one lane -----------------------------------------------------------------------------------------------
+  # -- the lanes ----------------------------------------------------------------------------------------------
   def _fresh_lane(self, theta, key, random_offset: bool) -> LaneState:
     k_cfg, k_init, k_len, k_off, k_opt = jax.random.split(key, 5)
     cfg = self.family.sample(k_cfg)
@@ -192,41 +295,82 @@ class TruncatedStep:
       iteration = jax.random.randint(k_off, (), 0, jnp.maximum(length, 1), jnp.int32)
     return LaneState(cfg=cfg, opt_state=opt_state, iteration=iteration, length=length)
 
-  def _train_lane(self, theta, lane: LaneState, key, data):
-    opt = self.learned_opt.opt_fn(theta)
-    task = self.family.task_fn(lane.cfg)
-    k_batch, k_loss, k_meta_batch, k_meta, k_opt = jax.random.split(key, 5)
-    batch = self._sample(data, "train", k_batch)
-    params, model_state = opt.get_params(lane.opt_state), opt.get_state(lane.opt_state)
+  def _train_lanes(self, theta, lanes: LaneState, keys, data, theta_axis):
+    """One step of every lane in ``lanes`` (leading lane axis); theta is shared, or per lane with ``theta_axis=0``.
 
-    def loss_fn(p):
-      loss, new_state = task.loss_with_state(p, model_state, k_loss, batch)
-      return loss, new_state
+    Per-lane pieces (`jax.vmap`) around the two theta-free computations that may go non-finite, which are wrapped
+    in `_cut_unless_finite` over all lanes; see the module docstring for the step's timeline.
+    """
+    per_lane = lambda fn, *in_axes: jax.vmap(fn, in_axes=in_axes)
+    opt_of = self.learned_opt.opt_fn
 
-    (loss, new_model_state), grad = jax.value_and_grad(loss_fn, has_aux=True)(params)
-    opt_state = opt.update(lane.opt_state, grad, loss=loss, model_state=new_model_state, key=k_opt)
+    def inputs(th, lane, key):
+      opt = opt_of(th)
+      k_batch, k_loss, k_meta_batch, k_meta, k_opt = jax.random.split(key, 5)
+      batch = self._sample(data, "train", k_batch)
+      meta_batch = batch
+      if self.meta_loss_split not in (None, "same_batch"):
+        meta_batch = self._sample(data, self.meta_loss_split, k_meta_batch)
+      diff = (opt.get_params(lane.opt_state), opt.get_state(lane.opt_state))
+      return diff, (k_loss, batch), (k_meta, meta_batch), k_opt
+
+    params_and_state, loss_data, meta_data, k_opt = per_lane(inputs, theta_axis, 0, 0)(theta, lanes, keys)
+
+    def loss_and_grad(diff, rest):
+      (p, s), (cfg, (k, b)) = diff, rest
+      (loss, new_s), grad = jax.value_and_grad(
+          lambda p: self.family.task_fn(cfg).loss_with_state(p, s, k, b), has_aux=True)(p)
+      # The params leave through the cut too, for the update: so their cotangents add up in the order of plain
+      # reverse mode (the update's, then the loss's).
+      return (loss, new_s, grad, p), jnp.isfinite(loss) & _all_finite(grad)
+
+    (loss, new_model_state, grad, params), grad_ok = _cut_unless_finite(loss_and_grad)(
+        params_and_state, (lanes.cfg, loss_data))
+
+    def update(th, opt_state, params, grad, loss, new_model_state, key):
+      opt = opt_of(th)
+      # The state with the params that passed through the cut (the leaves get_params returns, replaced).
+      by_id = {id(p): q for p, q in zip(jax.tree.leaves(opt.get_params(opt_state)), jax.tree.leaves(params))}
+      opt_state = jax.tree.map(lambda x: by_id.get(id(x), x), opt_state)
+      new = opt.update(opt_state, grad, loss=loss, model_state=new_model_state, key=key)
+      return new, (opt.get_params(new), opt.get_state(new))
+
+    # Where the loss or gradient went non-finite the step is masked; under differentiation its update then sees a
+    # zero gradient and loss, so that the update's pullback is taken at finite values and sends exact zeros back.
+    grad_in, loss_in = _zero_unless_ok_in_reverse_mode((grad, loss), grad_ok)
+    opt_state, new_params_and_state = per_lane(update, theta_axis, 0, 0, 0, 0, 0, 0)(
+        theta, lanes.opt_state, params, grad_in, loss_in, new_model_state, k_opt)
     if self.meta_loss_split is None:
       meta_loss = loss
     else:
-      meta_batch = batch if self.meta_loss_split == "same_batch" else self._sample(data, self.meta_loss_split,
-                                                                                    k_meta_batch)
-      meta_loss, _, aux = task.loss_with_state_and_aux(opt.get_params(opt_state), opt.get_state(opt_state), k_meta,
-                                                       meta_batch)
-      if self.meta_loss_aux is not None:
-        if self.meta_loss_aux not in aux:
-          raise KeyError(f"meta_loss_aux={self.meta_loss_aux!r}, but task {task.name!r} reports aux "
-                         f"{sorted(aux)}.")
-        meta_loss = aux[self.meta_loss_aux]
-    finite = jnp.isfinite(loss) & jnp.isfinite(meta_loss) & _all_finite(opt.get_params(opt_state))
-    is_done = (lane.iteration + 1 >= lane.length) | ~finite
-    zero = jnp.zeros_like(loss)
-    out = dict(loss=jnp.where(finite, loss, zero), meta_loss=jnp.where(finite, meta_loss, zero))
-    out["normalized_loss"] = jnp.where(finite, task.normalizer(out["loss"]), zero)
-    out["normalized_meta_loss"] = jnp.where(finite, task.normalizer(out["meta_loss"]), zero)
-    out.update(mask=finite.astype(jnp.float32), iteration=lane.iteration,
-               is_new_trajectory=lane.iteration == 0, is_done=is_done)
-    lane = LaneState(cfg=lane.cfg, opt_state=opt_state, iteration=lane.iteration + 1, length=lane.length)
-    return lane, UnrollOutput(**out), is_done
+      def meta_loss_fn(diff, rest):
+        (p, s), (cfg, (k, b)) = diff, rest
+        task = self.family.task_fn(cfg)
+        value, _, aux = task.loss_with_state_and_aux(p, s, k, b)
+        if self.meta_loss_aux is not None:
+          if self.meta_loss_aux not in aux:
+            raise KeyError(f"meta_loss_aux={self.meta_loss_aux!r}, but task {task.name!r} reports aux "
+                           f"{sorted(aux)}.")
+          value = aux[self.meta_loss_aux]
+        return value, jnp.isfinite(value) & _all_finite(p)
+
+      meta_loss, _ = _cut_unless_finite(meta_loss_fn)(new_params_and_state, (lanes.cfg, meta_data))
+
+    def outputs(lane, loss, meta_loss, grad_ok, new_params):
+      task = self.family.task_fn(lane.cfg)
+      finite = grad_ok & jnp.isfinite(meta_loss) & _all_finite(new_params)
+      zero = jnp.zeros_like(loss)
+      out = dict(loss=jnp.where(finite, loss, zero), meta_loss=jnp.where(finite, meta_loss, zero))
+      out["normalized_loss"] = jnp.where(finite, task.normalizer(out["loss"]), zero)
+      out["normalized_meta_loss"] = jnp.where(finite, task.normalizer(out["meta_loss"]), zero)
+      is_done = (lane.iteration + 1 >= lane.length) | ~finite
+      out.update(mask=finite.astype(jnp.float32), iteration=lane.iteration, is_new_trajectory=lane.iteration == 0,
+                 is_done=is_done)
+      return UnrollOutput(**out), is_done
+
+    out, is_done = per_lane(outputs, 0, 0, 0, 0, 0)(lanes, loss, meta_loss, grad_ok, new_params_and_state[0])
+    new_lanes = LaneState(cfg=lanes.cfg, opt_state=opt_state, iteration=lanes.iteration + 1, length=lanes.length)
+    return new_lanes, out, is_done
 
   # -- public API ---------------------------------------------------------------------------------------------
   def _lane_keys(self, key: jax.Array) -> jax.Array:
@@ -279,7 +423,7 @@ class TruncatedStep:
   def _unroll_lanes(self, theta, state, step_keys, data, theta_is_batched: bool, local: bool):
     """The unroll over the lanes in ``state``: all of them, or (``local``) this device's share inside shard_map."""
     theta_axis = 0 if theta_is_batched else None
-    train_vmap = jax.vmap(self._train_lane, in_axes=(theta_axis, 0, 0, None))
+    train_vmap = lambda th, lanes, keys, data: self._train_lanes(th, lanes, keys, data, theta_axis)
     fresh = jax.vmap(functools.partial(self._fresh_lane, random_offset=False), in_axes=(theta_axis, 0))
     num_local = jax.tree.leaves(state)[0].shape[0]
 
@@ -327,8 +471,8 @@ class TruncatedStep:
     Step ``i`` uses ``jax.random.split(key, num_steps)[i]`` (see `unroll_with_keys`). Jitted once per
     (num_steps, theta_is_batched); the state's buffers are donated unless ``donate=False``.
     """
-    if not isinstance(num_steps, int) or num_steps < 1:
-      raise ValueError(f"num_steps must be a positive int, got {num_steps!r}.")
+    if not isinstance(num_steps, int) or isinstance(num_steps, bool) or num_steps < 1:
+      raise ValueError(f"num_steps must be a positive int (not a bool), got {num_steps!r}.")
     return self.unroll_with_keys(theta, state, jax.random.split(key, num_steps), theta_is_batched)
 
   def unroll_with_keys(self, theta: Any, state: LaneState, step_keys: jax.Array, theta_is_batched: bool = False):

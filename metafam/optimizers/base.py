@@ -3,6 +3,8 @@
 An optimizer state holds the params, the model state, an int32 iteration counter and the optimizer's own statistics.
 ``init(params, model_state=None, num_steps=None) -> state``, ``update(state, grad, loss=None, model_state=None)
 -> state``, ``get_params(state)`` and ``get_state(state)`` are pure functions, so they work under `jit` and `vmap`.
+``update`` keeps the state's structure and every leaf's dtype (bf16 params keep bf16 statistics, the iteration stays
+int32), so a state can be a `lax.scan` carry.
 `OptaxOptimizer` turns any `optax.GradientTransformation` into an `Optimizer`; `SGD` and `Adam` are such wrappers.
 """
 
@@ -10,10 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import numbers
 from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 
@@ -60,6 +64,32 @@ class Optimizer:
     return f"<Optimizer {self.name}>"
 
 
+def check_number(name: str, value: Any, low: Optional[float] = None, high: Optional[float] = None,
+                 low_open: bool = False, high_open: bool = False, integer: bool = False) -> Any:
+  """Returns ``value`` if it is a finite real number (an int with ``integer``) within the bounds, else ValueError.
+
+  A bool is never a number here, and NaN or an infinity never passes: a bare ``if not value > 0`` lets ``inf``
+  through, and ``if value <= 0`` lets ``nan`` through. ``low`` / ``high`` bound the value, excluded with
+  ``low_open`` / ``high_open``. The error names the argument, what is accepted and what was given.
+  """
+  kinds = (int, np.integer) if integer else (numbers.Real,)
+  ok = isinstance(value, kinds) and not isinstance(value, (bool, np.bool_)) and np.isfinite(value)
+  ok = ok and (low is None or (value > low if low_open else value >= low))
+  ok = ok and (high is None or (value < high if high_open else value <= high))
+  if not ok:
+    if low is not None and high is not None:
+      bounds = f" in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+    elif low is not None:
+      bounds = f" {'>' if low_open else '>='} {low:g}"
+    elif high is not None:
+      bounds = f" {'<' if high_open else '<='} {high:g}"
+    else:
+      bounds = ""
+    kind = "an int" if integer else "a finite number"
+    raise ValueError(f"{name} must be {kind}{bounds} (not a bool), got {value!r}.")
+  return value
+
+
 def check_grad_matches(params: Any, grad: Any) -> None:
   """Raises ValueError naming the first gradient leaf whose structure or shape differs from the params."""
   p_leaves, p_def = jax.tree_util.tree_flatten_with_path(params)
@@ -92,6 +122,9 @@ class OptaxOptimizer(Optimizer):
   def update(self, opt_state: OptimizerState, grad, loss=None, model_state=None, key=None) -> OptimizerState:
     check_grad_matches(opt_state.params, grad)
     updates, new_inner = self.tx.update(grad, opt_state.opt_state, opt_state.params)
+    # Keep the state's dtypes (a transformation mixing f32 constants into bf16 statistics would promote them, and a
+    # state whose type changes cannot be a scan carry); a no-op wherever they already match.
+    new_inner = optax.tree.cast_like(new_inner, opt_state.opt_state)
     params = optax.apply_updates(opt_state.params, updates)
     return OptimizerState(params=params, state=opt_state.state if model_state is None else model_state,
                           iteration=opt_state.iteration + 1, opt_state=new_inner)
@@ -101,7 +134,7 @@ class SGD(OptaxOptimizer):
   """Plain gradient descent: ``p <- p - learning_rate * g``."""
 
   def __init__(self, learning_rate: float = 0.01):
-    self.learning_rate = learning_rate
+    self.learning_rate = check_number("learning_rate", learning_rate, low=0.0, low_open=True)
     super().__init__(optax.sgd(learning_rate), name=f"SGD(lr={learning_rate:g})")
 
 
@@ -109,7 +142,8 @@ class SGDM(OptaxOptimizer):
   """SGD with (heavy-ball) momentum: ``m <- momentum * m + g; p <- p - learning_rate * m``."""
 
   def __init__(self, learning_rate: float = 0.01, momentum: float = 0.9):
-    self.learning_rate, self.momentum = learning_rate, momentum
+    self.learning_rate = check_number("learning_rate", learning_rate, low=0.0, low_open=True)
+    self.momentum = check_number("momentum", momentum, low=0.0, high=1.0, high_open=True)
     super().__init__(optax.sgd(learning_rate, momentum=momentum),
                      name=f"SGDM(lr={learning_rate:g}, momentum={momentum:g})")
 
@@ -119,5 +153,8 @@ class Adam(OptaxOptimizer):
 
   def __init__(self, learning_rate: float = 1e-3, beta1: float = 0.9, beta2: float = 0.999,
                epsilon: float = 1e-8):
-    self.learning_rate, self.beta1, self.beta2, self.epsilon = learning_rate, beta1, beta2, epsilon
+    self.learning_rate = check_number("learning_rate", learning_rate, low=0.0, low_open=True)
+    self.beta1 = check_number("beta1", beta1, low=0.0, high=1.0, high_open=True)
+    self.beta2 = check_number("beta2", beta2, low=0.0, high=1.0, high_open=True)
+    self.epsilon = check_number("epsilon", epsilon, low=0.0)
     super().__init__(optax.adam(learning_rate, b1=beta1, b2=beta2, eps=epsilon), name=f"Adam(lr={learning_rate:g})")

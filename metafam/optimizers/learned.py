@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from metafam.optimizers.base import Optimizer, OptimizerState, check_grad_matches
+from metafam.optimizers.base import Optimizer, OptimizerState, check_grad_matches, check_number
 from metafam.optimizers.optax_adapter import optimizer_as_optax
 
 MetaParams = Any
@@ -109,9 +109,7 @@ class LearnableSGD(LearnedOptimizer):
   """Gradient descent whose learning rate is learned: ``theta = {"log_lr": f32[]}``, ``lr = exp(log_lr)``."""
 
   def __init__(self, initial_lr: float = 1e-2):
-    if not initial_lr > 0:
-      raise ValueError(f"initial_lr must be > 0, got {initial_lr!r}.")
-    self.initial_lr = float(initial_lr)
+    self.initial_lr = float(check_number("initial_lr", initial_lr, low=0.0, low_open=True))
 
   def init(self, key):
     return {"log_lr": jnp.asarray(np.log(self.initial_lr), jnp.float32)}
@@ -127,6 +125,38 @@ class LearnableSGD(LearnedOptimizer):
 # -- Adam --------------------------------------------------------------------------------------------------------
 def _logit(x: float) -> float:
   return float(np.log(x) - np.log1p(-x))
+
+
+@jax.custom_jvp
+def sqrt_zero_safe(x: jax.Array) -> jax.Array:
+  """``jnp.sqrt(x)`` (the same operation), whose derivative at ``x == 0`` is 0 instead of ``inf``.
+
+  Adam's second moment is exactly 0 wherever every gradient so far was 0 (dead ReLU units, unused embeddings), and
+  there the pullback of ``sqrt`` multiplies a zero cotangent by ``inf``: the meta-gradient turned NaN. Elsewhere
+  the derivative is JAX's own, ``t * (0.5 / sqrt(x))``; at 0 it is 0 (the update does not depend on ``v`` where
+  the first moment is 0 too).
+  """
+  return jnp.sqrt(x)
+
+
+@sqrt_zero_safe.defjvp
+def _sqrt_zero_safe_jvp(primals, tangents):
+  (x,), (t,) = primals, tangents
+  ans = jnp.sqrt(x)
+  return ans, t * (0.5 / jnp.where(ans == 0, jnp.inf, ans))
+
+
+@jax.custom_jvp
+def log1p_neg_safe(x: jax.Array) -> jax.Array:
+  """``jnp.log1p(-x)`` (the same operation), whose derivative at ``x == 1`` (value -inf) is 0 instead of NaN."""
+  return jnp.log1p(-x)
+
+
+@log1p_neg_safe.defjvp
+def _log1p_neg_safe_jvp(primals, tangents):
+  (x,), (t,) = primals, tangents
+  one_minus_x = 1 - x
+  return jnp.log1p(-x), -t / jnp.where(one_minus_x == 0, jnp.inf, one_minus_x)
 
 
 class _ThetaAdam(Optimizer):
@@ -151,11 +181,13 @@ class _ThetaAdam(Optimizer):
     b1, b2 = 1.0 - omb1, 1.0 - omb2
     t = (opt_state.iteration + 1).astype(jnp.float32)
     # 1 - beta^t computed from (1 - beta) without cancellation.
-    corr1, corr2 = -jnp.expm1(t * jnp.log1p(-omb1)), -jnp.expm1(t * jnp.log1p(-omb2))
-    mu = jax.tree.map(lambda g, m: omb1 * g + b1 * m, grad, opt_state.opt_state["mu"])
-    nu = jax.tree.map(lambda g, v: omb2 * jnp.square(g) + b2 * v, grad, opt_state.opt_state["nu"])
+    # log1p_neg_safe: at a saturated sigmoid (1 - beta == 1, beta == 0) the correction is 1 with derivative 0.
+    corr1, corr2 = -jnp.expm1(t * log1p_neg_safe(omb1)), -jnp.expm1(t * log1p_neg_safe(omb2))
+    # The moments keep their dtype (f32 hyper-parameters would promote bf16 moments, changing the state's type).
+    mu = jax.tree.map(lambda g, m: (omb1 * g + b1 * m).astype(m.dtype), grad, opt_state.opt_state["mu"])
+    nu = jax.tree.map(lambda g, v: (omb2 * jnp.square(g) + b2 * v).astype(v.dtype), grad, opt_state.opt_state["nu"])
     params = jax.tree.map(
-        lambda p, m, v: (p - hp["lr"] * (m / corr1) / (jnp.sqrt(v / corr2) + hp["epsilon"])).astype(p.dtype),
+        lambda p, m, v: (p - hp["lr"] * (m / corr1) / (sqrt_zero_safe(v / corr2) + hp["epsilon"])).astype(p.dtype),
         opt_state.params, mu, nu)
     return _next_state(opt_state, params, model_state, {"mu": mu, "nu": nu})
 
@@ -172,13 +204,11 @@ class LearnableAdam(LearnedOptimizer):
   """
 
   def __init__(self, initial_lr: float = 1e-3, beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8):
-    if not initial_lr > 0 or not epsilon > 0:
-      raise ValueError(f"initial_lr and epsilon must be > 0, got {initial_lr!r} and {epsilon!r}.")
-    for name, b in (("beta1", beta1), ("beta2", beta2)):
-      if not 0 < b < 1:
-        raise ValueError(f"{name} must lie in (0, 1), got {b!r}.")
-    self.initial_lr, self.epsilon = float(initial_lr), float(epsilon)
-    self.beta1, self.beta2 = float(beta1), float(beta2)
+    positive = dict(low=0.0, low_open=True)
+    self.initial_lr = float(check_number("initial_lr", initial_lr, **positive))
+    self.epsilon = float(check_number("epsilon", epsilon, **positive))
+    self.beta1 = float(check_number("beta1", beta1, low=0.0, high=1.0, low_open=True, high_open=True))
+    self.beta2 = float(check_number("beta2", beta2, low=0.0, high=1.0, low_open=True, high_open=True))
 
   def init(self, key):
     f32 = lambda v: jnp.asarray(v, jnp.float32)

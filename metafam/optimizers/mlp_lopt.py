@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from metafam.optimizers.base import Optimizer, check_grad_matches
+from metafam.optimizers.base import Optimizer, check_grad_matches, check_number
 from metafam.optimizers.learned import LearnedOptimizer
 
 DEFAULT_DECAYS = (0.1, 0.5, 0.9, 0.99, 0.999, 0.9999)
@@ -65,7 +65,7 @@ class MLPLOptState:
 
 
 def rms_normalize(x: jax.Array, axes: Sequence[int], eps: float = 1e-12) -> jax.Array:
-  """``x / sqrt(mean(x^2 over axes) + eps)``."""
+  """``x / sqrt(mean(x^2 over axes) + eps)``; with ``eps > 0`` finite, with a finite derivative, also at ``x = 0``."""
   return x * jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=tuple(axes), keepdims=True) + eps)
 
 
@@ -91,18 +91,22 @@ class MLPLOpt(LearnedOptimizer):
   def __init__(self, hidden_sizes: Sequence[int] = (32, 32), decays: Sequence[float] = DEFAULT_DECAYS,
                time_scales: Sequence[float] = DEFAULT_TIME_SCALES, step_mult: float = 1e-3, exp_mult: float = 1e-3,
                norm_eps: float = 1e-12, out_init_scale: float = 1e-2, descent_init: bool = True):
-    self.hidden_sizes = tuple(int(h) for h in hidden_sizes)
-    self.decays = tuple(float(d) for d in decays)
-    self.time_scales = tuple(float(t) for t in time_scales)
-    if not self.hidden_sizes or min(self.hidden_sizes) < (2 if descent_init else 1):
-      raise ValueError(f"hidden_sizes must be non-empty with widths >= {2 if descent_init else 1}, "
-                       f"got {hidden_sizes!r}.")
-    if not self.decays or not all(0 <= d < 1 for d in self.decays):
-      raise ValueError(f"decays must be a non-empty sequence in [0, 1), got {decays!r}.")
-    if not all(t > 0 for t in self.time_scales):
-      raise ValueError(f"time_scales must be positive, got {time_scales!r}.")
-    self.step_mult, self.exp_mult = float(step_mult), float(exp_mult)
-    self.norm_eps, self.out_init_scale, self.descent_init = float(norm_eps), float(out_init_scale), descent_init
+    hidden_sizes, decays, time_scales = tuple(hidden_sizes), tuple(decays), tuple(time_scales)
+    if not hidden_sizes or not decays:
+      raise ValueError(f"hidden_sizes and decays must be non-empty, got {hidden_sizes!r} and {decays!r}.")
+    min_width = 2 if descent_init else 1
+    self.hidden_sizes = tuple(int(check_number(f"hidden_sizes[{i}]", h, low=min_width, integer=True))
+                              for i, h in enumerate(hidden_sizes))
+    self.decays = tuple(float(check_number(f"decays[{i}]", d, low=0.0, high=1.0, high_open=True))
+                        for i, d in enumerate(decays))
+    self.time_scales = tuple(float(check_number(f"time_scales[{i}]", t, low=0.0, low_open=True))
+                             for i, t in enumerate(time_scales))
+    self.step_mult = float(check_number("step_mult", step_mult, low=0.0, low_open=True))
+    self.exp_mult = float(check_number("exp_mult", exp_mult, low=0.0))
+    # norm_eps > 0 also keeps the normalization (and its derivative) finite for an all-zero leaf.
+    self.norm_eps = float(check_number("norm_eps", norm_eps, low=0.0, low_open=True))
+    self.out_init_scale = float(check_number("out_init_scale", out_init_scale, low=0.0))
+    self.descent_init = descent_init
     # (decay, 1 - decay) as float32 constants; 1 - decay is computed in float64 first.
     self._decay = np.asarray(self.decays, np.float32)
     self._one_minus_decay = (1.0 - np.asarray(self.decays, np.float64)).astype(np.float32)

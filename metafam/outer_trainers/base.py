@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import numbers
 from typing import Any, Dict, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from metafam.inner import sharding
 from metafam.inner.truncated_step import UnrollOutput
@@ -32,7 +34,8 @@ class GradientEstimate:
 
   Attributes:
     grad: pytree like theta.
-    meta_loss: f32 scalar, the mean (unperturbed or antithetic-average) meta-loss the estimate is about.
+    meta_loss: f32 scalar, the mean (unperturbed or antithetic-average) meta-loss the estimate is about; NaN when
+      every step (or pair) was non-finite, so the estimate carries no information (its gradient is then 0).
     metrics: dict of f32 scalars, e.g. ``num_nonfinite`` (masked steps or pairs) and ``inner_steps``.
   """
   grad: Any
@@ -87,9 +90,13 @@ def check_loss_kind(loss_kind: str) -> str:
 
 
 def check_positive(name: str, value: Any, integer: bool = False) -> Any:
-  ok = isinstance(value, int) if integer else isinstance(value, (int, float))
-  if not ok or value <= 0:
-    raise ValueError(f"{name} must be a positive {'int' if integer else 'number'}, got {value!r}.")
+  """``value`` if it is a positive finite number (a positive int with ``integer``), else ValueError naming ``name``.
+
+  Bools, NaN and infinities are refused (``nan <= 0`` is False, so a plain comparison would let NaN through).
+  """
+  ok = isinstance(value, int) if integer else isinstance(value, numbers.Real)
+  if not ok or isinstance(value, (bool, np.bool_)) or not np.isfinite(value) or not value > 0:
+    raise ValueError(f"{name} must be a positive {'int' if integer else 'number'} (finite, not a bool), got {value!r}.")
   return value
 
 
@@ -121,8 +128,16 @@ def pair_differences(losses: jax.Array, mask: jax.Array, clip: Optional[float]):
   delta = (losses[:, :n] - losses[:, n:]) * pair_mask
   if clip is not None:
     delta = jnp.clip(delta, -clip, clip)
-  mean_loss = jnp.sum(0.5 * (losses[:, :n] + losses[:, n:]) * pair_mask) / jnp.maximum(jnp.sum(pair_mask), 1.0)
+  mean_loss = masked_mean_or_nan(jnp.sum(0.5 * (losses[:, :n] + losses[:, n:]) * pair_mask), jnp.sum(pair_mask))
   return delta, pair_mask, mean_loss
+
+
+def masked_mean_or_nan(total: jax.Array, count: jax.Array) -> jax.Array:
+  """``total / count``, or NaN when ``count == 0``: an estimate with nothing finite to average reports NaN, not 0.
+
+  The value is ``total / max(count, 1)`` otherwise (bit for bit), and the derivative where ``count == 0`` is 0.
+  """
+  return jnp.where(count > 0, total / jnp.maximum(count, 1.0), jnp.nan)
 
 
 def weighted_noise_sum(coef: jax.Array, noise: Any) -> Any:
@@ -130,8 +145,12 @@ def weighted_noise_sum(coef: jax.Array, noise: Any) -> Any:
   return jax.tree.map(lambda e: jnp.tensordot(coef.astype(e.dtype), e, axes=1), noise)
 
 
+def count_nonfinite(tree: Any) -> jax.Array:
+  """The number of non-finite entries of ``tree`` (int32)."""
+  leaves = jax.tree.leaves(tree)
+  return sum(jnp.sum(~jnp.isfinite(x)) for x in leaves) if leaves else jnp.asarray(0)
+
+
 def zero_nonfinite(tree: Any):
   """Replaces non-finite entries by 0; returns ``(tree, number of replaced entries)``."""
-  leaves = jax.tree.leaves(tree)
-  count = sum(jnp.sum(~jnp.isfinite(x)) for x in leaves) if leaves else jnp.asarray(0)
-  return jax.tree.map(lambda x: jnp.where(jnp.isfinite(x), x, 0.0), tree), count
+  return jax.tree.map(lambda x: jnp.where(jnp.isfinite(x), x, 0.0), tree), count_nonfinite(tree)

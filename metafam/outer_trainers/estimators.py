@@ -12,7 +12,9 @@ Every estimator takes ``devices`` (None, a count or a sequence of devices) and s
 `estimate_fn` themselves place theta and the worker state with `place_theta` / `place_worker_state` first.
 
 The meta-loss of a truncation is the masked mean over its steps of the chosen per-step loss (``loss_kind``, default
-the task-normalized ``meta_loss`` of the updated params on ``meta_loss_split``). ES scaling: see `base`.
+the task-normalized ``meta_loss`` of the updated params on ``meta_loss_split``). ES scaling: see `base`. Non-finite
+steps (or pairs) are left out and counted in ``metrics["num_nonfinite"]``; an estimate in which every one of them
+was non-finite reports ``meta_loss`` NaN and a zero gradient, and `MetaTrainer` skips that meta-update.
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ from metafam.inner import sharding
 from metafam.inner.schedules import ConstantSchedule, NeverEndingSchedule
 from metafam.inner.truncated_step import LaneState, TruncatedStep
 from metafam.outer_trainers.base import (GradientEstimate, GradientEstimator, antithetic_thetas, check_loss_kind,
-                                         check_positive, pair_differences, sample_perturbations, step_losses,
-                                         weighted_noise_sum, zero_nonfinite)
+                                         check_positive, masked_mean_or_nan, pair_differences,
+                                         sample_perturbations, step_losses, weighted_noise_sum, zero_nonfinite)
 
 FULL_ES_LOSS_TYPES = ("avg", "last", "min")
 _NEVER_RESAMPLED = 2 ** 30
@@ -79,8 +81,10 @@ class _Estimator(GradientEstimator):
 class TruncatedBPTT(_Estimator):
   """Backpropagation through each truncation of ``unroll_length`` steps (biased: ignores longer-range effects).
 
-  ``num_tasks`` lanes share theta; the gradient is that of the masked mean meta-loss over the truncation.
-  Non-finite gradient entries are zeroed and counted in ``metrics["num_nonfinite"]``.
+  ``num_tasks`` lanes share theta; the gradient is that of the masked mean meta-loss over the truncation: steps
+  that went non-finite are left out (and send no NaN into the gradient, see `metafam.inner.truncated_step`), and
+  ``meta_loss`` is NaN (with a zero gradient) when every step did. ``metrics["num_nonfinite"]`` counts the masked
+  steps plus any non-finite gradient entries that remain, which are zeroed.
   """
 
   name = "tbptt"
@@ -107,7 +111,7 @@ class TruncatedBPTT(_Estimator):
     def meta_loss(theta):
       lanes, out = self.step.unroll_fn(theta, worker_state, keys, data)
       losses, mask = step_losses(out, self.loss_kind)
-      return jnp.sum(losses * mask) / jnp.maximum(jnp.sum(mask), 1.0), (lanes, mask)
+      return masked_mean_or_nan(jnp.sum(losses * mask), jnp.sum(mask)), (lanes, mask)
 
     (loss, (lanes, mask)), grad = jax.value_and_grad(meta_loss, has_aux=True)(theta)
     grad, bad = zero_nonfinite(grad)
@@ -167,7 +171,8 @@ class FullES(_Estimator):
       delta = jnp.clip(delta, -self.clip_loss_diff, self.clip_loss_diff)
     num_valid = jnp.maximum(jnp.sum(pair_valid), 1)
     grad = weighted_noise_sum(delta / (num_valid * 2 * self.sigma ** 2), eps)
-    mean_loss = jnp.sum(jnp.where(pair_valid, 0.5 * (per_lane[:n] + per_lane[n:]), 0.0)) / num_valid
+    mean_loss = masked_mean_or_nan(jnp.sum(jnp.where(pair_valid, 0.5 * (per_lane[:n] + per_lane[n:]), 0.0)),
+                                   jnp.sum(pair_valid))
     metrics = {"num_nonfinite": jnp.sum(~pair_valid).astype(jnp.float32)}
     return GradientEstimate(grad, mean_loss, metrics), worker_state
 

@@ -30,7 +30,7 @@ from metafam.evaluation.family_eval import FamilyEvaluator
 from metafam.inner import sharding
 from metafam.io import atomic_write
 from metafam.outer_trainers import checkpoint
-from metafam.outer_trainers.base import GradientEstimator, zero_nonfinite
+from metafam.outer_trainers.base import GradientEstimator, check_positive, count_nonfinite
 
 CHECKPOINT_NAME = "checkpoint.npz"
 LEGACY_CHECKPOINT_NAME = "checkpoint.pkl"  # v1 pickles: refused, see checkpoint.convert_legacy_checkpoint
@@ -57,11 +57,6 @@ class MetaTrainState:
   step: jax.Array
 
 
-def tree_norm(tree: Any) -> jax.Array:
-  leaves = jax.tree.leaves(tree)
-  return jnp.sqrt(sum(jnp.sum(jnp.square(x)) for x in leaves)) if leaves else jnp.asarray(0.0)
-
-
 class MetaTrainer:
   """Meta-trains ``learned_opt`` with the average of ``estimators``' meta-gradients.
 
@@ -75,6 +70,10 @@ class MetaTrainer:
     eval_split: the split scored by `evaluate` (default "test").
     config: JSON-able description of the run, stored in checkpoints; resuming from a checkpoint whose config
       differs is refused.
+
+  A meta-step in which some estimate had no finite step or pair (its ``meta_loss`` is NaN) or whose averaged
+  gradient has non-finite entries leaves theta and the meta-optimizer state unchanged; its metrics say
+  ``update_skipped = 1`` (the worker states advance as usual).
   """
 
   def __init__(self, learned_opt: Any, estimators: Sequence[GradientEstimator],
@@ -87,8 +86,8 @@ class MetaTrainer:
     for i, est in enumerate(estimators):
       if not isinstance(est, GradientEstimator):
         raise TypeError(f"estimators[{i}] is a {type(est).__name__}, not a GradientEstimator.")
-    if clip_grad_norm is not None and not clip_grad_norm > 0:
-      raise ValueError(f"clip_grad_norm must be positive or None, got {clip_grad_norm!r}.")
+    if clip_grad_norm is not None:
+      check_positive("clip_grad_norm", clip_grad_norm)
     meshes = [getattr(est, "mesh", None) for est in estimators]
     device_sets = [None if m is None else tuple(m.devices.flat) for m in meshes]
     if len(set(device_sets)) > 1:
@@ -158,15 +157,22 @@ class MetaTrainer:
       workers.append(ws)
       nonfinite = nonfinite + estimate.metrics["num_nonfinite"]
     grad = jax.tree.map(lambda *g: sum(g) / len(g), *grads)
-    grad, bad_grad = zero_nonfinite(grad)
-    grad_norm = tree_norm(grad)
+    # Skip the update (theta and the meta-optimizer state stay as they are) when an estimate had no finite step or
+    # pair (its meta_loss is NaN and its zero gradient carries no information) or the gradient has non-finite
+    # entries; `update_skipped` records it. Otherwise this is the plain clipped optax update.
+    bad_grad = count_nonfinite(grad)
+    skip = (bad_grad > 0) | ~jnp.all(jnp.isfinite(jnp.stack(losses)))
+    grad_norm = optax.tree.norm(grad)
     if self.clip_grad_norm is not None:
+      # Not optax.clip_by_global_norm: it computes (g / norm) * max_norm, which rounds differently from this.
       factor = jnp.minimum(1.0, self.clip_grad_norm / jnp.maximum(grad_norm, 1e-12))
       grad = jax.tree.map(lambda g: g * factor, grad)
     updates, opt_state = self.meta_optimizer.update(grad, state.opt_state, state.theta)
     theta = optax.apply_updates(state.theta, updates)
+    theta, opt_state = optax.tree.where(skip, (state.theta, state.opt_state), (theta, opt_state))
     metrics = {"meta_loss": sum(losses) / len(losses), "grad_norm": grad_norm,
-               "num_nonfinite": jnp.asarray(nonfinite, jnp.float32), "nonfinite_grad_entries": bad_grad}
+               "num_nonfinite": jnp.asarray(nonfinite, jnp.float32), "nonfinite_grad_entries": bad_grad,
+               "update_skipped": skip.astype(jnp.float32)}
     for est, loss in zip(self.estimators, losses):
       metrics[f"meta_loss/{est.name}"] = loss
     new_state = MetaTrainState(theta=theta, opt_state=opt_state, worker_states=tuple(workers),
@@ -216,16 +222,18 @@ class MetaTrainer:
 
     With ``output_dir``, an existing checkpoint there is resumed (refused if it belongs to a different run), a
     checkpoint is written atomically every ``checkpoint_every`` steps and at the end, and every logged record is
-    appended to ``metrics.jsonl``. With ``eval_every`` and an ``eval_family``, `evaluate` runs every that many
-    steps and at the end (held-out instances, key derived from the step). ``history`` is the list of records
-    (step, metrics, inner steps/s, and eval results where evaluated).
+    appended to ``metrics.jsonl`` (strict JSON: a non-finite value, e.g. the NaN meta-loss of a step whose update
+    was skipped, is written as null; `read_metrics` reads it back as NaN). With ``eval_every`` and an
+    ``eval_family``, `evaluate` runs every that many steps and at the end (held-out instances, key derived from the
+    step). ``history`` is the list of records (step, metrics, inner steps/s, and eval results where evaluated).
     """
-    if not isinstance(num_steps, int) or num_steps < 0:
-      raise ValueError(f"num_steps must be a non-negative int, got {num_steps!r}.")
-    if not isinstance(checkpoint_every, int) or checkpoint_every < 1:
-      raise ValueError(f"checkpoint_every must be a positive int, got {checkpoint_every!r}.")
-    if eval_every is not None and (self.evaluator is None or eval_every < 1):
-      raise ValueError("eval_every needs an eval_family and a positive value.")
+    if not isinstance(num_steps, int) or isinstance(num_steps, bool) or num_steps < 0:
+      raise ValueError(f"num_steps must be a non-negative int (not a bool), got {num_steps!r}.")
+    check_positive("checkpoint_every", checkpoint_every, integer=True)
+    if eval_every is not None:
+      check_positive("eval_every", eval_every, integer=True)
+      if self.evaluator is None:
+        raise ValueError("eval_every needs an eval_family (MetaTrainer(..., eval_family=...)).")
     ckpt = os.path.join(output_dir, CHECKPOINT_NAME) if output_dir else None
     if output_dir:
       legacy = os.path.join(output_dir, LEGACY_CHECKPOINT_NAME)
@@ -257,7 +265,7 @@ class MetaTrainer:
         bar.set_postfix(meta_loss=f"{record['meta_loss']:.4f}", grad_norm=f"{record['grad_norm']:.3g}")
         if output_dir:
           with open(os.path.join(output_dir, METRICS_NAME), "a") as f:
-            f.write(json.dumps(record) + "\n")
+            f.write(json.dumps(_finite_or_null(record), allow_nan=False) + "\n")
           if step % checkpoint_every == 0 or step == num_steps:
             self.save(state, ckpt)
         if log_fn is not None:
@@ -267,6 +275,17 @@ class MetaTrainer:
     if output_dir and int(state.step) == start_step and not os.path.exists(ckpt):
       self.save(state, ckpt)
     return state, history
+
+
+def _finite_or_null(record: Dict[str, Any]) -> Dict[str, Any]:
+  """``record`` with non-finite floats (a skipped step's NaN meta-loss) as None: JSON has no NaN, so they are null."""
+  return {k: None if isinstance(v, float) and not np.isfinite(v) else v for k, v in record.items()}
+
+
+def read_metrics(path: str) -> List[Dict[str, Any]]:
+  """The records of a ``metrics.jsonl`` written by `MetaTrainer.train`, with null values read back as NaN."""
+  with open(path) as f:
+    return [{k: float("nan") if v is None else v for k, v in json.loads(line).items()} for line in f if line.strip()]
 
 
 def _truncate_metrics(path: str, step: int) -> None:
