@@ -18,7 +18,6 @@ work; no existing file is changed. The CLI only parses, calls the library and pr
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
@@ -65,7 +64,8 @@ flags.DEFINE_string("output_dir", None, "Output directory (default runs/<command
                     flag_values=FLAGS)
 _int("checkpoint_every", 50, "Meta-steps between checkpoints.")
 _int("eval_every", 0, "Meta-steps between evaluations during training (0: only at the end).", lower=0)
-_int("eval_tasks", 8, "Held-out task instances per evaluation.", upper=MAX_LANES)
+_int("eval_tasks", 16, "Held-out task instances per evaluation (the speedup interval is over these).",
+     upper=MAX_LANES)
 _int("eval_steps", 200, "Inner steps per evaluation.")
 _int("seed", 0, "Random seed of the run (0 to 2**31 - 1).", lower=0)
 _int("devices", 1, "Spread the estimator's lanes over this many devices (on CPU: cores; JAX is asked for that many "
@@ -360,39 +360,32 @@ def cmd_meta_train() -> None:
                            progress=FLAGS.progress, log_fn=log_fn)
   train_seconds = time.perf_counter() - start
 
-  evaluator = trainer.evaluator  # on the "test" split, over --devices when --eval_tasks divides evenly
+  # The held-out report: fresh instances (test split), the learned optimizer before and after meta-training against
+  # Adam at the learning rate tuned on inner_valid, with per-instance speedups and their bootstrap interval.
+  from metafam.evaluation.comparison import compare_with_tuned_adam
+  from metafam.outer_trainers.meta_trainer import read_metrics
   eval_key = jax.random.key(FLAGS.seed + 1_000_003)
   theta0 = trainer.init(key).theta
-  curves = {"learned (init)": evaluator.evaluate(lopt, theta0, eval_key),
-            "learned (final)": evaluator.evaluate(lopt, state.theta, eval_key)}
-  adam = evaluator.tune_adam(eval_key)
-  curves[f"Adam (tuned lr={adam['best_lr']:.2g})"] = adam["curve"]
-  history = _read_jsonl(os.path.join(out_dir, METRICS_NAME))
-  summary = {
-      "config": run_config(), "meta_steps": int(state.step), "train_seconds_this_session": train_seconds,
-      "eval": {"family": family.name, "split": "test", "tasks": FLAGS.eval_tasks, "inner_steps": FLAGS.eval_steps,
-               "adam_best_lr": adam["best_lr"],
-               "final_loss": {k: float(v[-1]) for k, v in curves.items()},
-               "mean_loss": {k: float(v.mean()) for k, v in curves.items()}},
-      "meta_loss_first_10": [h["meta_loss"] for h in history[:10]],
-      "meta_loss_last_10": [h["meta_loss"] for h in history[-10:]],
-  }
+  comparison = compare_with_tuned_adam(trainer.evaluator, lopt, {"learned (init)": theta0,
+                                                                 "learned (final)": state.theta}, eval_key,
+                                       min_tasks=1)
+  metrics_path = os.path.join(out_dir, METRICS_NAME)
+  history = read_metrics(metrics_path) if os.path.exists(metrics_path) else []
+  meta_losses = [h.get("meta_loss") for h in history]
+  summary = {"config": run_config(), "meta_steps": int(state.step), "train_seconds_this_session": train_seconds,
+             "eval": comparison.to_json(),
+             "meta_loss_first_10": [_json_number(v) for v in meta_losses[:10]],
+             "meta_loss_last_10": [_json_number(v) for v in meta_losses[-10:]]}
   write_json(os.path.join(out_dir, "summary.json"), summary)
-  print(f"\nheld-out evaluation: {FLAGS.eval_tasks} fresh instances of {family.name}, {FLAGS.eval_steps} inner "
-        f"steps, normalized test loss")
-  print(f"{'optimizer':<28} {'final loss':>10} {'mean loss':>10}")
-  for name, curve in curves.items():
-    print(f"{name:<28} {float(curve[-1]):>10.4f} {float(curve.mean()):>10.4f}")
-  plots = _plot_meta_train(out_dir, history, curves)
+  print("\n" + comparison.format_table())
+  plots = _plot_meta_train(out_dir, history, comparison.mean_curves())
   print(f"\nwrote {os.path.join(out_dir, 'summary.json')}, {METRICS_NAME}, {CHECKPOINT_NAME}"
         + (", " + ", ".join(plots) if plots else " (install matplotlib for PNG plots: pip install 'metafam[plot]')"))
 
 
-def _read_jsonl(path: str) -> List[Dict[str, Any]]:
-  if not os.path.exists(path):
-    return []
-  with open(path) as f:
-    return [json.loads(line) for line in f if line.strip()]
+def _json_number(value: Any) -> Any:
+  """A float for JSON: None where it is missing or not finite (JSON has no NaN)."""
+  return float(value) if value is not None and math.isfinite(value) else None
 
 
 def _require_tensorboard() -> None:
@@ -413,24 +406,43 @@ def _tensorboard_logger(output_dir: str) -> Callable[[Dict[str, Any]], None]:
   return log
 
 
+def _ema(values: List[float], decay: float) -> List[float]:
+  """Bias-corrected exponential moving average that skips NaN (skipped meta-steps)."""
+  out, avg, weight = [], 0.0, 0.0
+  for v in values:
+    if math.isfinite(v):
+      avg, weight = decay * avg + (1 - decay) * v, decay * weight + (1 - decay)
+    out.append(avg / weight if weight else float("nan"))
+  return out
+
+
 def _plot_meta_train(output_dir: str, history, curves) -> List[str]:
+  """``meta_loss.png`` (raw meta-loss, its EMA, and the held-out evaluation when logged) and ``inner_curves.png``."""
   try:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # the object-oriented API: no pyplot state, no backend switch
   except ImportError:
     return []
-  fig, ax = plt.subplots(figsize=(6, 4))
-  ax.plot([h["step"] for h in history], [h["meta_loss"] for h in history], lw=1)
+  steps = [h["step"] for h in history]
+  raw = [float(h.get("meta_loss", float("nan"))) for h in history]
+  fig = Figure(figsize=(6.5, 4))
+  ax = fig.subplots()
+  ax.plot(steps, raw, lw=0.6, alpha=0.35, color="C0", label="meta-loss")
+  decay = min(0.99, max(0.0, 1.0 - 10.0 / max(len(raw), 1)))
+  ax.plot(steps, _ema(raw, decay), lw=1.6, color="C0", label=f"meta-loss, EMA (decay {decay:.2f})")
   ax.set(xlabel="meta-step", ylabel="meta-loss (normalized)", title="meta-training")
+  evals = [(h["step"], h["eval_final_loss"]) for h in history if "eval_final_loss" in h]
+  if evals:
+    ax.plot(*zip(*evals), "o-", ms=3, color="C3", label="held-out test loss after the inner steps")
+  ax.legend(fontsize=8)
   save_figure(fig, os.path.join(output_dir, "meta_loss.png"))
-  fig, ax = plt.subplots(figsize=(6, 4))
+  fig = Figure(figsize=(6.5, 4))
+  ax = fig.subplots()
   for name, curve in curves.items():
     ax.plot(range(1, len(curve) + 1), curve, label=name)
-  ax.set(xlabel="inner step", ylabel="normalized test loss", title="held-out inner training", yscale="log")
-  ax.legend()
+  ax.set(xlabel="inner step", ylabel="normalized test loss (mean over instances)", title="held-out inner training",
+         yscale="log")
+  ax.legend(fontsize=8)
   save_figure(fig, os.path.join(output_dir, "inner_curves.png"))
-  plt.close("all")
   return ["meta_loss.png", "inner_curves.png"]
 
 

@@ -46,13 +46,16 @@ def test_meta_train_writes_files_and_resumes(tmp_path, capsys):
   with open(os.path.join(out_dir, "summary.json")) as f:
     summary = json.load(f)
   assert summary["meta_steps"] == 5 and summary["config"]["family"] == "quadratic_family_10"
-  assert set(summary["eval"]["final_loss"]) >= {"learned (init)", "learned (final)"}
+  assert set(summary["eval"]["learned"]) == {"learned (init)", "learned (final)"}
+  final = summary["eval"]["learned"]["learned (final)"]
+  assert len(final["speedup_per_instance"]) == 2 and set(final["speedup"]) >= {"value", "low", "high"}
+  assert summary["eval"]["adam"]["lr"] > 0 and summary["eval"]["tasks"] == 2
 
 
 @pytest.mark.parametrize("args, message", [
     (["meta-train", "--family=nope"], "unknown family 'nope'; accepted: .*fmnist_mlp_family_8x8_32"),
     (["meta-train", "--estimator=es"], "unknown estimator 'es'; accepted: full_es, nres, pes"),
-    (["meta-train", "--optimizer=adam"], "unknown learned optimizer .*'adam'; accepted: learnable_adam"),
+    (["meta-train", "--optimizer=adam"], "unknown learned optimizer .*'adam'; accepted: adafac_mlp_lopt, learnable_adam"),
     (["meta-train", "--num_steps=0"], r"flag --num_steps=0: 0 is not an integer in the range \[1, 2147483647\]"),
     (["meta-train", "--sigma=-1"], "flag --sigma=-1.*"),
     (["meta-train", "--num_pairs=many"], "num_pairs"),
@@ -110,7 +113,7 @@ def test_evaluate_a_saved_learned_optimizer_and_its_bad_inputs(tmp_path, capsys)
       (["--optimizer=adam", "--suite=huge"], "unknown suite 'huge'; accepted: .*tiny"),
       (["--optimizer=adam", "--suite=tiny", "--task=quadratic_10"], "give --task or --suite, not both"),
       (["--optimizer=adam", "--task=resnet"], "unknown task 'resnet'; accepted: .*fmnist_mlp_8x8_32"),
-      (["--optimizer=adamw"], "unknown optimizer 'adamw'; accepted: adam, learnable_adam"),
+      (["--optimizer=adamw"], "unknown optimizer 'adamw'; accepted: adafac_mlp_lopt, adam, learnable_adam"),
       (["--optimizer=learnable_sgd", f"--checkpoint={tmp_path / 'missing.npz'}"], "is not a file"),
   ]:
     code, _, err = run(["evaluate", f"--output_dir={tmp_path / 'bad'}"] + args, capsys)

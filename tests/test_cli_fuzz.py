@@ -123,7 +123,7 @@ def bad_invocations(root):
       (["evaluate", f"--output_dir={file_}/sub"] + EVAL, "cannot be created: .*is a file"),
       (["evaluate", f"--output_dir={file_}"] + EVAL, "exists and is not a directory"),
       (["evaluate", f"--output_dir={locked}"] + EVAL, "cannot be (written|created)|not writable"),
-      (evl + ["--optimizer=adamw"], "unknown optimizer 'adamw'; accepted: adam, learnable_adam"),
+      (evl + ["--optimizer=adamw"], "unknown optimizer 'adamw'; accepted: adafac_mlp_lopt, adam, learnable_adam"),
       (evl + ["--optimizer=adam", "--task=resnet"], "unknown task 'resnet'; accepted: .*fmnist_mlp_8x8_32"),
       (evl + ["--optimizer=adam", "--suite=tiny", "--task=quadratic_10"], "give --task or --suite, not both"),
       (evl + ["--optimizer=mlp_lopt", "--task=quadratic_10"], "is a learned optimizer: give its meta-parameters"),
