@@ -23,8 +23,8 @@ from metafam.inner import ConstantSchedule, LogUniformSchedule, TruncatedStep
 from metafam.optimizers import (SGD, SGDM, Adam, HandDesigned, LearnableAdam, LearnableSGD, LearnedOptimizer, MLPLOpt,
                                 OptaxOptimizer, Optimizer)
 from metafam.optimizers.learned import log1p_neg_safe, sqrt_zero_safe
-from metafam.outer_trainers import PES, FullES, GradientEstimate, GradientEstimator, MetaTrainer, TruncatedBPTT, \
-    TruncatedES
+from metafam.outer_trainers import (PES, FullES, GradientEstimate, GradientEstimator, MetaTrainer, TruncatedBPTT,
+                                    TruncatedES)
 from metafam.outer_trainers.meta_trainer import METRICS_NAME, read_metrics
 from metafam.taskfamilies.augmentations import LowPrecisionFamily
 from metafam.taskfamilies.base import TaskFamily, single_task_to_family
@@ -32,10 +32,7 @@ from metafam.taskfamilies.quadratic import QuadraticFamily
 from metafam.tasks import get_task
 from metafam.tasks.base import Task
 
-try:  # the registry of learned optimizers (with more of them), where present
-  from metafam.optimizers.registry import LEARNED_OPTIMIZERS
-except ImportError:
-  LEARNED_OPTIMIZERS = {}
+from metafam.optimizers.registry import LEARNED_OPTIMIZERS
 
 
 def _unit_direction(tree, seed):
@@ -87,8 +84,10 @@ class NaNBallFamily(TaskFamily):
     return _NaNBall(cfg)
 
 
-@pytest.mark.parametrize("lopt, meta_loss_split", [(LearnableSGD(0.2), "same_batch"), (LearnableAdam(0.1), "same_batch"),
-                                                   (LearnableAdam(0.1), None)], ids=["sgd", "adam", "adam-train-loss"])
+NAN_LANE_CASES = [(LearnableSGD(0.2), "same_batch"), (LearnableAdam(0.1), "same_batch"), (LearnableAdam(0.1), None)]
+
+
+@pytest.mark.parametrize("lopt, meta_loss_split", NAN_LANE_CASES, ids=["sgd", "adam", "adam-train-loss"])
 def test_tbptt_with_nan_lanes_is_the_gradient_of_the_masked_loss(lopt, meta_loss_split):
   num_tasks, unroll = 8, 20
   est = TruncatedBPTT(NaNBallFamily(), lopt, num_tasks=num_tasks, unroll_length=unroll,
@@ -113,7 +112,7 @@ def test_tbptt_with_nan_lanes_is_the_gradient_of_the_masked_loss(lopt, meta_loss
   assert float(e.meta_loss) == float(loss) and np.isfinite(float(loss))
   # Central difference of the masked meta-loss along a random unit direction. float32: the meta-loss (a mean of
   # ~150 values of order 1) carries rounding noise of ~1e-7 relative, i.e. ~1e-5 in the difference quotient at
-  # h = 1e-2, and the h^2 term is ~1e-4 relative here; measured agreement 6e-5 (SGD) to 9e-4 (Adam), so 5e-3.
+  # h = 1e-2, and the h^2 term is ~1e-4 relative here; measured 6e-5 (SGD), 5e-5 and 5e-4 (Adam), so 5e-3.
   # The mask must be the same at theta +- h: the masked loss jumps where a lane's NaN moves to another step.
   u, h = _unit_direction(theta, 0), 1e-2
   (plus, mask_plus), (minus, mask_minus) = meta_loss_and_mask(_along(theta, u, h)), meta_loss_and_mask(
@@ -171,8 +170,9 @@ def test_meta_gradient_through_an_mlp_with_dead_units_is_finite_and_correct(lopt
     assert np.all(np.isfinite(np.asarray(leaf))) and np.any(np.asarray(leaf) != 0)
   # Correctness against central differences needs float64: in float32 the loss after 10 steps moves at its rounding
   # level for steps small enough to cross no ReLU kink (and Adam's normalization amplifies the rounding of tiny
-  # gradients). With x64 the unroll runs in float64 (MLPLOpt's features stay float32 by design), and h = 1e-4
-  # measured relative errors of 2e-9 (LearnableAdam) and 8e-4 (MLPLOpt), so 1e-6 and 1e-2.
+  # gradients). With x64 the unroll runs in float64 (MLPLOpt's features stay float32 by design, which limits its
+  # differences to ~1e-5..1e-3 relative), and h = 1e-4 measured relative errors of 4e-11 (LearnableAdam) and 2e-5
+  # (MLPLOpt), so 1e-6 and 5e-3.
   with jax.enable_x64(True):
     meta_loss64, cast, _ = _mlp_unroll(lopt, np.float64)
     theta64 = cast(theta)
@@ -183,7 +183,7 @@ def test_meta_gradient_through_an_mlp_with_dead_units_is_finite_and_correct(lopt
     fd = (float(loss_fn(_along(theta64, u, h))) - float(loss_fn(_along(theta64, u, -h)))) / (2 * h)
     directional = _dot(grads64, u)
   assert all(np.all(np.isfinite(np.asarray(g))) for g in jax.tree.leaves(grads64))
-  np.testing.assert_allclose(directional, fd, rtol=1e-6 if isinstance(lopt, LearnableAdam) else 1e-2)
+  np.testing.assert_allclose(directional, fd, rtol=1e-6 if isinstance(lopt, LearnableAdam) else 5e-3)
 
 
 # -- 3. state dtypes are stable across updates ----------------------------------------------------------------------
