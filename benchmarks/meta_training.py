@@ -110,7 +110,7 @@ def inner_step_cost(family, lopt, theta, num_tasks: int, steps: int = 50, rounds
 def image_part(args) -> None:
   from metafam.evaluation.comparison import compare_with_tuned_adam
   from metafam.evaluation.family_eval import FamilyEvaluator
-  from metafam.tasks.registry import get_family
+  from metafam.taskfamilies.registry import get_family
   family = get_family(args.family)
   evaluator = FamilyEvaluator(family, args.eval_tasks, args.eval_steps)
   eval_key = jax.random.key(args.seed + 1_000_003)

@@ -295,7 +295,8 @@ def cmd_benchmark() -> None:
 
 
 def cmd_list() -> None:
-  from metafam.tasks.registry import list_families, list_tasks
+  from metafam.taskfamilies.registry import list_families
+  from metafam.tasks.registry import list_tasks
   print("tasks:       " + ", ".join(list_tasks()))
   print("families:    " + ", ".join(list_families()))
   print("optimizers:  learned: " + ", ".join(learned_optimizer_names()) + "; hand-designed: "
@@ -325,7 +326,7 @@ def cmd_convert_checkpoint(old: str, new: str) -> None:
 
 
 def cmd_meta_train() -> None:
-  from metafam.tasks.registry import FAMILIES, get_family
+  from metafam.taskfamilies.registry import FAMILIES, get_family
   _choose("family", FLAGS.family, FAMILIES)
   _choose("learned optimizer (--optimizer)", FLAGS.optimizer, learned_optimizer_names())
   _choose("estimator", FLAGS.estimator, ESTIMATORS)

@@ -9,7 +9,7 @@ from metafam.optimizers.base import Adam
 from metafam.taskfamilies.base import TaskFamily, check_family, single_task_to_family
 from metafam.taskfamilies.quadratic import NoisyQuadraticFamily, QuadraticFamily
 from metafam.tasks.quadratic import QuadraticTask
-from metafam.tasks.registry import FAMILIES, get_family
+from metafam.taskfamilies.registry import FAMILIES, get_family
 
 
 def test_single_task_to_family_returns_the_same_task():

@@ -11,7 +11,8 @@ from metafam.taskfamilies import augmentations as faug
 from metafam.taskfamilies.base import TaskFamily, check_family
 from metafam.taskfamilies.image_mlp import ImageMLPFamily
 from metafam.taskfamilies.quadratic import NoisyQuadraticFamily, QuadraticFamily
-from metafam.taskfamilies.spec import AUGMENTATIONS, FAMILY_KINDS, FamilyMixture, FamilySpec, LazyConstructor
+from metafam.taskfamilies.registry import AUGMENTATIONS, FAMILY_KINDS, LazyConstructor
+from metafam.taskfamilies.spec import FamilyMixture, FamilySpec
 
 MLP_KWARGS = {"hidden_sizes": (8,), "image_size": 8, "batch_size": 16, "activations": ["relu", "tanh"]}
 
@@ -73,12 +74,12 @@ def test_built_augmented_spec_passes_check_family():
 
 
 def test_clear_errors():
-  with pytest.raises(ValueError, match=r"Unknown family kind 'mlp'; accepted family kinds: .*image_mlp.*quadratic"):
+  with pytest.raises(ValueError, match=r"unknown family kind 'mlp'; valid names: .*image_mlp.*quadratic"):
     FamilySpec("mlp").build()
   with pytest.raises(ValueError, match=r"family kind 'quadratic' got unknown kwargs \['size'\]; accepted kwargs: dim, "
                                        r"target_std, scale_range"):
     FamilySpec("quadratic", {"size": 3}).build()
-  with pytest.raises(ValueError, match=r"Unknown augmentation 'rescale'; accepted augmentations: .*reparam"):
+  with pytest.raises(ValueError, match=r"unknown augmentation 'rescale'; valid names: .*reparam"):
     FamilySpec("quadratic").augment("rescale").build()
   with pytest.raises(ValueError, match=r"augmentation 'reparam' got unknown kwargs \['scale'\]; accepted kwargs: "
                                        r"log_scale_range, per_leaf"):

@@ -75,7 +75,7 @@ def test_registry_lists_every_optimizer_and_builds_with_kwargs():
   for name in NAMES:
     assert isinstance(get_learned_optimizer(name), LearnedOptimizer)
   assert get_learned_optimizer("learnable_sgdm", initial_lr=0.3).initial_lr == 0.3
-  with pytest.raises(ValueError, match="Unknown learned optimizer 'adamw'; registered: adafac_mlp_lopt, .*nn_adam"):
+  with pytest.raises(ValueError, match="unknown learned optimizer 'adamw'; valid names: adafac_mlp_lopt, .*nn_adam"):
     get_learned_optimizer("adamw")
 
 

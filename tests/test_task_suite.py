@@ -18,6 +18,7 @@ import pytest
 
 from metafam.datasets.images import fashion_mnist_datasets
 from metafam.optimizers.base import Adam
+from metafam.taskfamilies import registry as family_registry
 from metafam.taskfamilies.conv import ConvFamily, init_from_one_draw
 from metafam.taskfamilies.language import TransformerLanguageModelFamily
 from metafam.tasks import autoencoder, conv, language, registry
@@ -28,7 +29,7 @@ LEARNING_RATE = 1e-3
 
 # "name": constructor(...),  # ... 12,345 params ...   (the registry's documented counts, tasks and families)
 DOCUMENTED = {name: int(count.replace(",", "")) for name, count in
-              re.findall(r'^\s*"(\w+)":[^#\n]*#.*?([\d,]+) params', inspect.getsource(registry), re.M)}
+              re.findall(r'^\s*"(\w+)":[^#\n]*#.*?([\d,]+) params', inspect.getsource(registry) + inspect.getsource(family_registry), re.M)}
 
 
 @pytest.fixture(autouse=True)
@@ -199,7 +200,7 @@ def _expected_loss(ref, logits, batch, smoothing=0.0):
 
 def test_new_families_are_registered_with_documented_param_counts():
   for name in NEW_FAMILIES:
-    family = registry.get_family(name)
+    family = family_registry.get_family(name)
     params = jax.eval_shape(lambda k: family.task_fn(family.sample(k)).init(k), jax.random.key(0))
     assert num_params(params) == DOCUMENTED[name]
 
@@ -208,7 +209,7 @@ def test_new_families_are_registered_with_documented_param_counts():
 def test_family_reproduces_fixed_task_and_applies_config(name):
   """The neutral config is the fixed task; every config leaf does what its docstring says. All family losses come
   from one forward vmapped over configs, as in vectorized meta-training."""
-  family = registry.get_family(name)
+  family = family_registry.get_family(name)
   batch = next(family.datasets.train)
   cfg0 = jax.eval_shape(family.sample, jax.random.key(0))  # structure and dtypes of a config
   neutral = {"init_scale": 1.0, "label_smoothing": 0.0, "input_scale": 1.0, "input_shift": 0.0, "embed_scale": 1.0}

@@ -110,5 +110,5 @@ def test_registry_lists_and_builds_and_rejects_unknown():
   from metafam.tasks import get_task, list_tasks
   assert "fmnist_mlp_8x8_32" in list_tasks()
   assert get_task("quadratic_10").dim == 10
-  with pytest.raises(KeyError, match="Unknown task 'nope'.*fmnist_mlp_8x8_32"):
+  with pytest.raises(KeyError, match="unknown task 'nope'; valid names: .*fmnist_mlp_8x8_32"):
     get_task("nope")

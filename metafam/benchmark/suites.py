@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Sequence, Tuple, Union
 
+from metafam._registry import lookup
 from metafam.tasks.base import Task
 from metafam.tasks.registry import TASKS, get_task
 
@@ -28,10 +29,8 @@ def list_suites() -> List[str]:
 
 
 def get_suite(name: str) -> List[str]:
-  """The task names of suite ``name`` (a new list); KeyError listing the suites if unknown."""
-  if name not in SUITES:
-    raise KeyError(f"Unknown suite {name!r}; suites: {', '.join(list_suites())}.")
-  return list(SUITES[name])
+  """The task names of suite ``name`` (a new list); `UnknownNameError` (a KeyError) listing the suites if unknown."""
+  return list(lookup(SUITES, name, "suite"))
 
 
 def resolve_tasks(tasks: Union[str, Task, Sequence[Union[str, Task]]]) -> List[Tuple[str, Task]]:
@@ -41,14 +40,8 @@ def resolve_tasks(tasks: Union[str, Task, Sequence[Union[str, Task]]]) -> List[T
   """
   if isinstance(tasks, Task):
     tasks = [tasks]
-  elif isinstance(tasks, str):
-    if tasks in SUITES:
-      tasks = get_suite(tasks)
-    elif tasks in TASKS:
-      tasks = [tasks]
-    else:
-      raise KeyError(f"{tasks!r} is neither a suite ({', '.join(list_suites())}) nor a registered task "
-                     f"({', '.join(sorted(TASKS))}).")
+  elif isinstance(tasks, str):  # a suite name wins over a task of the same name
+    tasks = list(lookup({**{t: [t] for t in TASKS}, **SUITES}, tasks, "suite or task"))
   out: List[Tuple[str, Task]] = []
   for t in tasks:
     if isinstance(t, Task):

@@ -9,10 +9,12 @@ from metafam.optimizers.adafac_mlp_lopt import AdafacMLPLOpt
 from metafam.optimizers.nn_adam import NNAdam
 from metafam.optimizers.rnn_mlp_lopt import RNNMLPLOpt
 from metafam.optimizers.mlp_nom_lopt import MLPNomLOpt
-from metafam.optimizers.registry import LEARNED_OPTIMIZERS, get_learned_optimizer, list_learned_optimizers
+from metafam.optimizers.registry import (HAND_DESIGNED, LEARNED_OPTIMIZERS, get_hand_optimizer, get_learned_optimizer,
+                                        list_hand_optimizers, list_learned_optimizers)
 
 __all__ = ["SGD", "SGDM", "Adam", "OptaxOptimizer", "Optimizer", "OptimizerState", "HandDesigned", "LearnableAdam",
            "LearnableSGD", "LearnedOptimizer", "num_meta_params", "MLPLOpt", "MLPLOptState", "OptaxAdapterState",
            "as_optax", "optimizer_as_optax"]
 __all__ += ["LearnableSGDM", "AdafacMLPLOpt", "NNAdam", "RNNMLPLOpt", "MLPNomLOpt", "LEARNED_OPTIMIZERS",
-            "get_learned_optimizer", "list_learned_optimizers"]
+            "get_learned_optimizer", "list_learned_optimizers", "HAND_DESIGNED", "get_hand_optimizer",
+            "list_hand_optimizers"]

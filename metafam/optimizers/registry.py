@@ -1,4 +1,5 @@
-"""The registry of learned optimizers: names -> constructors of their default configurations.
+"""The registries of optimizers: learned ones (names -> constructors of their default configurations) and the
+hand-designed ones built by name from a learning rate (`HAND_DESIGNED`, what the command line offers).
 
     lopt = get_learned_optimizer("adafac_mlp_lopt")             # or with keyword arguments for the constructor
     theta = lopt.init(jax.random.key(0))
@@ -12,6 +13,10 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List
 
+import optax
+
+from metafam._registry import lookup
+from metafam.optimizers.base import SGD, SGDM, Adam, OptaxOptimizer, Optimizer
 from metafam.optimizers.adafac_mlp_lopt import AdafacMLPLOpt
 from metafam.optimizers.learnable_sgdm import LearnableSGDM
 from metafam.optimizers.learned import LearnableAdam, LearnableSGD, LearnedOptimizer
@@ -38,7 +43,27 @@ def list_learned_optimizers() -> List[str]:
 
 
 def get_learned_optimizer(name: str, **kwargs) -> LearnedOptimizer:
-  """A new ``LEARNED_OPTIMIZERS[name](**kwargs)``; ValueError listing the valid names for an unknown ``name``."""
-  if name not in LEARNED_OPTIMIZERS:
-    raise ValueError(f"Unknown learned optimizer {name!r}; registered: {', '.join(list_learned_optimizers())}.")
-  return LEARNED_OPTIMIZERS[name](**kwargs)
+  """A new ``LEARNED_OPTIMIZERS[name](**kwargs)``; `UnknownNameError` listing the valid names for an unknown one."""
+  return lookup(LEARNED_OPTIMIZERS, name, "learned optimizer")(**kwargs)
+
+
+def _nadamw(learning_rate: float) -> Optimizer:
+  return OptaxOptimizer(optax.nadamw(learning_rate), name=f"NAdamW(lr={learning_rate:g})")
+
+
+HAND_DESIGNED: Dict[str, Callable[[float], Optimizer]] = {
+    "adam": Adam,
+    "sgd": SGD,
+    "sgdm": SGDM,
+    "nadamw": _nadamw,
+}
+
+
+def list_hand_optimizers() -> List[str]:
+  """The registered hand-designed names, sorted."""
+  return sorted(HAND_DESIGNED)
+
+
+def get_hand_optimizer(name: str, learning_rate: float) -> Optimizer:
+  """A new hand-designed optimizer ``name`` at ``learning_rate``; `UnknownNameError` for an unknown ``name``."""
+  return lookup(HAND_DESIGNED, name, "hand-designed optimizer")(learning_rate)

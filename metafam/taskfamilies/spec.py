@@ -6,7 +6,7 @@ JSON and rebuilds the family with ``build()``::
   spec = FamilySpec("image_mlp", {"hidden_sizes": (32,), "image_size": 8}).augment("reparam", log_scale_range=(-1, 1))
   family = FamilySpec.from_json(spec.to_json()).build()   # ReparamFamily(ImageMLPFamily(...))
 
-`FAMILY_KINDS` and `AUGMENTATIONS` are plain dicts from name to a constructor that imports its module on first call;
+The tables of kinds and augmentations live in `metafam.taskfamilies.registry` (`FAMILY_KINDS`, `AUGMENTATIONS`);
 ``build(kinds=..., augmentations=...)`` accepts extended tables. `FamilyMixture` picks which family of a set to run
 next, host-side, with given weights.
 """
@@ -14,7 +14,6 @@ next, host-side, with given weights.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import inspect
 import json
 from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Union
@@ -22,56 +21,9 @@ from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence, T
 import jax
 import numpy as np
 
-from metafam.taskfamilies.base import TaskFamily, single_task_to_family
-
-
-@dataclasses.dataclass(frozen=True)
-class LazyConstructor:
-  """Calls ``module.attr(*args, **kwargs)``, importing ``module`` only when called or inspected."""
-  module: str
-  attr: str
-
-  def load(self) -> Callable:
-    return getattr(importlib.import_module(self.module), self.attr)
-
-  def __call__(self, *args, **kwargs):
-    return self.load()(*args, **kwargs)
-
-
-def _registered_task_family(name: str) -> TaskFamily:
-  """The registered task ``name`` (`metafam.tasks.get_task`) as a one-task family."""
-  from metafam.tasks.registry import get_task
-  return single_task_to_family(get_task(name))
-
-
-def _registered_family(name: str) -> TaskFamily:
-  """The registered family ``name`` (`metafam.taskfamilies.get_family`)."""
-  from metafam.tasks.registry import get_family
-  return get_family(name)
-
-
-_FAMILIES = "metafam.taskfamilies."
-FAMILY_KINDS: Dict[str, Callable[..., TaskFamily]] = {
-    "quadratic": LazyConstructor(_FAMILIES + "quadratic", "QuadraticFamily"),
-    "noisy_quadratic": LazyConstructor(_FAMILIES + "quadratic", "NoisyQuadraticFamily"),
-    "image_mlp": LazyConstructor(_FAMILIES + "image_mlp", "ImageMLPFamily"),
-    "conv": LazyConstructor(_FAMILIES + "conv", "ConvFamily"),
-    "autoencoder": LazyConstructor(_FAMILIES + "autoencoder", "AutoencoderFamily"),
-    "lstm_lm": LazyConstructor(_FAMILIES + "language", "LSTMLanguageModelFamily"),
-    "transformer_lm": LazyConstructor(_FAMILIES + "language", "TransformerLanguageModelFamily"),
-    "task": _registered_task_family,
-    "registered": _registered_family,
-}
-
-_AUG = _FAMILIES + "augmentations"
-AUGMENTATIONS: Dict[str, Callable[..., TaskFamily]] = {
-    "reparam": LazyConstructor(_AUG, "ReparamFamily"),
-    "loss_scale": LazyConstructor(_AUG, "LossScaleFamily"),
-    "noisy_gradients": LazyConstructor(_AUG, "NoisyGradientsFamily"),
-    "clip_gradients": LazyConstructor(_AUG, "ClipGradientsFamily"),
-    "reduced_batch_size": LazyConstructor(_AUG, "ReducedBatchSizeFamily"),
-    "low_precision": LazyConstructor(_AUG, "LowPrecisionFamily"),
-}
+from metafam._registry import lookup
+from metafam.taskfamilies.base import TaskFamily
+from metafam.taskfamilies.registry import AUGMENTATIONS, FAMILY_KINDS, LazyConstructor
 
 
 def _plain(value: Any, where: str) -> Any:
@@ -108,9 +60,7 @@ def _accepted_params(ctor: Callable, skip: int) -> Tuple[Tuple[str, ...], bool]:
 
 
 def _call(what: str, name: str, table: Mapping[str, Callable], kwargs: Mapping[str, Any], *args) -> Any:
-  if name not in table:
-    raise ValueError(f"Unknown {what} {name!r}; accepted {what}s: {', '.join(sorted(table))}.")
-  ctor = table[name]
+  ctor = lookup(table, name, what)
   accepted, var_kw = _accepted_params(ctor, skip=len(args))
   unknown = sorted(set(kwargs) - set(accepted))
   if unknown and not var_kw:

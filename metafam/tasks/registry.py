@@ -1,11 +1,14 @@
-"""Named tasks and task families: a plain dict from name to a zero-argument constructor.
+"""Named tasks: a plain dict from name to a zero-argument constructor.
 
-Constructors import their modules lazily, so listing names costs nothing and the core never imports haiku.
+Constructors import their modules lazily, so listing names costs nothing and the core never imports haiku. Task
+families have their own registry, `metafam.taskfamilies.registry`.
 """
 
 from __future__ import annotations
 
 from typing import Callable, Dict, List
+
+from metafam._registry import lookup
 
 
 def _image_mlp(hidden_sizes, image_size, activation="relu"):
@@ -64,41 +67,6 @@ def _quadratic(dim):
   return build
 
 
-def _image_mlp_family(hidden_sizes, image_size):
-  def build():
-    from metafam.taskfamilies.image_mlp import ImageMLPFamily
-    return ImageMLPFamily(hidden_sizes, image_size=image_size)
-  return build
-
-
-def _conv_family(channels, image_size):
-  def build():
-    from metafam.taskfamilies.conv import ConvFamily
-    return ConvFamily(channels, image_size=image_size)
-  return build
-
-
-def _autoencoder_family(hidden_sizes, image_size):
-  def build():
-    from metafam.taskfamilies.autoencoder import AutoencoderFamily
-    return AutoencoderFamily(hidden_sizes, image_size=image_size)
-  return build
-
-
-def _lm_family(kind):
-  def build():
-    from metafam.taskfamilies.language import LSTMLanguageModelFamily, TransformerLanguageModelFamily
-    return LSTMLanguageModelFamily() if kind == "lstm" else TransformerLanguageModelFamily()
-  return build
-
-
-def _quadratic_family(noisy):
-  def build():
-    from metafam.taskfamilies.quadratic import NoisyQuadraticFamily, QuadraticFamily
-    return NoisyQuadraticFamily(10) if noisy else QuadraticFamily(10, scale_range=(0.1, 10.0))
-  return build
-
-
 TASKS: Dict[str, Callable] = {
     "quadratic_10": _quadratic(10),  # 10 params
     "fmnist_mlp_8x8_32": _image_mlp((32,), 8),            # 2,410 params
@@ -118,37 +86,11 @@ TASKS: Dict[str, Callable] = {
     "shakespeare_char_transformer_2x64": _transformer_lm(2, 64, 4),  # 113,996 params
 }
 
-FAMILIES: Dict[str, Callable] = {
-    "quadratic_family_10": _quadratic_family(noisy=False),
-    "noisy_quadratic_family_10": _quadratic_family(noisy=True),
-    "fmnist_mlp_family_8x8_32": _image_mlp_family((32,), 8),
-    "fmnist_mlp_family_28x28_128x128": _image_mlp_family((128, 128), 28),
-    "fmnist_conv_family_16x16_16x32": _conv_family((16, 32), 16),  # 5,130 params per instance
-    "fmnist_ae_family_8x8_32x8x32": _autoencoder_family((32, 8, 32), 8),  # 4,744 params per instance
-    "shakespeare_lstm_family_32": _lm_family("lstm"),  # H = 32, E = 16, T = 32: 9,996 params per instance
-    "shakespeare_transformer_family_1x32": _lm_family("transformer"),  # 1 layer, d = 32, T = 32: 18,732 params
-}
-
-
-def _get(kind: str, table: Dict[str, Callable], name: str):
-  if name not in table:
-    raise KeyError(f"Unknown {kind} {name!r}; registered {kind}s: {', '.join(sorted(table))}.")
-  return table[name]()
-
 
 def get_task(name: str):
-  """Builds the registered task ``name``."""
-  return _get("task", TASKS, name)
-
-
-def get_family(name: str):
-  """Builds the registered task family ``name``."""
-  return _get("family", FAMILIES, name)
+  """Builds the registered task ``name``; `UnknownNameError` listing the valid names if there is none."""
+  return lookup(TASKS, name, "task")()
 
 
 def list_tasks() -> List[str]:
   return sorted(TASKS)
-
-
-def list_families() -> List[str]:
-  return sorted(FAMILIES)
