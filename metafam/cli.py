@@ -18,20 +18,21 @@ work; no existing file is changed. The CLI only parses, calls the library and pr
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import sys
 import tempfile
 import time
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from absl import flags
 
+from metafam._registry import UnknownNameError, lookup
 from metafam.io import save_figure, write_json
 
 FLAGS = flags.FlagValues()
 
-HAND_OPTIMIZERS = ("adam", "sgd", "sgdm", "nadamw")
 ESTIMATORS = ("pes", "nres", "truncated_es", "full_es", "tbptt")
 INT32_MAX = 2 ** 31 - 1
 MAX_LANES = 2 ** 16  # antithetic pairs, evaluation instances: far beyond what fits in memory for any built-in task
@@ -50,8 +51,8 @@ def _float(name: str, default: float, help_text: str, lower: float) -> None:
 
 # meta-train
 flags.DEFINE_string("family", "fmnist_mlp_family_8x8_32", "Registered task family to meta-train on.", flag_values=FLAGS)
-flags.DEFINE_string("optimizer", "mlp_lopt", "Optimizer: a registered learned optimizer (`metafam list`), or for "
-                    f"evaluate/benchmark a hand-designed one of {HAND_OPTIMIZERS}.", flag_values=FLAGS)
+flags.DEFINE_string("optimizer", "mlp_lopt", "Optimizer: a registered learned optimizer, or for evaluate/benchmark "
+                    "a hand-designed one (`metafam list` names both).", flag_values=FLAGS)
 flags.DEFINE_string("estimator", "pes", f"Meta-gradient estimator, one of {ESTIMATORS}.", flag_values=FLAGS)
 _int("num_steps", 300, "Meta-training steps (total; a resumed run continues to this count).")
 _int("num_pairs", 8, "Antithetic pairs (ES estimators) or lanes (tbptt).", upper=MAX_LANES)
@@ -115,11 +116,12 @@ class UsageError(Exception):
   """Bad input: reported as one line with exit code 2."""
 
 
-def _choose(kind: str, name: str, accepted) -> str:
-  accepted = sorted(accepted)
-  if name not in accepted:
-    raise UsageError(f"unknown {kind} {name!r}; accepted: {', '.join(accepted)}.")
-  return name
+def _lookup(table: Mapping[str, Any], name: str, what: str) -> Any:
+  """`metafam._registry.lookup`, with an unknown name reported as a UsageError (the registry's message)."""
+  try:
+    return lookup(table, name, what)
+  except UnknownNameError as e:
+    raise UsageError(str(e)) from None
 
 
 # -- help ------------------------------------------------------------------------------------------------------------
@@ -148,22 +150,14 @@ def command_usage(command: str) -> str:
 
 
 # -- builders --------------------------------------------------------------------------------------------------------
-def learned_optimizer_names() -> tuple:
-  from metafam.optimizers.registry import list_learned_optimizers
-  return tuple(list_learned_optimizers())
+def learned_optimizers() -> Mapping[str, Callable]:
+  from metafam.optimizers.registry import LEARNED_OPTIMIZERS
+  return LEARNED_OPTIMIZERS
 
 
-def build_learned_optimizer(name: str):
-  from metafam.optimizers.registry import get_learned_optimizer
-  return get_learned_optimizer(name)
-
-
-def build_hand_optimizer(name: str, lr: float):
-  import optax
-  from metafam.optimizers.base import SGD, SGDM, Adam, OptaxOptimizer
-  if name == "nadamw":
-    return OptaxOptimizer(optax.nadamw(lr), name=f"NAdamW(lr={lr:g})")
-  return {"adam": Adam, "sgd": SGD, "sgdm": SGDM}[name](lr)
+def hand_optimizers() -> Mapping[str, Callable]:
+  from metafam.optimizers.registry import HAND_DESIGNED
+  return HAND_DESIGNED
 
 
 def build_estimator(name: str, family, lopt, *, num_pairs: int, unroll_length: int, trajectory_length: int,
@@ -184,17 +178,20 @@ def build_estimator(name: str, family, lopt, *, num_pairs: int, unroll_length: i
                        devices=devices)
 
 
-def run_config() -> Dict[str, Any]:
-  """What identifies a meta-training run: resuming with a different value of any of these is refused."""
-  keys = ("family", "optimizer", "estimator", "num_pairs", "unroll_length", "trajectory_length", "sigma",
-          "meta_learning_rate", "clip_grad_norm", "seed")
-  return {k: FLAGS[k].value for k in keys}
+RUN_CONFIG_KEYS = ("family", "optimizer", "estimator", "num_pairs", "unroll_length", "trajectory_length", "sigma",
+                   "meta_learning_rate", "clip_grad_norm", "seed")
+
+
+def run_config(values: Mapping[str, Any]) -> Dict[str, Any]:
+  """What identifies a meta-training run (``RUN_CONFIG_KEYS`` of the flag ``values``): resuming with a different
+  value of any of these is refused."""
+  return {k: values[k] for k in RUN_CONFIG_KEYS}
 
 
 # -- output directories ----------------------------------------------------------------------------------------------
-def _output_dir(command: str) -> str:
-  """``--output_dir`` if given, else ``runs/<command>``."""
-  return FLAGS.output_dir if FLAGS["output_dir"].present else os.path.join("runs", command.replace("-", "_"))
+def _output_dir(command: str, output_dir: Optional[str]) -> str:
+  """``output_dir`` if given, else ``runs/<command>``."""
+  return output_dir if output_dir is not None else os.path.join("runs", command.replace("-", "_"))
 
 
 def check_output_dir(path: str) -> None:
@@ -223,61 +220,89 @@ def make_output_dir(path: str) -> None:
     raise UsageError(f"--output_dir {path!r} cannot be written ({e.strerror or e}).") from None
 
 
-def _check_no_earlier_results(path: str) -> None:
+def _check_no_earlier_results(path: str, overwrite: bool) -> None:
   from metafam.benchmark.report import existing_report_files
   found = existing_report_files(path) if os.path.isdir(path) else ()
-  if found and not FLAGS.overwrite:
+  if found and not overwrite:
     raise UsageError(f"--output_dir {path!r} already holds results ({', '.join(found)}); pass --overwrite to "
                      "replace them, or choose another --output_dir.")
 
 
 # -- commands --------------------------------------------------------------------------------------------------------
-def _tasks_from_flags():
+@dataclasses.dataclass(frozen=True)
+class SuiteArgs:
+  """What evaluate and benchmark run, from their flags (``*_given``: whether the flag was on the command line)."""
+  task: Optional[str]
+  suite: str
+  suite_given: bool
+  optimizer: str
+  optimizer_given: bool
+  checkpoint: Optional[str]
+  learning_rate: float
+  inner_steps: int
+  seeds: int
+  seed: int
+  output_dir: Optional[str]
+  overwrite: bool
+  progress: bool
+
+  @classmethod
+  def from_flags(cls, flag_values: flags.FlagValues) -> "SuiteArgs":
+    given = {f"{name}_given": flag_values[name].present for name in ("suite", "optimizer")}
+    return cls(**{f.name: flag_values[f.name].value for f in dataclasses.fields(cls) if not f.name.endswith("_given")},
+               **given)
+
+
+def select_tasks(task: Optional[str], suite: str, suite_given: bool) -> str:
+  """The registered task or suite name to run (``task`` wins, but not together with a given ``suite``)."""
   from metafam.benchmark.suites import SUITES
   from metafam.tasks.registry import TASKS
-  if FLAGS.task is not None:
-    if FLAGS["suite"].present:
+  if task is not None:
+    if suite_given:
       raise UsageError("give --task or --suite, not both.")
-    return _choose("task", FLAGS.task, TASKS)
-  return _choose("suite", FLAGS.suite, SUITES)
+    _lookup(TASKS, task, "task")
+    return task
+  _lookup(SUITES, suite, "suite")
+  return suite
 
 
-def _optimizer_from_flags(required: bool):
-  """``{name: optimizer spec}`` from --optimizer/--learning_rate/--checkpoint (empty if not given and optional)."""
-  if not required and not FLAGS["optimizer"].present and FLAGS.checkpoint is None:
-    return {}
-  learned = learned_optimizer_names()
-  name = _choose("optimizer", FLAGS.optimizer, learned + HAND_OPTIMIZERS)
-  if name in HAND_OPTIMIZERS:
-    if FLAGS.checkpoint is not None:
-      raise UsageError(f"--checkpoint holds a learned optimizer; use --optimizer with one of {learned}.")
-    opt = build_hand_optimizer(name, FLAGS.learning_rate)
+def build_optimizers(name: str, *, learning_rate: float, checkpoint: Optional[str]) -> Dict[str, Any]:
+  """``{label: optimizer}``: the hand-designed ``name`` at ``learning_rate``, or the learned ``name`` with the
+  meta-parameters in ``checkpoint``."""
+  learned, hand = learned_optimizers(), hand_optimizers()
+  make = _lookup({**learned, **hand}, name, "optimizer")
+  if name in hand:
+    if checkpoint is not None:
+      raise UsageError(f"--checkpoint holds a learned optimizer; use --optimizer with one of "
+                       f"{', '.join(sorted(learned))}.")
+    opt = make(learning_rate)
     return {opt.name: opt}
-  if FLAGS.checkpoint is None:
+  if checkpoint is None:
     raise UsageError(f"--optimizer={name} is a learned optimizer: give its meta-parameters with --checkpoint=PATH "
                      "(a checkpoint written by `metafam meta-train`).")
-  if not os.path.isfile(FLAGS.checkpoint):
-    raise UsageError(f"--checkpoint {FLAGS.checkpoint!r} is not a file.")
+  if not os.path.isfile(checkpoint):
+    raise UsageError(f"--checkpoint {checkpoint!r} is not a file.")
   from metafam.benchmark.runner import learned_optimizer
-  lopt = build_learned_optimizer(name)
   try:
-    opt = learned_optimizer(lopt, FLAGS.checkpoint)
+    opt = learned_optimizer(make(), checkpoint)
   except ValueError as e:
     raise UsageError(f"--checkpoint does not hold {name} meta-parameters: {e}") from None
-  return {f"{name}@{os.path.basename(os.path.dirname(os.path.abspath(FLAGS.checkpoint))) or 'checkpoint'}": opt}
+  return {f"{name}@{os.path.basename(os.path.dirname(os.path.abspath(checkpoint))) or 'checkpoint'}": opt}
 
 
-def _run_suite(command: str, required: bool, tuned, reference) -> None:
+def _run_suite(command: str, args: SuiteArgs, required: bool, tuned, reference) -> None:
   from metafam.benchmark import print_report, run_benchmark, write_report
-  tasks = _tasks_from_flags()
-  out_dir = _output_dir(command)
+  tasks = select_tasks(args.task, args.suite, args.suite_given)
+  out_dir = _output_dir(command, args.output_dir)
   check_output_dir(out_dir)
-  _check_no_earlier_results(out_dir)
-  optimizers = _optimizer_from_flags(required)
+  _check_no_earlier_results(out_dir, args.overwrite)
+  optimizers = {}
+  if required or args.optimizer_given or args.checkpoint is not None:
+    optimizers = build_optimizers(args.optimizer, learning_rate=args.learning_rate, checkpoint=args.checkpoint)
   make_output_dir(out_dir)
   start = time.perf_counter()
-  result = run_benchmark(tasks, optimizers, num_steps=FLAGS.inner_steps, num_seeds=FLAGS.seeds, tuned=tuned,
-                         reference=reference, seed=FLAGS.seed, progress=FLAGS.progress)
+  result = run_benchmark(tasks, optimizers, num_steps=args.inner_steps, num_seeds=args.seeds, tuned=tuned,
+                         reference=reference, seed=args.seed, progress=args.progress)
   print_report(result)
   files = write_report(result, out_dir)
   names = [files.results_csv, files.tuned_csv, files.aggregates_csv, files.json, *files.figures]
@@ -287,11 +312,11 @@ def _run_suite(command: str, required: bool, tuned, reference) -> None:
 
 
 def cmd_evaluate() -> None:
-  _run_suite("evaluate", required=True, tuned=None, reference=None)
+  _run_suite("evaluate", SuiteArgs.from_flags(FLAGS), required=True, tuned=None, reference=None)
 
 
 def cmd_benchmark() -> None:
-  _run_suite("benchmark", required=False, tuned=("adam", "sgdm"), reference="adam")
+  _run_suite("benchmark", SuiteArgs.from_flags(FLAGS), required=False, tuned=("adam", "sgdm"), reference="adam")
 
 
 def cmd_list() -> None:
@@ -299,8 +324,8 @@ def cmd_list() -> None:
   from metafam.tasks.registry import list_tasks
   print("tasks:       " + ", ".join(list_tasks()))
   print("families:    " + ", ".join(list_families()))
-  print("optimizers:  learned: " + ", ".join(learned_optimizer_names()) + "; hand-designed: "
-        + ", ".join(HAND_OPTIMIZERS))
+  print("optimizers:  learned: " + ", ".join(sorted(learned_optimizers())) + "; hand-designed: "
+        + ", ".join(sorted(hand_optimizers())))
   print("estimators:  " + ", ".join(ESTIMATORS))
   try:
     from metafam.benchmark.suites import SUITES
@@ -326,11 +351,12 @@ def cmd_convert_checkpoint(old: str, new: str) -> None:
 
 
 def cmd_meta_train() -> None:
-  from metafam.taskfamilies.registry import FAMILIES, get_family
-  _choose("family", FLAGS.family, FAMILIES)
-  _choose("learned optimizer (--optimizer)", FLAGS.optimizer, learned_optimizer_names())
-  _choose("estimator", FLAGS.estimator, ESTIMATORS)
-  out_dir = _output_dir("meta-train")
+  from metafam.taskfamilies.registry import FAMILIES
+  make_family = _lookup(FAMILIES, FLAGS.family, "family")
+  make_lopt = _lookup(learned_optimizers(), FLAGS.optimizer, "learned optimizer (--optimizer)")
+  _lookup(dict.fromkeys(ESTIMATORS), FLAGS.estimator, "estimator")
+  out_dir = _output_dir("meta-train", FLAGS.output_dir)
+  config = run_config(FLAGS.flag_values_dict())
   check_output_dir(out_dir)
   if FLAGS.tensorboard:
     _require_tensorboard()
@@ -339,7 +365,7 @@ def cmd_meta_train() -> None:
   import optax
   from metafam.outer_trainers import MetaTrainer
   from metafam.outer_trainers.meta_trainer import CHECKPOINT_NAME, METRICS_NAME
-  family, lopt = get_family(FLAGS.family), build_learned_optimizer(FLAGS.optimizer)
+  family, lopt = make_family(), make_lopt()
   devices = FLAGS.devices if FLAGS.devices > 1 else None
   try:
     estimator = build_estimator(FLAGS.estimator, family, lopt, num_pairs=FLAGS.num_pairs,
@@ -351,7 +377,7 @@ def cmd_meta_train() -> None:
     raise UsageError(f"--devices {FLAGS.devices}: {e}") from None  # lanes do not split evenly, or too few devices
   trainer = MetaTrainer(lopt, [estimator], optax.adam(FLAGS.meta_learning_rate),
                         clip_grad_norm=FLAGS.clip_grad_norm or None, eval_family=family,
-                        eval_num_tasks=FLAGS.eval_tasks, eval_steps=FLAGS.eval_steps, config=run_config())
+                        eval_num_tasks=FLAGS.eval_tasks, eval_steps=FLAGS.eval_steps, config=config)
   make_output_dir(out_dir)
   log_fn = _tensorboard_logger(out_dir) if FLAGS.tensorboard else None
   key = jax.random.key(FLAGS.seed)
@@ -373,7 +399,7 @@ def cmd_meta_train() -> None:
   metrics_path = os.path.join(out_dir, METRICS_NAME)
   history = read_metrics(metrics_path) if os.path.exists(metrics_path) else []
   meta_losses = [h.get("meta_loss") for h in history]
-  summary = {"config": run_config(), "meta_steps": int(state.step), "train_seconds_this_session": train_seconds,
+  summary = {"config": config, "meta_steps": int(state.step), "train_seconds_this_session": train_seconds,
              "eval": comparison.to_json(),
              "meta_loss_first_10": [_json_number(v) for v in meta_losses[:10]],
              "meta_loss_last_10": [_json_number(v) for v in meta_losses[-10:]]}

@@ -53,9 +53,9 @@ def test_meta_train_writes_files_and_resumes(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["meta-train", "--family=nope"], "unknown family 'nope'; accepted: .*fmnist_mlp_family_8x8_32"),
-    (["meta-train", "--estimator=es"], "unknown estimator 'es'; accepted: full_es, nres, pes"),
-    (["meta-train", "--optimizer=adam"], "unknown learned optimizer .*'adam'; accepted: adafac_mlp_lopt, learnable_adam"),
+    (["meta-train", "--family=nope"], "unknown family 'nope'; valid names: .*fmnist_mlp_family_8x8_32"),
+    (["meta-train", "--estimator=es"], "unknown estimator 'es'; valid names: full_es, nres, pes"),
+    (["meta-train", "--optimizer=adam"], "unknown learned optimizer .*'adam'; valid names: adafac_mlp_lopt, learnable_adam"),
     (["meta-train", "--num_steps=0"], r"flag --num_steps=0: 0 is not an integer in the range \[1, 2147483647\]"),
     (["meta-train", "--sigma=-1"], "flag --sigma=-1.*"),
     (["meta-train", "--num_pairs=many"], "num_pairs"),
@@ -110,10 +110,10 @@ def test_evaluate_a_saved_learned_optimizer_and_its_bad_inputs(tmp_path, capsys)
   for args, message in [
       (["--task=quadratic_10", "--optimizer=mlp_lopt"], "is a learned optimizer: give its meta-parameters with"),
       (["--task=quadratic_10", "--optimizer=mlp_lopt", f"--checkpoint={ckpt}"], "does not hold mlp_lopt meta-"),
-      (["--optimizer=adam", "--suite=huge"], "unknown suite 'huge'; accepted: .*tiny"),
+      (["--optimizer=adam", "--suite=huge"], "unknown suite 'huge'; valid names: .*tiny"),
       (["--optimizer=adam", "--suite=tiny", "--task=quadratic_10"], "give --task or --suite, not both"),
-      (["--optimizer=adam", "--task=resnet"], "unknown task 'resnet'; accepted: .*fmnist_mlp_8x8_32"),
-      (["--optimizer=adamw"], "unknown optimizer 'adamw'; accepted: adafac_mlp_lopt, adam, learnable_adam"),
+      (["--optimizer=adam", "--task=resnet"], "unknown task 'resnet'; valid names: .*fmnist_mlp_8x8_32"),
+      (["--optimizer=adamw"], "unknown optimizer 'adamw'; valid names: adafac_mlp_lopt, adam, learnable_adam"),
       (["--optimizer=learnable_sgd", f"--checkpoint={tmp_path / 'missing.npz'}"], "is not a file"),
   ]:
     code, _, err = run(["evaluate", f"--output_dir={tmp_path / 'bad'}"] + args, capsys)

@@ -103,9 +103,9 @@ def bad_invocations(root):
       (mt + ["--seed="], "--seed"),
       (mt + ["--tensorboard=maybe"], "tensorboard"),
       # names
-      (mt + ["--family=nope"], "unknown family 'nope'; accepted: .*fmnist_mlp_family_8x8_32"),
-      (mt + ["--estimator=es"], "unknown estimator 'es'; accepted: full_es, nres, pes"),
-      (mt + ["--optimizer=adam"], "unknown learned optimizer .*'adam'; accepted: "),
+      (mt + ["--family=nope"], "unknown family 'nope'; valid names: .*fmnist_mlp_family_8x8_32"),
+      (mt + ["--estimator=es"], "unknown estimator 'es'; valid names: full_es, nres, pes"),
+      (mt + ["--optimizer=adam"], "unknown learned optimizer .*'adam'; valid names: "),
       (mt + ["--task=quadratic_10"], "meta-train does not take --task; its flags: --family"),
       (["meta-train", "extra"], "meta-train takes no arguments; got extra"),
       # output directories
@@ -123,8 +123,8 @@ def bad_invocations(root):
       (["evaluate", f"--output_dir={file_}/sub"] + EVAL, "cannot be created: .*is a file"),
       (["evaluate", f"--output_dir={file_}"] + EVAL, "exists and is not a directory"),
       (["evaluate", f"--output_dir={locked}"] + EVAL, "cannot be (written|created)|not writable"),
-      (evl + ["--optimizer=adamw"], "unknown optimizer 'adamw'; accepted: adafac_mlp_lopt, adam, learnable_adam"),
-      (evl + ["--optimizer=adam", "--task=resnet"], "unknown task 'resnet'; accepted: .*fmnist_mlp_8x8_32"),
+      (evl + ["--optimizer=adamw"], "unknown optimizer 'adamw'; valid names: adafac_mlp_lopt, adam, learnable_adam"),
+      (evl + ["--optimizer=adam", "--task=resnet"], "unknown task 'resnet'; valid names: .*fmnist_mlp_8x8_32"),
       (evl + ["--optimizer=adam", "--suite=tiny", "--task=quadratic_10"], "give --task or --suite, not both"),
       (evl + ["--optimizer=mlp_lopt", "--task=quadratic_10"], "is a learned optimizer: give its meta-parameters"),
       (evl + ["--optimizer=learnable_sgd", f"--checkpoint={root}/missing"], "is not a file"),
@@ -139,7 +139,7 @@ def bad_invocations(root):
       (["evaluate", "twice"] + EVAL, "evaluate takes no arguments"),
       # benchmark
       (["benchmark", f"--output_dir={ev}", "--task=quadratic_10"], "already holds results"),
-      (["benchmark", f"--output_dir={root}/b", "--suite=huge"], "unknown suite 'huge'; accepted: .*tiny"),
+      (["benchmark", f"--output_dir={root}/b", "--suite=huge"], "unknown suite 'huge'; valid names: .*tiny"),
       (["benchmark", f"--output_dir={root}/b", "--learning_rate=nan"], "--learning_rate=nan"),
       (["benchmark", f"--output_dir={root}/b", "--optimizer=sgd", f"--checkpoint={ckpt}"],
        "--checkpoint holds a learned optimizer"),
