@@ -1,4 +1,7 @@
-"""FamilyEvaluator: held-out curves, the vmapped Adam learning-rate sweep, and its devices option."""
+"""FamilyEvaluator: held-out curves, the vmapped Adam learning-rate sweep, its devices option and program cache."""
+
+import gc
+import weakref
 
 import jax
 import jax.numpy as jnp
@@ -6,6 +9,8 @@ import numpy as np
 import pytest
 
 from meta_setup import quadratic_family
+from metafam._identity import IdentityCache
+from metafam.evaluation.comparison import instance_curves
 from metafam.evaluation.family_eval import FamilyEvaluator
 from metafam.optimizers.learned import LearnableAdam, LearnableSGD
 from metafam.taskfamilies.quadratic import QuadraticFamily
@@ -67,3 +72,38 @@ def test_bad_arguments_are_rejected_before_any_work():
     FamilyEvaluator(family, num_tasks=3, devices=2)
   with pytest.raises(ValueError, match="adam_lrs must be positive"):
     FamilyEvaluator(family, adam_lrs=(0.1, -1.0))
+  with pytest.raises(ValueError, match="adam_lrs must be positive learning rates \\(distinct"):
+    FamilyEvaluator(family, adam_lrs=(0.1, 0.1))
+
+
+def test_cached_programs_do_not_keep_a_learned_optimizer_alive(sweep):
+  """A learned optimizer evaluated once (also through `instance_curves`) is garbage-collected after ``del`` while
+  the evaluator lives on; while it lives, its program is compiled once and reused."""
+  lopt, key = LearnableSGD(0.05), jax.random.key(3)
+  first = sweep.evaluate(lopt, lopt.init(None), key)
+  np.testing.assert_allclose(instance_curves(sweep, lopt, lopt.init(None), key).mean(axis=1), first, rtol=1e-6)
+  assert sweep._program(lopt, sweep.split, 1, False) is sweep._program(lopt, sweep.split, 1, False)
+  ref, live = weakref.ref(lopt), len(sweep._programs)
+  del lopt
+  gc.collect()
+  assert ref() is None and len(sweep._programs) == live - 1
+  again = LearnableSGD(0.05)
+  np.testing.assert_allclose(sweep.evaluate(again, again.init(None), key), first, rtol=1e-6)
+
+
+def test_identity_cache_drops_dead_objects_and_holds_the_others():
+  class Slotted:
+    __slots__ = ("x",)
+
+  class Plain:
+    pass
+
+  cache, built = IdentityCache(), []
+  weak, strong = Plain(), Slotted()
+  for obj in (weak, strong, weak):
+    assert cache.get(obj, "k", lambda: built.append(1) or len(built)) == (1 if obj is weak else 2)
+  ref = weakref.ref(weak)
+  del weak, obj
+  gc.collect()
+  assert ref() is None and len(cache) == 1 and len(cache._entries) == 1  # the slotted object is held strongly
+  assert cache.get(strong, "k", lambda: 99) == 2

@@ -13,11 +13,12 @@ Seed ``s`` uses key ``jax.random.split(key, S)[s]`` for every rate, which is als
 the device path a lane equals a plain run of ``factory(lr)`` with that seed, and every optimizer benchmarked with the
 same key starts from the same initializations and sees the same batches.
 
-Selection (`select_best`): a rate's score is the seed-mean of the ``selection_split`` loss averaged over the eval
-points in the last ``tail_fraction`` of ``select_at`` steps (always including ``select_at``). A rate is *diverged*,
-and never selected, if any seed's training or selection-split loss is non-finite anywhere in the run, or its score
-is non-finite. The lowest score wins; exact ties go to the smaller rate. If every rate diverged, nothing is selected
-(``best_index == -1``).
+The grid (`default_learning_rates`, `check_learning_rates`) and the selection rule (`select_best`) are those of
+`metafam.evaluation.tuning`, shared with `metafam.evaluation.family_eval.FamilyEvaluator.tune_adam` (re-exported
+here): a rate's score is the seed-mean of the ``selection_split`` loss averaged over the eval points in the last
+``tail_fraction`` of ``select_at`` steps (always including ``select_at``); a rate whose training or selection-split
+loss is non-finite anywhere in the run has diverged and is never selected; the lowest score wins, exact ties go to the
+smaller rate, and if every rate diverged nothing is selected (``best_index == -1``).
 """
 
 from __future__ import annotations
@@ -32,9 +33,14 @@ import numpy as np
 import optax
 
 from metafam.benchmark.metrics import RunCurves, normalize
+from metafam.evaluation import tuning
 from metafam.evaluation.evaluate import Runner, as_keys, check_positive_int, check_splits, eval_points, train_between_evals
+from metafam.evaluation.tuning import check_learning_rates, default_learning_rates, select_best
 from metafam.optimizers.base import OptaxOptimizer, OptimizerState
 from metafam.tasks.base import Task
+
+__all__ = ["DEFAULT_SPLITS", "TUNABLE", "SweepResult", "check_learning_rates", "default_learning_rates", "select_best",
+           "sgdm", "tune_learning_rate"]  # the grid and selection rule are re-exported from metafam.evaluation.tuning
 
 DEFAULT_SPLITS = ("inner_valid", "test")
 
@@ -47,21 +53,6 @@ def sgdm(learning_rate: float, momentum: float = 0.9) -> optax.GradientTransform
 # Named optax factories ``f(learning_rate) -> GradientTransformation`` that `tune_learning_rate` can sweep.
 TUNABLE: Dict[str, Callable[..., optax.GradientTransformation]] = {
     "adam": optax.adam, "nadamw": optax.nadamw, "sgdm": sgdm, "sgd": optax.sgd}
-
-
-def default_learning_rates(low: float = 1e-4, high: float = 1e-1, num: int = 7) -> np.ndarray:
-  """``f64[num]`` log-spaced rates from ``low`` to ``high`` (default 1e-4, 3.2e-4, ..., 1e-1)."""
-  if not 0 < low < high or num < 2:
-    raise ValueError(f"need 0 < low < high and num >= 2, got low={low!r}, high={high!r}, num={num!r}.")
-  return np.logspace(np.log10(low), np.log10(high), int(num))
-
-
-def check_learning_rates(learning_rates: Sequence[float]) -> np.ndarray:
-  """``f64[L]`` sorted ascending; raises ValueError unless they are distinct finite positive numbers."""
-  lrs = np.sort(np.asarray(learning_rates, np.float64).ravel())
-  if lrs.size == 0 or not np.all(np.isfinite(lrs)) or np.any(lrs <= 0) or np.unique(lrs).size != lrs.size:
-    raise ValueError(f"learning_rates must be distinct finite positive numbers, got {np.asarray(learning_rates)!r}.")
-  return lrs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,41 +119,6 @@ class SweepResult:
                      wall_time=self.wall_time, learning_rate=float(self.learning_rates[index]))
 
 
-def select_best(eval_steps: np.ndarray, selection_losses: np.ndarray, train_losses: Optional[np.ndarray] = None,
-                select_at: Optional[int] = None, tail_fraction: float = 0.1) -> tuple:
-  """Scores rates and picks the best one; see the module docstring for the rule.
-
-  Args:
-    eval_steps: ``[E]`` ascending evaluation steps.
-    selection_losses: ``[L, S, E]`` selection-split losses per rate and seed.
-    train_losses: optional ``[L, S, T]`` training losses (non-finite values mark a rate diverged).
-    select_at: the step whose tail is scored (default the last eval step; must be an eval step).
-    tail_fraction: the scored window is ``[(1 - tail_fraction) * select_at, select_at]``.
-
-  Returns:
-    ``(scores f64[L], diverged bool[L], best_index int)``; ``best_index`` is -1 when every rate diverged.
-  """
-  eval_steps = np.asarray(eval_steps)
-  losses = np.asarray(selection_losses, np.float64)
-  if losses.ndim != 3 or losses.shape[-1] != eval_steps.shape[0]:
-    raise ValueError(f"selection_losses must be [L, S, E] with E = {eval_steps.shape[0]}, got {losses.shape}.")
-  if not 0 <= tail_fraction < 1:
-    raise ValueError(f"tail_fraction must lie in [0, 1), got {tail_fraction!r}.")
-  select_at = int(eval_steps[-1] if select_at is None else select_at)
-  if select_at not in eval_steps:
-    raise ValueError(f"select_at={select_at} is not an eval step ({eval_steps.tolist()}).")
-  window = (eval_steps >= (1.0 - tail_fraction) * select_at) & (eval_steps <= select_at)
-  diverged = ~np.all(np.isfinite(losses), axis=(1, 2))
-  if train_losses is not None:
-    diverged |= ~np.all(np.isfinite(np.asarray(train_losses, np.float64)), axis=(1, 2))
-  with np.errstate(invalid="ignore", over="ignore"):
-    scores = losses[:, :, window].mean(axis=(1, 2))
-  diverged |= ~np.isfinite(scores)
-  scores = np.where(diverged, np.inf, scores)
-  best = int(np.argmin(scores)) if not np.all(diverged) else -1  # argmin returns the first (smallest-rate) minimum
-  return scores, diverged, best
-
-
 def _with_learning_rates(opt_state: OptimizerState, lane_lrs: jax.Array) -> OptimizerState:
   """Replaces the ``learning_rate`` hyperparameter of a vmapped ``inject_hyperparams`` state by ``f32[M]``."""
   inner = opt_state.opt_state
@@ -221,7 +177,7 @@ def tune_learning_rate(task: Task, factory: Callable[..., optax.GradientTransfor
   train = train.T.reshape(num_rates, num_seeds, num_steps)
   eval_losses = {s: np.stack([np.asarray(e[s]) for e in evals]).T.reshape(num_rates, num_seeds, len(points))
                  for s in splits}
-  scores, diverged, best = select_best(points, eval_losses[selection_split], train, select_at, tail_fraction)
+  scores, diverged, best = tuning.select_best(points, eval_losses[selection_split], train, select_at, tail_fraction)
   return SweepResult(task=task_name or task.name, optimizer=name, learning_rates=lrs, train_losses=train,
                      eval_steps=points, eval_losses=eval_losses,
                      normalized_eval_losses={s: normalize(task, v) for s, v in eval_losses.items()},

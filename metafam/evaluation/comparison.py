@@ -31,7 +31,6 @@ the instance-mean curves (a ratio of steps of the average learning curves), give
 from __future__ import annotations
 
 import dataclasses
-import weakref
 from typing import Any, Dict, Mapping, Optional
 
 import jax
@@ -39,31 +38,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from metafam.benchmark.metrics import STATISTICS, Aggregate, aggregate, speedup_over_baseline
-from metafam.evaluation.family_eval import FamilyEvaluator, _curves
-from metafam.inner import sharding
-from metafam.inner.schedules import ConstantSchedule
-from metafam.inner.truncated_step import TruncatedStep
-from metafam.optimizers.learned import LearnableAdam
+from metafam.evaluation.family_eval import FamilyEvaluator
 
 UNREACHED_SPEEDUP = 0.0  # the speedup counted for an instance whose target was never reached
-
-# evaluator -> {id(learned_opt): (learned_opt, step, jitted curves)}; entries die with their evaluator.
-_PROGRAMS: "weakref.WeakKeyDictionary[FamilyEvaluator, Dict[int, tuple]]" = weakref.WeakKeyDictionary()
 
 
 def instance_curves(evaluator: FamilyEvaluator, learned_opt: Any, theta: Any, key: jax.Array) -> np.ndarray:
   """``f64[num_steps, num_tasks]``: per-instance normalized ``evaluator.split`` loss after each step (inf where a step
-  went non-finite). The same instances and batches as ``evaluator.evaluate(learned_opt, theta, key)``, which is the
-  mean of these curves over instances. Compiled once per evaluator and learned optimizer."""
-  programs = _PROGRAMS.setdefault(evaluator, {})
-  if id(learned_opt) not in programs:
-    step = TruncatedStep(evaluator.family, learned_opt, evaluator.num_tasks, ConstantSchedule(evaluator.num_steps),
-                         meta_loss_split=evaluator.split, donate=False, devices=evaluator.devices)
-    fn = jax.jit(lambda th, k, data: _curves(step, th, k, evaluator.num_steps, False, data))
-    programs[id(learned_opt)] = (learned_opt, step, fn)  # keeps learned_opt alive while its id is a key
-  _, step, fn = programs[id(learned_opt)]
-  out = fn(step.place_theta(theta), sharding.put_replicated(key, evaluator.mesh), step.data)
-  return np.asarray(out, np.float64)
+  went non-finite); `FamilyEvaluator.instance_curves`, with the evaluator's programs (compiled once per learned
+  optimizer, which they do not keep alive). ``evaluator.evaluate(learned_opt, theta, key)`` is their mean."""
+  return evaluator.instance_curves(learned_opt, theta, key)
 
 
 def smooth_curves(curves: np.ndarray, window: int) -> np.ndarray:
@@ -162,7 +146,8 @@ class HeldOutComparison:
     select_split: the split tune_adam selected the lr on.
     num_tasks, num_steps: held-out instances and inner steps.
     adam_lr: the selected Adam learning rate.
-    adam_select_scores: ``{lr: mean select_split loss over the last 10% of steps}`` of the sweep.
+    adam_select_scores: ``{lr: mean select_split loss over the last 10% of steps}`` of the sweep (inf, null in JSON,
+      for a diverged lr: see `metafam.evaluation.tuning`).
     adam_curves: ``f64[num_steps, num_tasks]`` Adam's per-instance curves at ``adam_lr``.
     learned: ``{name: LearnedResult}`` in the order given.
     statistic, confidence: how per-instance speedups were aggregated.
@@ -288,13 +273,12 @@ def compare_with_tuned_adam(evaluator_or_family: Any, learned_opt: Any, thetas: 
   if not isinstance(smoothing, (int, np.integer)) or not 1 <= smoothing <= ev.num_steps:
     raise ValueError(f"smoothing must be an int in [1, num_steps={ev.num_steps}], got {smoothing!r}.")
   tuned = ev.tune_adam(key)
-  adam = LearnableAdam()
-  adam_theta = dict(adam.init(None), log_lr=jnp.log(jnp.float32(tuned["best_lr"])))
-  adam_curves = instance_curves(ev, adam, adam_theta, key)
+  adam_theta = dict(ev.adam.init(None), log_lr=jnp.log(jnp.float32(tuned["best_lr"])))
+  adam_curves = ev.instance_curves(ev.adam, adam_theta, key)  # the program tune_adam's curve came from
   adam_smooth = smooth_curves(adam_curves, smoothing)
   results = {}
   for name, theta in thetas.items():
-    curves = instance_curves(ev, learned_opt, theta, key)
+    curves = ev.instance_curves(learned_opt, theta, key)
     smooth = smooth_curves(curves, smoothing)
     speedups, reached, needed = instance_speedups(smooth, adam_smooth)
     agg = aggregate(speedups, statistic=statistic, num_resamples=num_resamples, confidence=confidence, seed=seed)

@@ -13,12 +13,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from metafam._identity import IdentityCache, held_weakly
+from metafam.evaluation import tuning
 from metafam.inner import sharding
 from metafam.inner.schedules import ConstantSchedule
 from metafam.inner.truncated_step import TruncatedStep
+from metafam.optimizers.base import Optimizer
 from metafam.optimizers.learned import LearnableAdam
 
-DEFAULT_ADAM_LRS = tuple(float(x) for x in np.logspace(-4, -1, 7))
+DEFAULT_ADAM_LRS = tuple(float(x) for x in tuning.default_learning_rates())  # the shared grid: 1e-4, ..., 1e-1
 
 
 def _curves(step: TruncatedStep, theta: Any, key: jax.Array, num_steps: int, theta_is_batched: bool,
@@ -31,60 +34,93 @@ def _curves(step: TruncatedStep, theta: Any, key: jax.Array, num_steps: int, the
   return jnp.where(out.mask > 0, out.normalized_meta_loss, jnp.inf)
 
 
+class _WeakLearnedOpt:
+  """Stands in for a learned optimizer (or a plain `Optimizer`) in cached programs, holding it by weak reference.
+
+  A program is only traced while its caller holds the optimizer, so the cache never keeps a dead one alive.
+  """
+  __slots__ = ("_ref",)
+
+  def __init__(self, learned_opt: Any):
+    self._ref = held_weakly(learned_opt)
+
+  def opt_fn(self, theta: Any) -> Any:
+    opt = self._ref()
+    return opt if isinstance(opt, Optimizer) else opt.opt_fn(theta)
+
+
 class FamilyEvaluator:
   """Scores optimizers on ``num_tasks`` held-out instances of ``family`` over ``num_steps`` steps.
 
-  Programs are compiled once per evaluator and theta structure; `evaluate` and `tune_adam` are jitted. With
-  ``devices`` (as in `TruncatedStep`: a count or a sequence of devices; ``num_tasks`` must divide evenly) the
-  instances are spread over the devices, with the same numbers up to float rounding.
+  Programs are compiled once per evaluator, optimizer (by identity) and theta structure, and cached without keeping
+  a learned optimizer alive after its last use (see `metafam._identity`). `evaluate`, `instance_curves` and
+  `tune_adam` are jitted. With ``devices`` (as in `TruncatedStep`: a count or a sequence of devices; ``num_tasks``
+  must divide evenly) the instances are spread over the devices, with the same numbers up to float rounding.
   """
 
   def __init__(self, family, num_tasks: int = 8, num_steps: int = 100, split: str = "test",
                select_split: str = "inner_valid", adam_lrs: Sequence[float] = DEFAULT_ADAM_LRS, devices: Any = None):
     self.family, self.num_tasks, self.num_steps, self.split = family, num_tasks, num_steps, split
     self.select_split = select_split
-    self.adam_lrs = tuple(float(lr) for lr in adam_lrs)
-    if not self.adam_lrs or min(self.adam_lrs) <= 0:
-      raise ValueError(f"adam_lrs must be positive learning rates, got {adam_lrs!r}.")
+    try:
+      self.adam_lrs = tuple(float(lr) for lr in tuning.check_learning_rates(adam_lrs))  # ascending
+    except ValueError:
+      raise ValueError(f"adam_lrs must be positive learning rates (distinct and finite), got {adam_lrs!r}.") from None
     self.devices = devices
     self.mesh = sharding.lane_mesh(devices, num_tasks)  # checks devices and num_tasks before any compilation
-    self._adam = LearnableAdam()
-    self._jitted = {}
+    self.adam = LearnableAdam()  # the Adam that tune_adam tunes (reusing it reuses its compiled programs)
+    self._programs = IdentityCache()
 
   def _program(self, learned_opt, split: str, groups: int, theta_is_batched: bool):
-    cache_key = (id(learned_opt), split, groups, theta_is_batched)
-    if cache_key not in self._jitted:
-      step = TruncatedStep(self.family, learned_opt, groups * self.num_tasks, ConstantSchedule(self.num_steps),
-                           meta_loss_split=split, lane_groups=groups, donate=False, devices=self.devices)
-      fn = jax.jit(lambda theta, key, data: _curves(step, theta, key, self.num_steps, theta_is_batched, data))
-      self._jitted[cache_key] = (learned_opt, step, fn)  # keeps learned_opt alive while its id is a key
-    _, step, fn = self._jitted[cache_key]
-    return step, fn
+    def build():
+      step = TruncatedStep(self.family, _WeakLearnedOpt(learned_opt), groups * self.num_tasks,
+                           ConstantSchedule(self.num_steps), meta_loss_split=split, lane_groups=groups, donate=False,
+                           devices=self.devices)
+      num_steps = self.num_steps
+      return step, jax.jit(lambda theta, key, data: _curves(step, theta, key, num_steps, theta_is_batched, data))
+    return self._programs.get(learned_opt, (split, groups, theta_is_batched), build)
+
+  def _run(self, learned_opt: Any, theta: Any, key: jax.Array) -> jax.Array:
+    step, fn = self._program(learned_opt, self.split, 1, False)
+    return fn(step.place_theta(theta), sharding.put_replicated(key, self.mesh), step.data)
 
   def evaluate(self, learned_opt: Any, theta: Any, key: jax.Array) -> np.ndarray:
     """``[num_steps]``: the mean over instances of the normalized ``split`` loss after each step."""
-    step, fn = self._program(learned_opt, self.split, 1, False)
-    return np.asarray(jnp.mean(fn(step.place_theta(theta), sharding.put_replicated(key, self.mesh), step.data),
-                               axis=1))
+    return np.asarray(jnp.mean(self._run(learned_opt, theta, key), axis=1))
+
+  def instance_curves(self, learned_opt: Any, theta: Any, key: jax.Array) -> np.ndarray:
+    """``f64[num_steps, num_tasks]``: per-instance normalized ``split`` loss after each step (inf where a step went
+    non-finite); `evaluate` is their mean over instances (same program, instances and batches)."""
+    return np.asarray(self._run(learned_opt, theta, key), np.float64)
 
   def tune_adam(self, key: jax.Array) -> Dict[str, Any]:
     """Adam with each of ``adam_lrs`` on the same instances (one vmapped program over lrs x instances).
 
-    The lr with the lowest mean ``select_split`` loss over the last 10% of steps wins (diverged lrs never do); its
-    curve on ``split`` is returned with the choice: ``{"best_lr", "curve", "select_scores"}``.
+    Rates are scored and chosen by `metafam.evaluation.tuning.select_best` on the per-step ``select_split`` curves
+    (eval points 1..num_steps, scored over the last ``max(1, num_steps // 10)`` steps): a rate with a non-finite
+    step on any instance, however early, has diverged and is never chosen; ties go to the smaller rate. The chosen
+    rate's curve on ``split`` is returned with the choice: ``{"best_lr", "curve", "select_scores" (f64[L], inf where
+    diverged), "diverged" (bool[L])}``.
+
+    Raises:
+      RuntimeError: every rate diverged (lower the grid, ``adam_lrs``).
     """
     n_lr, n = len(self.adam_lrs), self.num_tasks
-    base = self._adam.init(None)
+    base = self.adam.init(None)
     theta = jax.tree.map(lambda x: jnp.broadcast_to(x, (n_lr * n,) + jnp.shape(x)), base)
     theta = dict(theta, log_lr=jnp.repeat(jnp.log(jnp.asarray(self.adam_lrs, jnp.float32)), n))
     # One lane group per lr: lane j * n + i sees the instance and batches of lane i in `evaluate`.
-    select_step, select_fn = self._program(self._adam, self.select_split, n_lr, True)
-    scores = select_fn(select_step.place_theta(theta, theta_is_batched=True), sharding.put_replicated(key, self.mesh),
+    select_step, select_fn = self._program(self.adam, self.select_split, n_lr, True)
+    curves = select_fn(select_step.place_theta(theta, theta_is_batched=True), sharding.put_replicated(key, self.mesh),
                        select_step.data)
-    scores = np.asarray(scores).reshape(self.num_steps, n_lr, n)
-    tail = max(1, self.num_steps // 10)
-    per_lr = np.nan_to_num(scores[-tail:].mean(axis=(0, 2)), nan=np.inf)
-    best = int(np.argmin(per_lr))
+    curves = np.asarray(curves).reshape(self.num_steps, n_lr, n).transpose(1, 2, 0)  # [L, instances, T]
+    steps = np.arange(1, self.num_steps + 1)
+    tail = tuning.last_steps_fraction(self.num_steps, max(1, self.num_steps // 10))
+    scores, diverged, best = tuning.select_best(steps, curves, tail_fraction=tail)
+    if best < 0:
+      raise RuntimeError(f"tuned Adam: every learning rate in {self.adam_lrs} diverged on {self.select_split} of "
+                         f"{getattr(self.family, 'name', type(self.family).__name__)}; give the evaluator smaller "
+                         f"adam_lrs.")
     best_theta = dict(base, log_lr=jnp.log(jnp.float32(self.adam_lrs[best])))
-    return {"best_lr": self.adam_lrs[best], "curve": self.evaluate(self._adam, best_theta, key),
-            "select_scores": per_lr}
+    return {"best_lr": self.adam_lrs[best], "curve": self.evaluate(self.adam, best_theta, key),
+            "select_scores": scores, "diverged": diverged}
