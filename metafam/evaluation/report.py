@@ -1,0 +1,99 @@
+"""The report `metafam meta-train` writes after meta-training: ``summary.json`` and (with matplotlib) two PNG plots.
+
+`write_meta_train_report(output_dir, history, comparison, config, meta_steps=..., train_seconds=...)` writes
+
+* ``summary.json`` (`meta_train_summary`): the run's config, meta-steps, training seconds, the held-out comparison
+  (`HeldOutComparison.to_json`) and the first and last 10 meta-losses (null where not finite), as indented, key-sorted
+  JSON, atomically;
+* ``meta_loss.png``: the raw meta-loss per meta-step, its bias-corrected EMA, and the held-out test loss where the
+  history logged one (``eval_final_loss``);
+* ``inner_curves.png``: the instance-mean held-out curves of each learned theta and of tuned Adam (log scale).
+
+Every file goes through `metafam.io.atomic_write`. Without matplotlib only ``summary.json`` is written.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Dict, List, Mapping, Sequence
+
+import numpy as np
+
+from metafam.io import save_figure, write_json
+
+SUMMARY_NAME = "summary.json"
+PLOT_NAMES = ("meta_loss.png", "inner_curves.png")
+
+
+def _json_number(value: Any) -> Any:
+  """A float for JSON: None where it is missing or not finite (JSON has no NaN)."""
+  return float(value) if value is not None and math.isfinite(value) else None
+
+
+def meta_train_summary(history: Sequence[Mapping[str, Any]], comparison: Any, config: Mapping[str, Any],
+                       meta_steps: int, train_seconds: float) -> Dict[str, Any]:
+  """The JSON-able dict of ``summary.json`` (see the module docstring)."""
+  meta_losses = [h.get("meta_loss") for h in history]
+  return {"config": dict(config), "meta_steps": int(meta_steps), "train_seconds_this_session": train_seconds,
+          "eval": comparison.to_json(),
+          "meta_loss_first_10": [_json_number(v) for v in meta_losses[:10]],
+          "meta_loss_last_10": [_json_number(v) for v in meta_losses[-10:]]}
+
+
+def ema(values: Sequence[float], decay: float) -> List[float]:
+  """Bias-corrected exponential moving average that skips NaN (skipped meta-steps)."""
+  out, avg, weight = [], 0.0, 0.0
+  for v in values:
+    if math.isfinite(v):
+      avg, weight = decay * avg + (1 - decay) * v, decay * weight + (1 - decay)
+    out.append(avg / weight if weight else float("nan"))
+  return out
+
+
+def plot_meta_train(output_dir: str, history: Sequence[Mapping[str, Any]],
+                    curves: Mapping[str, np.ndarray]) -> List[str]:
+  """Writes ``meta_loss.png`` and ``inner_curves.png`` (``curves``: ``{label: instance-mean curve}``) and returns
+  their names; ``[]`` without matplotlib."""
+  try:
+    from matplotlib.figure import Figure  # the object-oriented API: no pyplot state, no backend switch
+  except ImportError:
+    return []
+  steps = [h["step"] for h in history]
+  raw = [float(h.get("meta_loss", float("nan"))) for h in history]
+  fig = Figure(figsize=(6.5, 4))
+  ax = fig.subplots()
+  ax.plot(steps, raw, lw=0.6, alpha=0.35, color="C0", label="meta-loss")
+  decay = min(0.99, max(0.0, 1.0 - 10.0 / max(len(raw), 1)))
+  ax.plot(steps, ema(raw, decay), lw=1.6, color="C0", label=f"meta-loss, EMA (decay {decay:.2f})")
+  ax.set(xlabel="meta-step", ylabel="meta-loss (normalized)", title="meta-training")
+  evals = [(h["step"], h["eval_final_loss"]) for h in history if "eval_final_loss" in h]
+  if evals:
+    ax.plot(*zip(*evals), "o-", ms=3, color="C3", label="held-out test loss after the inner steps")
+  ax.legend(fontsize=8)
+  save_figure(fig, os.path.join(output_dir, PLOT_NAMES[0]))
+  fig = Figure(figsize=(6.5, 4))
+  ax = fig.subplots()
+  for name, curve in curves.items():
+    ax.plot(range(1, len(curve) + 1), curve, label=name)
+  ax.set(xlabel="inner step", ylabel="normalized test loss (mean over instances)", title="held-out inner training",
+         yscale="log")
+  ax.legend(fontsize=8)
+  save_figure(fig, os.path.join(output_dir, PLOT_NAMES[1]))
+  return list(PLOT_NAMES)
+
+
+def write_meta_train_report(output_dir: str, history: Sequence[Mapping[str, Any]], comparison: Any,
+                            config: Mapping[str, Any], *, meta_steps: int, train_seconds: float) -> List[str]:
+  """Writes ``summary.json`` and the plots into ``output_dir``; returns the names written, summary first.
+
+  Args:
+    output_dir: an existing directory (the run's output directory).
+    history: the meta-training records (`metafam.outer_trainers.meta_trainer.read_metrics`; ``[]`` if none).
+    comparison: the `metafam.evaluation.comparison.HeldOutComparison` of the run.
+    config: the run's configuration (JSON-able).
+    meta_steps: meta-steps trained in total; train_seconds: seconds of meta-training in this session.
+  """
+  write_json(os.path.join(output_dir, SUMMARY_NAME),
+             meta_train_summary(history, comparison, config, meta_steps, train_seconds))
+  return [SUMMARY_NAME] + plot_meta_train(output_dir, history, comparison.mean_curves())

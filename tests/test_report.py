@@ -1,0 +1,68 @@
+"""metafam.evaluation.report: the meta-train report (summary.json and plots) from a synthetic history and comparison."""
+
+import json
+import math
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from metafam.benchmark.metrics import aggregate
+from metafam.evaluation.comparison import HeldOutComparison, LearnedResult, instance_speedups
+from metafam.evaluation.report import ema, meta_train_summary, write_meta_train_report
+
+T, N = 20, 4
+
+
+def comparison():
+  t = np.arange(1, T + 1, dtype=np.float64)[:, None]
+  adam = np.exp(-0.05 * t) * np.ones((1, N))
+  learned = {}
+  for name, speed in (("learned (init)", 0.5), ("learned (final)", 2.0)):
+    curves = np.exp(-0.05 * speed * t) * np.ones((1, N))
+    speedups, reached, steps = instance_speedups(curves, adam)
+    learned[name] = LearnedResult(name, curves, speedups, reached, steps, aggregate(speedups, "median"), 1.0)
+  return HeldOutComparison(family="synthetic", split="test", select_split="inner_valid", num_tasks=N, num_steps=T,
+                           adam_lr=1e-2, adam_select_scores={1e-3: 0.5, 1e-2: 0.3, 1e-1: math.inf},
+                           adam_curves=adam, learned=learned, statistic="median", confidence=0.95, smoothing=1)
+
+
+HISTORY = [{"step": s, "meta_loss": float("nan") if s == 3 else 1.0 / s, "grad_norm": 1.0} for s in range(1, 13)]
+HISTORY[5]["eval_final_loss"] = 0.4
+HISTORY[11]["eval_final_loss"] = 0.2
+
+
+def test_report_writes_the_summary_and_plots(tmp_path):
+  pytest.importorskip("matplotlib")
+  cmp, config = comparison(), {"family": "synthetic", "seed": 0}
+  written = write_meta_train_report(str(tmp_path), HISTORY, cmp, config, meta_steps=12, train_seconds=3.5)
+  assert written == ["summary.json", "meta_loss.png", "inner_curves.png"]
+  assert sorted(os.listdir(tmp_path)) == sorted(written)  # no temporary files left behind
+  for name in written[1:]:
+    assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+  text = (tmp_path / "summary.json").read_text()
+  summary = json.loads(text)
+  assert text == json.dumps(summary, indent=2, sort_keys=True) + "\n"
+  assert set(summary) == {"config", "meta_steps", "train_seconds_this_session", "eval", "meta_loss_first_10",
+                          "meta_loss_last_10"}
+  assert summary["config"] == config and summary["meta_steps"] == 12 and summary["train_seconds_this_session"] == 3.5
+  assert summary["eval"] == json.loads(json.dumps(cmp.to_json()))
+  assert summary["eval"]["adam"]["select_scores"]["0.1"] is None  # a diverged lr's inf score
+  assert summary["meta_loss_first_10"] == [1.0, 0.5, None] + [1.0 / s for s in range(4, 11)]
+  assert summary["meta_loss_last_10"] == [None] + [1.0 / s for s in range(4, 13)]  # steps 3..12
+  assert summary == json.loads(json.dumps(meta_train_summary(HISTORY, cmp, config, 12, 3.5)))
+
+
+def test_without_matplotlib_only_the_summary_is_written(tmp_path, monkeypatch):
+  monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # import fails
+  written = write_meta_train_report(str(tmp_path), [], comparison(), {}, meta_steps=0, train_seconds=0.0)
+  assert written == ["summary.json"] and os.listdir(tmp_path) == ["summary.json"]
+  summary = json.loads((tmp_path / "summary.json").read_text())
+  assert summary["meta_loss_first_10"] == [] and summary["meta_loss_last_10"] == []
+
+
+def test_ema_is_bias_corrected_and_skips_nan():
+  out = ema([2.0, float("nan"), 4.0], 0.5)
+  assert out[0] == 2.0 and out[1] == 2.0 and out[2] == pytest.approx((0.25 * 2 + 0.5 * 4) / 0.75)
+  assert math.isnan(ema([float("nan")], 0.5)[0])
