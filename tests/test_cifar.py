@@ -11,7 +11,7 @@ import pytest
 
 from metafam.datasets import cifar
 from metafam.tasks.conv import cifar10_conv_task
-from metafam.tasks.image_mlp import num_params
+from metafam.tasks._nn import num_params
 
 PER_BATCH, TEST_SIZE = 10, 12
 

@@ -19,10 +19,12 @@ import pytest
 from metafam.datasets.images import fashion_mnist_datasets
 from metafam.optimizers.base import Adam
 from metafam.taskfamilies import registry as family_registry
-from metafam.taskfamilies.conv import ConvFamily, init_from_one_draw
+from metafam.taskfamilies._sampling import init_from_one_draw
+from metafam.taskfamilies.conv import ConvFamily
 from metafam.taskfamilies.language import TransformerLanguageModelFamily
 from metafam.tasks import autoencoder, conv, language, registry
-from metafam.tasks.image_mlp import ImageMLPTask, num_params
+from metafam.tasks._nn import num_params
+from metafam.tasks.image_mlp import ImageMLPTask
 from metafam.tasks.quadratic import QuadraticTask
 
 LEARNING_RATE = 1e-3

@@ -94,7 +94,8 @@ def test_quadratic_task_value_and_gradient():
 
 
 def test_image_mlp_task_param_count_and_loss_at_init():
-  from metafam.tasks.image_mlp import ImageMLPTask, num_params
+  from metafam.tasks._nn import num_params
+  from metafam.tasks.image_mlp import ImageMLPTask
   task = ImageMLPTask((32,), image_size=8, batch_size=64)
   params = task.init(jax.random.key(0))
   assert num_params(params) == 64 * 32 + 32 + 32 * 10 + 10 == 2410

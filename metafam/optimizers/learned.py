@@ -25,6 +25,7 @@ import optax
 
 from metafam.optimizers.base import Optimizer, OptimizerState, check_grad_matches, check_number
 from metafam.optimizers.optax_adapter import optimizer_as_optax
+from metafam.tasks._nn import num_params
 
 MetaParams = Any
 
@@ -54,7 +55,7 @@ class LearnedOptimizer:
 
 def num_meta_params(theta: MetaParams) -> int:
   """The number of scalars in ``theta``."""
-  return int(sum(np.prod(np.shape(x)) for x in jax.tree.leaves(theta)))
+  return num_params(theta)
 
 
 def _next_state(state: OptimizerState, params: Any, model_state: Any, opt_state: Any) -> OptimizerState:

@@ -10,11 +10,12 @@ import numpy as np
 
 from metafam.datasets.base import Datasets
 from metafam.datasets.images import fashion_mnist_datasets
+from metafam.taskfamilies._sampling import (Range, SampledInstance, check_activations, check_range, log_uniform,
+                                            uniform)
 from metafam.taskfamilies.base import TaskFamily
-from metafam.taskfamilies.conv import (Range, SampledInstance, check_activations, check_range, log_uniform,
-                                       uniform)
+from metafam.tasks._nn import ACTIVATIONS
 from metafam.tasks.autoencoder import RECONSTRUCTION_SCALE
-from metafam.tasks.image_mlp import ACTIVATIONS, mlp_forward
+from metafam.tasks.image_mlp import mlp_forward
 
 
 class _AutoencoderInstance(SampledInstance):

@@ -10,9 +10,11 @@ import numpy as np
 
 from metafam.datasets.base import Datasets
 from metafam.datasets.images import fashion_mnist_datasets
+from metafam.taskfamilies._sampling import check_activations
 from metafam.taskfamilies.base import TaskFamily
+from metafam.tasks._nn import ACTIVATIONS
 from metafam.tasks.base import Task
-from metafam.tasks.image_mlp import ACTIVATIONS, cross_entropy_and_accuracy, mlp_forward
+from metafam.tasks.image_mlp import cross_entropy_and_accuracy, mlp_forward
 
 
 class _ImageMLPInstance(Task):
@@ -58,16 +60,13 @@ class ImageMLPFamily(TaskFamily):
                init_scale_range: Tuple[float, float] = (0.5, 2.0),
                label_noise_range: Tuple[float, float] = (0.0, 0.1), datasets: Optional[Datasets] = None):
     super().__init__()
-    unknown = [a for a in activations if a not in ACTIVATIONS]
-    if unknown or not activations:
-      raise ValueError(f"activations must be a non-empty list from {sorted(ACTIVATIONS)}; unknown: {unknown}.")
+    self.activations = check_activations(activations)
     if not 0 < init_scale_range[0] <= init_scale_range[1]:
       raise ValueError(f"init_scale_range must satisfy 0 < low <= high, got {init_scale_range!r}.")
     if not 0 <= label_noise_range[0] <= label_noise_range[1] <= 1:
       raise ValueError(f"label_noise_range must satisfy 0 <= low <= high <= 1, got {label_noise_range!r}.")
     self.datasets = datasets if datasets is not None else fashion_mnist_datasets(batch_size, image_size)
     self.hidden_sizes = tuple(int(h) for h in hidden_sizes)
-    self.activations = tuple(activations)
     self.init_scale_range = tuple(float(x) for x in init_scale_range)
     self.label_noise_range = tuple(float(x) for x in label_noise_range)
     self.num_classes = int(self.datasets.extra_info.get("num_classes", 10))

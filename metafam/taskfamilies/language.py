@@ -11,10 +11,10 @@ import jax.numpy as jnp
 
 from metafam.datasets.base import Datasets
 from metafam.datasets.text import shakespeare_char_datasets
+from metafam.taskfamilies._sampling import (Range, SampledInstance, check_activations, check_range, log_uniform,
+                                            uniform)
 from metafam.taskfamilies.base import TaskFamily
-from metafam.taskfamilies.conv import (Range, SampledInstance, check_activations, check_range, log_uniform,
-                                       uniform)
-from metafam.tasks.image_mlp import ACTIVATIONS
+from metafam.tasks._nn import ACTIVATIONS
 from metafam.tasks.language import lstm_lm_forward, token_cross_entropy_and_accuracy, transformer_lm_forward
 
 

@@ -32,8 +32,9 @@ import numpy as np
 
 from metafam.datasets.base import Datasets
 from metafam.datasets.images import fashion_mnist_datasets
+from metafam.tasks._nn import activation_by_name
 from metafam.tasks.base import Task
-from metafam.tasks.image_mlp import activation_by_name, mlp_forward
+from metafam.tasks.image_mlp import mlp_forward
 
 RECONSTRUCTION_SCALE = 0.25
 
@@ -62,7 +63,7 @@ class MLPAutoencoderTask(Task):
   Args:
     hidden_sizes: widths between input and output, e.g. ``(32, 8, 32)`` for an 8-unit bottleneck; the activation
       follows every hidden layer (the code included).
-    activation: a name from `metafam.tasks.image_mlp.ACTIVATIONS`.
+    activation: a name from `metafam.tasks._nn.ACTIVATIONS`.
     datasets: image data with pixels in [0, 1]; defaults to the embedded Fashion-MNIST at ``image_size``.
     image_size, batch_size: used only to build the default datasets.
 
@@ -102,7 +103,7 @@ class VAETask(Task):
 
   Args:
     encoder_sizes, latent_size, decoder_sizes: widths (see the module docstring).
-    activation: a name from `metafam.tasks.image_mlp.ACTIVATIONS`.
+    activation: a name from `metafam.tasks._nn.ACTIVATIONS`.
     datasets: image data with pixels in [0, 1]; defaults to the embedded Fashion-MNIST at ``image_size``.
     image_size, batch_size: used only to build the default datasets.
 

@@ -23,7 +23,8 @@ import jax.numpy as jnp
 from metafam.datasets.base import Datasets
 from metafam.datasets.cifar import cifar10_datasets
 from metafam.datasets.images import fashion_mnist_datasets
-from metafam.tasks.image_mlp import ImageClassifierTask, activation_by_name
+from metafam.tasks._nn import activation_by_name
+from metafam.tasks.image_mlp import ImageClassifierTask
 
 Activation = Callable[[jax.Array], jax.Array]
 
@@ -77,7 +78,7 @@ class ConvTask(ImageClassifierTask):
 
   Args:
     channels: output channels of the conv layers (each stride 2).
-    activation: a name from `metafam.tasks.image_mlp.ACTIVATIONS`.
+    activation: a name from `metafam.tasks._nn.ACTIVATIONS`.
     kernel_size: square kernel side.
     datasets: the data; defaults to the embedded Fashion-MNIST at ``image_size`` with ``in_channels`` channels.
     image_size, in_channels, batch_size: used only to build the default datasets.

@@ -11,21 +11,11 @@ from typing import Callable, Optional, Sequence
 import haiku as hk
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from metafam.datasets.base import Datasets
 from metafam.datasets.images import fashion_mnist_datasets
+from metafam.tasks._nn import activation_by_name
 from metafam.tasks.base import Task
-
-ACTIVATIONS = {"relu": jax.nn.relu, "tanh": jnp.tanh, "gelu": jax.nn.gelu, "swish": jax.nn.swish,
-               "elu": jax.nn.elu, "sigmoid": jax.nn.sigmoid}
-
-
-def activation_by_name(name: str) -> Callable:
-  if name not in ACTIVATIONS:
-    raise ValueError(f"Unknown activation {name!r}; expected one of {sorted(ACTIVATIONS)}.")
-  return ACTIVATIONS[name]
-
 
 def mlp_forward(hidden_sizes: Sequence[int], num_classes: int,
                 activations: Sequence[Callable[[jax.Array], jax.Array]]) -> hk.Transformed:
@@ -56,10 +46,6 @@ def cross_entropy_and_accuracy(logits: jax.Array, labels: jax.Array):
   return loss, accuracy
 
 
-def num_params(params) -> int:
-  return int(sum(np.prod(np.shape(p)) for p in jax.tree.leaves(params)))
-
-
 class ImageClassifierTask(Task):
   """Base of the image classifiers: a haiku ``self.net`` on ``batch["image"]``, softmax cross-entropy on
   ``batch["label"]`` (aux: accuracy), normalized by ``log(self.num_classes)``. Subclasses set ``net``,
@@ -82,7 +68,7 @@ class ImageMLPTask(ImageClassifierTask):
 
   Args:
     hidden_sizes: widths of the hidden layers.
-    activation: a name from `ACTIVATIONS`.
+    activation: a name from `metafam.tasks._nn.ACTIVATIONS`.
     datasets: the data; defaults to the embedded Fashion-MNIST at ``image_size`` with ``batch_size``.
     image_size, batch_size: used only to build the default datasets.
   """

@@ -28,9 +28,9 @@ import jax.numpy as jnp
 
 from metafam.datasets.base import Datasets
 from metafam.datasets.text import shakespeare_char_datasets
+from metafam.tasks._nn import activation_by_name
 from metafam.tasks.base import Task
 from metafam.tasks.conv import Activation, select_activation, smoothed_cross_entropy
-from metafam.tasks.image_mlp import activation_by_name
 
 
 def lstm_lm_forward(vocab_size: int, embed_size: int, hidden_size: int) -> hk.Transformed:

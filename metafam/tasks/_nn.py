@@ -1,0 +1,23 @@
+"""Neural-network helpers the built-in tasks (and the families built on them) share."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+ACTIVATIONS = {"relu": jax.nn.relu, "tanh": jnp.tanh, "gelu": jax.nn.gelu, "swish": jax.nn.swish,
+               "elu": jax.nn.elu, "sigmoid": jax.nn.sigmoid}
+
+
+def activation_by_name(name: str) -> Callable:
+  if name not in ACTIVATIONS:
+    raise ValueError(f"Unknown activation {name!r}; expected one of {sorted(ACTIVATIONS)}.")
+  return ACTIVATIONS[name]
+
+
+def num_params(params: Any) -> int:
+  """The number of scalars in the pytree ``params``."""
+  return int(sum(np.prod(np.shape(p)) for p in jax.tree.leaves(params)))
