@@ -24,6 +24,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from metafam._checks import check_positive_int
+
 SPLITS = ("train", "inner_valid", "outer_valid", "test")
 
 
@@ -93,8 +95,7 @@ class ArraySplit:
     n = {np.shape(x)[0] for x in leaves}
     if len(n) != 1:
       raise ValueError(f"ArraySplit arrays disagree on the number of examples: {sorted(n)}.")
-    if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-      raise ValueError(f"batch_size must be a positive int, got {batch_size!r}.")
+    check_positive_int("batch_size", batch_size)
     self.arrays = jax.tree.map(np.asarray, arrays)
     self.num_examples = n.pop()
     self.batch_size = int(batch_size)

@@ -20,6 +20,7 @@ from typing import Dict, Optional, Tuple
 import jax
 import numpy as np
 
+from metafam._checks import check_positive_int
 from metafam.datasets.base import ArraySplit, Datasets, SPLITS, dataset_lru_cache
 from metafam.datasets.idx import read_idx
 
@@ -109,8 +110,7 @@ def preprocess_images(images: np.ndarray, image_size: int, normalization: str, c
 def image_datasets(raw: RawSplits, batch_size: int, image_size: int = 8, normalization: str = "unit",
                    channels: int = 1, seed: int = 0, num_classes: int = 10) -> Datasets:
   """Builds a `Datasets` of ``{"image", "label"}`` batches from raw uint8 splits; each split gets its own seed."""
-  if not isinstance(image_size, int) or image_size < 1:
-    raise ValueError(f"image_size must be a positive int, got {image_size!r}.")
+  image_size = check_positive_int("image_size", image_size)
   if normalization not in NORMALIZATIONS:
     raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}.")
   if channels not in (1, 3):

@@ -14,6 +14,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 
+from metafam._checks import check_positive_int
 from metafam.datasets.base import ArraySplit, Datasets, SPLITS, dataset_lru_cache
 
 SPLIT_FRACTIONS = (0.80, 0.05, 0.075, 0.075)
@@ -57,8 +58,7 @@ def shakespeare_char_datasets(batch_size: int = 32, sequence_length: int = 64, s
 
   ``extra_info`` holds ``vocab_size`` and ``vocab`` (the id -> character string).
   """
-  if not isinstance(sequence_length, int) or sequence_length < 1:
-    raise ValueError(f"sequence_length must be a positive int, got {sequence_length!r}.")
+  sequence_length = check_positive_int("sequence_length", sequence_length)
   text = shakespeare_text() if text is None else text
   try:
     raw = np.frombuffer(text.encode("ascii"), np.uint8)

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from metafam._checks import check_positive_int
 from metafam.taskfamilies.base import TaskFamily
 from metafam.tasks import augmentations as aug
 from metafam.tasks.base import Task
@@ -148,8 +149,7 @@ class ReducedBatchSizeFamily(FamilyWrapper):
 
   def __init__(self, family: TaskFamily, batch_size: int):
     super().__init__(family, f"bs{batch_size}")
-    if not isinstance(batch_size, int) or batch_size < 1:
-      raise ValueError(f"batch_size must be a positive int, got {batch_size!r}.")
+    batch_size = check_positive_int("batch_size", batch_size)
     if family.datasets is not None:
       full = max(x.shape[0] for x in jax.tree.leaves(family.datasets.abstract_batch))
       if batch_size > full:

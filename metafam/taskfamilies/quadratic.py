@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from metafam._checks import check_positive_int
 from metafam.datasets.base import ArraySplit, Datasets, SPLITS, dataset_lru_cache
 from metafam.taskfamilies.base import TaskFamily
 from metafam.tasks.base import Task
@@ -48,8 +49,7 @@ class QuadraticFamily(TaskFamily):
 
   def __init__(self, dim: int = 10, target_std: float = 1.0, scale_range: Tuple[float, float] = (1.0, 1.0)):
     super().__init__()
-    if not isinstance(dim, int) or dim < 1:
-      raise ValueError(f"dim must be a positive int, got {dim!r}.")
+    dim = check_positive_int("dim", dim)
     self.dim, self.target_std = dim, float(target_std)
     self.scale_range = _check_range("scale_range", scale_range)
     self.name = f"QuadraticFamily{dim}"

@@ -21,6 +21,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
+from metafam._checks import check_positive_int
 from metafam.tasks.base import Task
 
 # fold_in tag that derives the gradient-noise key from the loss key, independent of what the inner task draws.
@@ -112,8 +113,7 @@ class ReducedBatchSize(TaskWrapper):
 
   def __init__(self, task: Task, batch_size: int):
     super().__init__(task, f"bs{batch_size}")
-    if not isinstance(batch_size, int) or batch_size < 1:
-      raise ValueError(f"batch_size must be a positive int, got {batch_size!r}.")
+    batch_size = check_positive_int("batch_size", batch_size)
     if task.datasets is not None:
       full = {x.shape[0] for x in jax.tree.leaves(task.datasets.abstract_batch)}
       if any(batch_size > n for n in full):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from metafam._checks import check_positive_int
 from metafam.tasks.base import Task
 
 
@@ -16,8 +17,7 @@ class QuadraticTask(Task):
   """
 
   def __init__(self, dim: int = 10, scale: float = 1.0, target=None):
-    if not isinstance(dim, int) or dim < 1:
-      raise ValueError(f"dim must be a positive int, got {dim!r}.")
+    dim = check_positive_int("dim", dim)
     self.dim = dim
     self.scale = scale
     self.target = jnp.zeros((dim,), jnp.float32) if target is None else jnp.asarray(target, jnp.float32)

@@ -12,6 +12,7 @@ from typing import Any, Dict, Optional
 
 import numpy as np
 
+from metafam._checks import check_positive_int
 from metafam.datasets.base import SPLITS
 
 
@@ -52,8 +53,7 @@ class EarlyStopping(Callback):
   def __init__(self, monitor: str = "inner_valid", patience: int = 5, min_delta: float = 0.0):
     if monitor not in SPLITS:
       raise ValueError(f"monitor must be one of {SPLITS}, got {monitor!r}.")
-    if isinstance(patience, bool) or not isinstance(patience, (int, np.integer)) or patience < 1:
-      raise ValueError(f"patience must be a positive int (evaluations without improvement), got {patience!r}.")
+    check_positive_int("patience (evaluations without improvement)", patience)
     if not isinstance(min_delta, (int, float, np.floating)) or not min_delta >= 0:
       raise ValueError(f"min_delta must be a non-negative number, got {min_delta!r}.")
     self.monitor, self.patience, self.min_delta = monitor, int(patience), float(min_delta)

@@ -23,8 +23,9 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm import tqdm
 
+from metafam._checks import check_positive_int
 from metafam.datasets.base import SPLITS
-from metafam.evaluation.evaluate import OptimizerLike, Runner, check_positive_int, check_splits, eval_points
+from metafam.evaluation.evaluate import OptimizerLike, Runner, check_splits, eval_points
 from metafam.tasks.base import Task
 from metafam.training.callbacks import Callback, monitored_value
 
