@@ -56,10 +56,9 @@ def build_lopt(name: str, step_mult: float):
 
 def build_estimator(name: str, family, lopt, args):
   from metafam.inner.schedules import ConstantSchedule
-  from metafam.outer_trainers import PES, NoiseReuseES
-  cls = {"pes": PES, "nres": NoiseReuseES}[name]
-  return cls(family, lopt, num_pairs=args.pairs, unroll_length=args.unroll,
-             schedule=ConstantSchedule(args.trajectory), sigma=args.sigma, random_initial_iteration=True)
+  from metafam.outer_trainers import make_estimator
+  return make_estimator(name, family, lopt, num_tasks=args.pairs, unroll_length=args.unroll,
+                        schedule=ConstantSchedule(args.trajectory), sigma=args.sigma, random_initial_iteration=True)
 
 
 def steps_per_minute_guess(args) -> int:
@@ -142,13 +141,13 @@ def quadratic_part(args) -> None:
   from metafam.evaluation.family_eval import FamilyEvaluator
   from metafam.inner.schedules import LogUniformSchedule
   from metafam.optimizers.mlp_lopt import MLPLOpt
-  from metafam.outer_trainers import PES, MetaTrainer
+  from metafam.outer_trainers import MetaTrainer, make_estimator
   from metafam.taskfamilies.quadratic import QuadraticFamily
   # LO's MLPLOpt starts from random weights with tiny steps (its held-out loss barely moves from ~19.5 before
   # meta-training); descent_init=False gives metafam's MLPLOpt the same start.
   family, lopt = QuadraticFamily(10, scale_range=(2.0, 2.0)), MLPLOpt(descent_init=False)
-  est = PES(family, lopt, num_pairs=4, unroll_length=20, schedule=LogUniformSchedule(100, 1000), sigma=0.01,
-            loss_kind="meta_loss", random_initial_iteration=True)  # 8 tasks = 4 antithetic pairs
+  est = make_estimator("pes", family, lopt, num_tasks=4, unroll_length=20, schedule=LogUniformSchedule(100, 1000),
+                       sigma=0.01, loss_kind="meta_loss", random_initial_iteration=True)  # 8 tasks = 4 antithetic pairs
   trainer = MetaTrainer(lopt, [est], optax.adam(1e-2))
   start = time.perf_counter()
   state = trainer.init(jax.random.key(args.seed))

@@ -32,15 +32,15 @@ import optax
 
 from metafam.inner import ConstantSchedule
 from metafam.optimizers.mlp_lopt import MLPLOpt
-from metafam.outer_trainers import PES, FullES, MetaTrainer
+from metafam.outer_trainers import MetaTrainer, make_estimator
 from metafam.taskfamilies.image_mlp import ImageMLPFamily
 
 
 def build(name, family, lopt, devices):
   if name == "pes":
-    return PES(family, lopt, num_pairs=8, unroll_length=10, schedule=ConstantSchedule(50), sigma=0.01,
+    return make_estimator("pes", family, lopt, num_tasks=8, unroll_length=10, schedule=ConstantSchedule(50), sigma=0.01,
                devices=devices)
-  return FullES(family, lopt, num_pairs=8, trajectory_length=200, sigma=0.01, devices=devices)
+  return make_estimator("full_es", family, lopt, num_tasks=8, trajectory_length=200, sigma=0.01, devices=devices)
 
 
 def time_round_robin(runs, steps, rounds=5):

@@ -9,9 +9,9 @@ config; 64 instances train with Adam in one jitted `lax.scan` over `vmap`.
 import jax
 import jax.numpy as jnp
 
-from metafam.optimizers.base import Adam
-from metafam.taskfamilies.base import TaskFamily, check_family
-from metafam.tasks.base import Task
+from metafam.optimizers import Adam
+from metafam.taskfamilies import TaskFamily, check_family
+from metafam.tasks import Task
 
 
 class LinearRegression(Task):

@@ -10,10 +10,10 @@ import argparse
 import jax
 import optax
 
-from metafam.inner import ConstantSchedule
-from metafam.optimizers.learned import LearnableAdam
+from metafam.inner import ConstantSchedule, TruncatedStep
+from metafam.optimizers import LearnableAdam
 from metafam.outer_trainers import PES, MetaTrainer
-from metafam.taskfamilies.image_mlp import ImageMLPFamily
+from metafam.taskfamilies import ImageMLPFamily
 
 
 def main():
@@ -22,10 +22,14 @@ def main():
   args = parser.parse_args()
   family = ImageMLPFamily((32,), image_size=8, batch_size=128)
   lopt = LearnableAdam(initial_lr=1e-4)
-  pes = PES(family, lopt, num_pairs=8, unroll_length=10, schedule=ConstantSchedule(100), sigma=0.05)
+  # The inner configuration: 8 task instances per particle, trajectories of 100 steps (staggered), meta-loss on
+  # outer_valid. PES runs 8 antithetic pairs on it, truncations of 10 steps.
+  step = TruncatedStep(family, lopt, 8, ConstantSchedule(100), random_initial_iteration=True,
+                       meta_loss_split="outer_valid")
+  pes = PES(step, unroll_length=10, sigma=0.05)
   trainer = MetaTrainer(lopt, [pes], optax.adam(0.03), clip_grad_norm=1.0, eval_family=family, eval_steps=100)
   key = jax.random.key(0)
-  before = trainer.evaluate(trainer.init(key).theta, jax.random.key(1))
+  before = trainer.evaluate(trainer.initial_theta(key), jax.random.key(1))
   state, history = trainer.train(args.num_steps, key=key)
   after = trainer.evaluate(state.theta, jax.random.key(1))
   hp = lopt.hyperparameters(state.theta)

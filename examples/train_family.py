@@ -16,8 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm import tqdm
 
-from metafam.optimizers.base import Adam
-from metafam.taskfamilies.image_mlp import ImageMLPFamily
+from metafam.optimizers import Adam
+from metafam.taskfamilies import ImageMLPFamily
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("num_tasks", 32, "Task instances trained in parallel.", lower_bound=1)

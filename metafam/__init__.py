@@ -1,11 +1,24 @@
-"""metafam: meta-learning over task families in modern JAX."""
+"""metafam: meta-learning over task families in modern JAX.
+
+The data flow, one subpackage each: a `TaskFamily` (`taskfamilies`, built from `tasks` and `datasets`) -> the
+single-lane inner step and `TruncatedStep`, its vectorized truncated unroll (`inner`) -> meta-gradient estimators on
+an injected step, and `MetaTrainer` (`outer_trainers`) -> evaluation against tuned baselines (`evaluation`,
+`benchmark`). The most used names are re-exported here.
+"""
 
 from metafam.datasets.base import Datasets, dataset_lru_cache
+from metafam.inner import ConstantSchedule, LogUniformSchedule, NeverEndingSchedule, TruncatedStep
 from metafam.optimizers.base import SGD, Adam, OptaxOptimizer, Optimizer
+from metafam.outer_trainers import (PES, FullES, GradientEstimate, GradientEstimator, MetaTrainer, NoiseReuseES,
+                                    TruncatedBPTT, TruncatedES, make_estimator)
 from metafam.taskfamilies.base import TaskFamily, check_family, single_task_to_family
+from metafam.taskfamilies.registry import get_family
 from metafam.tasks.base import Task
+from metafam.tasks.registry import get_task
 
 __version__ = "0.1.0"
 
-__all__ = ["Datasets", "dataset_lru_cache", "SGD", "Adam", "OptaxOptimizer", "Optimizer", "TaskFamily",
-           "check_family", "single_task_to_family", "Task"]
+__all__ = ["Datasets", "dataset_lru_cache", "ConstantSchedule", "LogUniformSchedule", "NeverEndingSchedule",
+           "TruncatedStep", "SGD", "Adam", "OptaxOptimizer", "Optimizer", "PES", "FullES", "GradientEstimate",
+           "GradientEstimator", "MetaTrainer", "NoiseReuseES", "TruncatedBPTT", "TruncatedES", "make_estimator",
+           "TaskFamily", "check_family", "single_task_to_family", "get_family", "Task", "get_task"]

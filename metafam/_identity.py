@@ -1,8 +1,15 @@
 """Caches keyed by an object's identity that never keep a dead object alive.
 
-`IdentityCache` maps ``(object, hashable key)`` to a value built once (e.g. a compiled program). The object is held by
-a weak reference where it supports one and its entries are dropped when it dies; objects that are not
-weak-referenceable are held strongly (their ``id`` could otherwise be reused by a new object).
+The one policy for compiled programs: a program built for one object lives on that object (a jitted bound method,
+which dies with it); a program shared across calls is keyed by the identity of the objects it was built for, held
+weakly, through one of these two:
+
+* `IdentityKey`: a static argument of a module-level `jax.jit` (`metafam.evaluation.evaluate`), so jit's own bounded
+  cache serves every (task, optimizer) pair without keeping either alive;
+* `IdentityCache`: ``(object, hashable key) -> value`` built once (e.g. an evaluator's programs per learned
+  optimizer); an object's entries are dropped when it dies.
+
+Objects that are not weak-referenceable are held strongly (their ``id`` could otherwise be reused by a new object).
 
 A cached value must not hold the object strongly itself, or the object lives as long as the cache: let it reach the
 object through `held_weakly` instead.
@@ -51,3 +58,30 @@ class IdentityCache:
   def __len__(self) -> int:
     """The number of live objects with cached values."""
     return sum(entry[0]() is not None for entry in self._entries.values())
+
+
+class IdentityKey:
+  """A static-argument key that hashes and compares by the identity of the wrapped task or optimizer.
+
+  The object is held through a weak reference where it supports one, so `jax.jit`'s cache does not keep every task
+  and optimizer ever trained (with their datasets) alive. A cache entry whose object has died never matches again,
+  not even a new object that reuses its ``id``; the entry is dropped by jit's bounded cache in due course.
+  """
+  __slots__ = ("_ref", "_id")
+
+  def __init__(self, value: Any):
+    self._id = id(value)
+    self._ref = held_weakly(value)
+
+  @property
+  def value(self) -> Any:
+    return self._ref()  # alive whenever a program is traced: the caller holds it
+
+  def __hash__(self) -> int:
+    return self._id
+
+  def __eq__(self, other: Any) -> bool:
+    if not isinstance(other, IdentityKey) or other._id != self._id:
+      return False
+    mine = self._ref()
+    return mine is not None and other._ref() is mine

@@ -29,7 +29,6 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 from absl import flags
 
 from metafam._registry import UnknownNameError, lookup
-from metafam.io import save_figure, write_json
 
 FLAGS = flags.FlagValues()
 
@@ -162,20 +161,13 @@ def hand_optimizers() -> Mapping[str, Callable]:
 
 def build_estimator(name: str, family, lopt, *, num_pairs: int, unroll_length: int, trajectory_length: int,
                     sigma: float, devices: Any = None):
+  """The estimator ``name`` on ``num_pairs`` lanes per particle; of the other values it gets those it accepts."""
   from metafam.inner import ConstantSchedule
-  from metafam.outer_trainers import PES, FullES, NoiseReuseES, TruncatedBPTT, TruncatedES
-  schedule = ConstantSchedule(trajectory_length)
-  es = dict(num_pairs=num_pairs, sigma=sigma, devices=devices)
-  if name == "pes":
-    return PES(family, lopt, unroll_length=unroll_length, schedule=schedule, **es)
-  if name == "nres":
-    return NoiseReuseES(family, lopt, unroll_length=unroll_length, schedule=schedule, **es)
-  if name == "truncated_es":
-    return TruncatedES(family, lopt, unroll_length=unroll_length, schedule=schedule, **es)
-  if name == "full_es":
-    return FullES(family, lopt, trajectory_length=trajectory_length, **es)
-  return TruncatedBPTT(family, lopt, num_tasks=num_pairs, unroll_length=unroll_length, schedule=schedule,
-                       devices=devices)
+  from metafam.outer_trainers.registry import estimator_arguments, make_estimator
+  values = dict(unroll_length=unroll_length, trajectory_length=trajectory_length, sigma=sigma)
+  accepted = estimator_arguments(name)
+  return make_estimator(name, family, lopt, num_tasks=num_pairs, schedule=ConstantSchedule(trajectory_length),
+                        devices=devices, **{k: v for k, v in values.items() if k in accepted})
 
 
 RUN_CONFIG_KEYS = ("family", "optimizer", "estimator", "num_pairs", "unroll_length", "trajectory_length", "sigma",
@@ -390,29 +382,19 @@ def cmd_meta_train() -> None:
   # The held-out report: fresh instances (test split), the learned optimizer before and after meta-training against
   # Adam at the learning rate tuned on inner_valid, with per-instance speedups and their bootstrap interval.
   from metafam.evaluation.comparison import compare_with_tuned_adam
+  from metafam.evaluation.report import write_meta_train_report
   from metafam.outer_trainers.meta_trainer import read_metrics
-  eval_key = jax.random.key(FLAGS.seed + 1_000_003)
-  theta0 = trainer.init(key).theta
-  comparison = compare_with_tuned_adam(trainer.evaluator, lopt, {"learned (init)": theta0,
-                                                                 "learned (final)": state.theta}, eval_key,
+  thetas = {"learned (init)": trainer.initial_theta(key), "learned (final)": state.theta}
+  comparison = compare_with_tuned_adam(trainer.evaluator, lopt, thetas, jax.random.key(FLAGS.seed + 1_000_003),
                                        min_tasks=1)
   metrics_path = os.path.join(out_dir, METRICS_NAME)
   history = read_metrics(metrics_path) if os.path.exists(metrics_path) else []
-  meta_losses = [h.get("meta_loss") for h in history]
-  summary = {"config": config, "meta_steps": int(state.step), "train_seconds_this_session": train_seconds,
-             "eval": comparison.to_json(),
-             "meta_loss_first_10": [_json_number(v) for v in meta_losses[:10]],
-             "meta_loss_last_10": [_json_number(v) for v in meta_losses[-10:]]}
-  write_json(os.path.join(out_dir, "summary.json"), summary)
+  written = write_meta_train_report(out_dir, history, comparison, config, meta_steps=int(state.step),
+                                    train_seconds=train_seconds)
   print("\n" + comparison.format_table())
-  plots = _plot_meta_train(out_dir, history, comparison.mean_curves())
-  print(f"\nwrote {os.path.join(out_dir, 'summary.json')}, {METRICS_NAME}, {CHECKPOINT_NAME}"
+  plots = [name for name in written if name.endswith(".png")]
+  print(f"\nwrote {os.path.join(out_dir, written[0])}, {METRICS_NAME}, {CHECKPOINT_NAME}"
         + (", " + ", ".join(plots) if plots else " (install matplotlib for PNG plots: pip install 'metafam[plot]')"))
-
-
-def _json_number(value: Any) -> Any:
-  """A float for JSON: None where it is missing or not finite (JSON has no NaN)."""
-  return float(value) if value is not None and math.isfinite(value) else None
 
 
 def _require_tensorboard() -> None:
@@ -431,46 +413,6 @@ def _tensorboard_logger(output_dir: str) -> Callable[[Dict[str, Any]], None]:
         writer.add_scalar(k, v, record["step"])
     writer.flush()
   return log
-
-
-def _ema(values: List[float], decay: float) -> List[float]:
-  """Bias-corrected exponential moving average that skips NaN (skipped meta-steps)."""
-  out, avg, weight = [], 0.0, 0.0
-  for v in values:
-    if math.isfinite(v):
-      avg, weight = decay * avg + (1 - decay) * v, decay * weight + (1 - decay)
-    out.append(avg / weight if weight else float("nan"))
-  return out
-
-
-def _plot_meta_train(output_dir: str, history, curves) -> List[str]:
-  """``meta_loss.png`` (raw meta-loss, its EMA, and the held-out evaluation when logged) and ``inner_curves.png``."""
-  try:
-    from matplotlib.figure import Figure  # the object-oriented API: no pyplot state, no backend switch
-  except ImportError:
-    return []
-  steps = [h["step"] for h in history]
-  raw = [float(h.get("meta_loss", float("nan"))) for h in history]
-  fig = Figure(figsize=(6.5, 4))
-  ax = fig.subplots()
-  ax.plot(steps, raw, lw=0.6, alpha=0.35, color="C0", label="meta-loss")
-  decay = min(0.99, max(0.0, 1.0 - 10.0 / max(len(raw), 1)))
-  ax.plot(steps, _ema(raw, decay), lw=1.6, color="C0", label=f"meta-loss, EMA (decay {decay:.2f})")
-  ax.set(xlabel="meta-step", ylabel="meta-loss (normalized)", title="meta-training")
-  evals = [(h["step"], h["eval_final_loss"]) for h in history if "eval_final_loss" in h]
-  if evals:
-    ax.plot(*zip(*evals), "o-", ms=3, color="C3", label="held-out test loss after the inner steps")
-  ax.legend(fontsize=8)
-  save_figure(fig, os.path.join(output_dir, "meta_loss.png"))
-  fig = Figure(figsize=(6.5, 4))
-  ax = fig.subplots()
-  for name, curve in curves.items():
-    ax.plot(range(1, len(curve) + 1), curve, label=name)
-  ax.set(xlabel="inner step", ylabel="normalized test loss (mean over instances)", title="held-out inner training",
-         yscale="log")
-  ax.legend(fontsize=8)
-  save_figure(fig, os.path.join(output_dir, "inner_curves.png"))
-  return ["meta_loss.png", "inner_curves.png"]
 
 
 def _enable_compilation_cache() -> None:

@@ -4,7 +4,7 @@ import sys
 
 import optax
 
-from metafam.inner import ConstantSchedule
+from metafam.inner import ConstantSchedule, TruncatedStep
 from metafam.optimizers.learned import LearnableSGD
 from metafam.outer_trainers import PES, MetaTrainer, TruncatedBPTT
 from metafam.taskfamilies.quadratic import QuadraticFamily
@@ -16,11 +16,12 @@ def quadratic_family():
 
 def build_trainer(num_pairs=8, unroll_length=10, trajectory=50, lr=0.05, with_tbptt=False, devices=None):
   family, lopt = quadratic_family(), LearnableSGD(0.01)
-  estimators = [PES(family, lopt, num_pairs=num_pairs, unroll_length=unroll_length,
-                    schedule=ConstantSchedule(trajectory), sigma=0.1, loss_kind="meta_loss", devices=devices)]
+  # One inner configuration, shared: PES runs num_pairs antithetic pairs on it, TBPTT 4 lanes of the same setup.
+  step = TruncatedStep(family, lopt, num_pairs, ConstantSchedule(trajectory), random_initial_iteration=True,
+                       meta_loss_split="outer_valid", devices=devices)
+  estimators = [PES(step, unroll_length=unroll_length, sigma=0.1, loss_kind="meta_loss")]
   if with_tbptt:
-    estimators.append(TruncatedBPTT(family, lopt, num_tasks=4, unroll_length=unroll_length,
-                                    schedule=ConstantSchedule(trajectory), loss_kind="meta_loss", devices=devices))
+    estimators.append(TruncatedBPTT(step.replace(num_tasks=4), unroll_length=unroll_length, loss_kind="meta_loss"))
   return MetaTrainer(lopt, estimators, optax.adam(lr), clip_grad_norm=10.0, eval_family=family, eval_num_tasks=4,
                      eval_steps=20, config={"test": "meta_setup", "with_tbptt": with_tbptt})
 

@@ -21,7 +21,7 @@ from metafam.inner import ConstantSchedule
 from metafam.io import atomic_write, write_json
 from metafam.optimizers import SGD, HandDesigned, LearnableAdam, LearnableSGD, LearnedOptimizer, MLPLOpt
 from metafam import optimizers as optimizers_module
-from metafam.outer_trainers import PES, MetaTrainer, MetaTrainState, NoiseReuseES, TruncatedBPTT, checkpoint
+from metafam.outer_trainers import MetaTrainState, MetaTrainer, checkpoint, make_estimator
 from metafam.outer_trainers.checkpoint import CheckpointError
 from metafam.outer_trainers.meta_trainer import CHECKPOINT_NAME, LEGACY_CHECKPOINT_NAME
 from metafam.tasks.quadratic import QuadraticTask
@@ -163,9 +163,9 @@ def test_an_npz_with_object_arrays_is_refused_without_unpickling(tmp_path, evil)
 def estimator_trainer():
   """A trainer whose state holds PES, NRES and TBPTT worker states (LaneState, OptimizerState, optax states)."""
   family, lopt = quadratic_family(), LearnableSGD(0.01)
-  estimators = [PES(family, lopt, num_pairs=2, unroll_length=4, schedule=ConstantSchedule(8)),
-                NoiseReuseES(family, lopt, num_pairs=2, unroll_length=4, schedule=ConstantSchedule(8)),
-                TruncatedBPTT(family, lopt, num_tasks=2, unroll_length=4, schedule=ConstantSchedule(8))]
+  estimators = [make_estimator("pes", family, lopt, num_tasks=2, unroll_length=4, schedule=ConstantSchedule(8)),
+                make_estimator("nres", family, lopt, num_tasks=2, unroll_length=4, schedule=ConstantSchedule(8)),
+                make_estimator("tbptt", family, lopt, num_tasks=2, unroll_length=4, schedule=ConstantSchedule(8))]
   return MetaTrainer(lopt, estimators, optax.adam(0.1), config={"kinds": ("pes", "nres", "tbptt"), "n": 3})
 
 

@@ -8,8 +8,9 @@ import pytest
 from influence import OPTIMUM, InfluenceDynamics, influence_family
 from metafam.inner import ConstantSchedule, NeverEndingSchedule
 from metafam.optimizers.base import Optimizer, OptimizerState
-from metafam.outer_trainers import PES, FullES, NoiseReuseES, TruncatedBPTT, TruncatedES
-from metafam.outer_trainers.base import antithetic_thetas, sample_perturbations
+from metafam.outer_trainers import make_estimator
+from metafam.inner.pairs import antithetic_thetas
+from metafam.outer_trainers.base import sample_perturbations
 from metafam.taskfamilies.base import single_task_to_family
 from metafam.tasks.base import Task
 
@@ -66,7 +67,8 @@ def test_full_es_matches_the_true_gradient():
   lopt, fam = PerCoordSGD(), single_task_to_family(FixedQuadratic())
   theta = lopt.init(None)
   true = jax.grad(true_meta_loss)(theta, 10)["log_lr"]
-  est = FullES(fam, lopt, num_pairs=2000, trajectory_length=10, sigma=0.01, loss_type="avg", **COMMON)
+  est = make_estimator("full_es", fam, lopt, num_tasks=2000, trajectory_length=10, sigma=0.01, loss_type="avg",
+                       **COMMON)
   e, _ = est.estimate(theta, est.init_worker_state(theta, None), jax.random.key(0))
   assert cosine(e.grad["log_lr"], true) > 0.99
   # Unbiased: the mean magnitude matches too (relative error ~ 1/sqrt(2000 * 4) per coordinate -> 10%).
@@ -74,7 +76,8 @@ def test_full_es_matches_the_true_gradient():
   assert float(e.meta_loss) == pytest.approx(float(true_meta_loss(theta, 10)), rel=1e-3)
   # "last" and "min" loss types estimate their own objectives.
   last = jax.grad(lambda t: _last_loss(t, 10))(theta)["log_lr"]
-  est = FullES(fam, lopt, num_pairs=2000, trajectory_length=10, sigma=0.01, loss_type="last", **COMMON)
+  est = make_estimator("full_es", fam, lopt, num_tasks=2000, trajectory_length=10, sigma=0.01, loss_type="last",
+                       **COMMON)
   e, _ = est.estimate(theta, {}, jax.random.key(1))
   assert cosine(e.grad["log_lr"], last) > 0.99
 
@@ -91,10 +94,10 @@ def test_truncated_es_and_tbptt_match_the_gradient_of_a_first_truncation():
   theta = lopt.init(None)
   true = jax.grad(true_meta_loss)(theta, 6)["log_lr"]
   kw = dict(unroll_length=6, schedule=ConstantSchedule(100), random_initial_iteration=False, **COMMON)
-  tes = TruncatedES(fam, lopt, num_pairs=2000, sigma=0.01, **kw)
+  tes = make_estimator("truncated_es", fam, lopt, num_tasks=2000, sigma=0.01, **kw)
   e, _ = tes.estimate(theta, tes.init_worker_state(theta, jax.random.key(0)), jax.random.key(1))
   assert cosine(e.grad["log_lr"], true) > 0.99
-  tbptt = TruncatedBPTT(fam, lopt, num_tasks=2, **kw)
+  tbptt = make_estimator("tbptt", fam, lopt, num_tasks=2, **kw)
   e, _ = tbptt.estimate(theta, tbptt.init_worker_state(theta, jax.random.key(0)), jax.random.key(1))
   np.testing.assert_allclose(e.grad["log_lr"], true, rtol=1e-4)
 
@@ -102,9 +105,9 @@ def test_truncated_es_and_tbptt_match_the_gradient_of_a_first_truncation():
 def test_pes_equals_truncated_es_on_a_fresh_state():
   lopt, fam = PerCoordSGD(), single_task_to_family(FixedQuadratic())
   theta = lopt.init(None)
-  kw = dict(num_pairs=16, unroll_length=4, schedule=ConstantSchedule(7), sigma=0.05, random_initial_iteration=True,
+  kw = dict(num_tasks=16, unroll_length=4, schedule=ConstantSchedule(7), sigma=0.05, random_initial_iteration=True,
             **COMMON)
-  pes, tes = PES(fam, lopt, **kw), TruncatedES(fam, lopt, **kw)
+  pes, tes = make_estimator("pes", fam, lopt, **kw), make_estimator("truncated_es", fam, lopt, **kw)
   k_init, k_est = jax.random.key(3), jax.random.key(4)
   e_pes, _ = pes.estimate(theta, pes.init_worker_state(theta, k_init), k_est)
   e_tes, _ = tes.estimate(theta, tes.init_worker_state(theta, k_init), k_est)
@@ -145,8 +148,8 @@ def test_pes_accumulator_and_crediting_across_resets(resample_every):
   lopt, fam = PerCoordSGD(), single_task_to_family(FixedQuadratic())
   theta = lopt.init(None)
   L, K, n = 5, 3, 4  # trajectories of 5 steps, truncations of 3: resets land inside truncations
-  pes = PES(fam, lopt, num_pairs=n, unroll_length=K, schedule=ConstantSchedule(L), sigma=0.05,
-            resample_every=resample_every, random_initial_iteration=False, **COMMON)
+  pes = make_estimator("pes", fam, lopt, num_tasks=n, unroll_length=K, schedule=ConstantSchedule(L), sigma=0.05,
+                       resample_every=resample_every, random_initial_iteration=False, **COMMON)
   ws = pes.init_worker_state(theta, jax.random.key(0))
   eps_history, starts = [], []
   for j in range(8):
@@ -174,8 +177,8 @@ def test_stacked_and_separate_antithetic_evaluation_agree():
   theta = lopt.init(None)
   results = []
   for stack in (True, False):
-    pes = PES(fam, lopt, num_pairs=8, unroll_length=4, schedule=ConstantSchedule(6), sigma=0.05,
-              stack_antithetic=stack, **COMMON)
+    pes = make_estimator("pes", fam, lopt, num_tasks=8, unroll_length=4, schedule=ConstantSchedule(6), sigma=0.05,
+                         stack_antithetic=stack, **COMMON)
     ws = pes.init_worker_state(theta, jax.random.key(0))
     grads = []
     for j in range(3):
@@ -207,7 +210,7 @@ IB = dict(unroll_length=1, schedule=NeverEndingSchedule(), loss_kind="meta_loss"
 
 def test_influence_balancing_tbptt_has_the_wrong_sign():
   lopt = InfluenceDynamics(0.5)
-  traj = _ib_run(TruncatedBPTT(influence_family(), lopt, num_tasks=1, **IB), lopt, 500, 1e-4)
+  traj = _ib_run(make_estimator("tbptt", influence_family(), lopt, num_tasks=1, **IB), lopt, 500, 1e-4)
   # K = 1 TBPTT sees only the direct effect (+1 per unit theta): once the state has left s0 = ones (a transient of
   # a few dozen steps), theta moves *up*, away from the optimum -1/6, at every step.
   assert np.all(np.diff(traj[100:]) > 0)
@@ -216,7 +219,7 @@ def test_influence_balancing_tbptt_has_the_wrong_sign():
 
 def test_influence_balancing_pes_finds_the_optimum():
   lopt = InfluenceDynamics(0.5)
-  pes = PES(influence_family(), lopt, num_pairs=500, sigma=0.1, **IB)  # 1000 particles, as in the PES paper
+  pes = make_estimator("pes", influence_family(), lopt, num_tasks=500, sigma=0.1, **IB)  # 1000 particles, as in PES
   traj = _ib_run(pes, lopt, 3000, 1e-4)
   assert abs(traj[-500:].mean() - OPTIMUM) < 0.01
   assert abs(traj[-1] - OPTIMUM) < 0.02
@@ -225,7 +228,7 @@ def test_influence_balancing_pes_finds_the_optimum():
 def test_non_finite_pairs_are_masked_and_counted():
   lopt, fam = PerCoordSGD(), single_task_to_family(FixedQuadratic())
   theta = {"log_lr": jnp.log(jnp.asarray([0.2, 0.1, 0.3, 0.4999], jnp.float32))}  # curvature 4: lr > 0.5 diverges
-  est = FullES(fam, lopt, num_pairs=64, trajectory_length=200, sigma=0.3, **COMMON)
+  est = make_estimator("full_es", fam, lopt, num_tasks=64, trajectory_length=200, sigma=0.3, **COMMON)
   e, _ = est.estimate(theta, {}, jax.random.key(0))
   assert np.all(np.isfinite(e.grad["log_lr"])) and np.isfinite(float(e.meta_loss))
   assert 0 < float(e.metrics["num_nonfinite"]) < 64
@@ -234,12 +237,12 @@ def test_non_finite_pairs_are_masked_and_counted():
 def test_bad_arguments():
   lopt, fam = PerCoordSGD(), single_task_to_family(FixedQuadratic())
   with pytest.raises(ValueError, match="sigma must be a positive number"):
-    PES(fam, lopt, sigma=0.0)
+    make_estimator("pes", fam, lopt, sigma=0.0)
   with pytest.raises(ValueError, match="loss_type must be one of"):
-    FullES(fam, lopt, loss_type="mean")
+    make_estimator("full_es", fam, lopt, loss_type="mean")
   with pytest.raises(ValueError, match="loss_kind must be one of"):
-    PES(fam, lopt, loss_kind="accuracy")
+    make_estimator("pes", fam, lopt, loss_kind="accuracy")
   with pytest.raises(ValueError, match="resample_every"):
-    PES(fam, lopt, resample_every=0)
-  with pytest.raises(TypeError, match="fixes resample_every"):
-    NoiseReuseES(fam, lopt, resample_every=2)
+    make_estimator("pes", fam, lopt, resample_every=0)
+  with pytest.raises(TypeError, match="resample_every"):  # NRES fixes it (None)
+    make_estimator("nres", fam, lopt, resample_every=2)

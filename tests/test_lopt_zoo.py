@@ -20,7 +20,7 @@ import optax
 import pytest
 
 from metafam import outer_trainers
-from metafam.inner import ConstantSchedule
+from metafam.inner import ConstantSchedule, TruncatedStep
 from metafam.optimizers import SGDM, Adam, LearnedOptimizer, num_meta_params
 from metafam.optimizers.adafac_mlp_lopt import AdafacMLPLOpt
 from metafam.optimizers.learnable_sgdm import LearnableSGDM
@@ -259,12 +259,12 @@ class _MatrixQuadratic(Task):
 
 # The cheapest configuration of each estimator: 1 pair (2 lanes), 2-step truncations of 2-step trajectories (so every
 # lane finishes a trajectory and resets inside the estimate).
-ESTIMATORS = {
-    TruncatedBPTT: dict(num_tasks=2, unroll_length=2, schedule=ConstantSchedule(2)),
-    FullES: dict(num_pairs=1, trajectory_length=2),
-    TruncatedES: dict(num_pairs=1, unroll_length=2, schedule=ConstantSchedule(2)),
-    PES: dict(num_pairs=1, unroll_length=2, schedule=ConstantSchedule(2)),
-    NoiseReuseES: dict(num_pairs=1, unroll_length=2, schedule=ConstantSchedule(2)),
+ESTIMATORS = {  # estimator class -> (lanes of its step: TBPTT lanes or ES pairs, estimator arguments)
+    TruncatedBPTT: (2, dict(unroll_length=2)),
+    FullES: (1, dict(trajectory_length=2)),
+    TruncatedES: (1, dict(unroll_length=2)),
+    PES: (1, dict(unroll_length=2)),
+    NoiseReuseES: (1, dict(unroll_length=2)),
 }
 
 
@@ -280,8 +280,10 @@ def test_truncated_step_and_every_estimator(zoo):
   across trajectory resets; the lane states must keep their dtypes and shapes. Plus `jax.grad` through an unroll
   with per-lane theta."""
   name, lopt, theta = zoo
-  estimators = {cls.__name__: cls(_MatrixQuadratics(), lopt, loss_kind="meta_loss", **kwargs)
-                for cls, kwargs in ESTIMATORS.items()}
+  step_of = lambda lanes: TruncatedStep(_MatrixQuadratics(), lopt, lanes, ConstantSchedule(2),
+                                       random_initial_iteration=True, meta_loss_split="outer_valid")
+  estimators = {cls.__name__: cls(step_of(lanes), loss_kind="meta_loss", **kwargs)
+                for cls, (lanes, kwargs) in ESTIMATORS.items()}
 
   step = estimators["TruncatedBPTT"].step  # 2 lanes
   thetas = jax.tree.map(lambda a, b: jnp.stack([a, b]), theta, _perturbed(theta, seed=5))

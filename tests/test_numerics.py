@@ -23,8 +23,7 @@ from metafam.inner import ConstantSchedule, LogUniformSchedule, TruncatedStep
 from metafam.optimizers import (SGD, SGDM, Adam, HandDesigned, LearnableAdam, LearnableSGD, LearnedOptimizer, MLPLOpt,
                                 OptaxOptimizer, Optimizer)
 from metafam.optimizers.learned import log1p_neg_safe, sqrt_zero_safe
-from metafam.outer_trainers import (PES, FullES, GradientEstimate, GradientEstimator, MetaTrainer, TruncatedBPTT,
-                                    TruncatedES)
+from metafam.outer_trainers import GradientEstimate, GradientEstimator, MetaTrainer, make_estimator
 from metafam.outer_trainers.meta_trainer import METRICS_NAME, read_metrics
 from metafam.taskfamilies.augmentations import LowPrecisionFamily
 from metafam.taskfamilies.base import TaskFamily, single_task_to_family
@@ -90,8 +89,8 @@ NAN_LANE_CASES = [(LearnableSGD(0.2), "same_batch"), (LearnableAdam(0.1), "same_
 @pytest.mark.parametrize("lopt, meta_loss_split", NAN_LANE_CASES, ids=["sgd", "adam", "adam-train-loss"])
 def test_tbptt_with_nan_lanes_is_the_gradient_of_the_masked_loss(lopt, meta_loss_split):
   num_tasks, unroll = 8, 20
-  est = TruncatedBPTT(NaNBallFamily(), lopt, num_tasks=num_tasks, unroll_length=unroll,
-                      schedule=ConstantSchedule(30), loss_kind="meta_loss", meta_loss_split=meta_loss_split,
+  est = make_estimator("tbptt", NaNBallFamily(), lopt, num_tasks=num_tasks, unroll_length=unroll,
+                       schedule=ConstantSchedule(30), loss_kind="meta_loss", meta_loss_split=meta_loss_split,
                       random_initial_iteration=False)
   theta = lopt.init(jax.random.key(0))
   ws, key = est.init_worker_state(theta, jax.random.key(1)), jax.random.key(2)
@@ -234,8 +233,8 @@ def test_learnable_adam_trains_a_low_precision_family():
   for leaf in jax.tree.leaves((state.opt_state.params, state.opt_state.opt_state)):
     assert leaf.dtype == jnp.bfloat16
   # and the meta-gradient through it
-  est = TruncatedBPTT(LowPrecisionFamily(QuadraticFamily(4)), lopt, num_tasks=2, unroll_length=3,
-                      schedule=ConstantSchedule(5))
+  est = make_estimator("tbptt", LowPrecisionFamily(QuadraticFamily(4)), lopt, num_tasks=2, unroll_length=3,
+                       schedule=ConstantSchedule(5))
   e, _ = est.estimate(theta, est.init_worker_state(theta, jax.random.key(3)), jax.random.key(4))
   assert all(np.isfinite(np.asarray(g)).all() for g in jax.tree.leaves(e.grad))
 
@@ -253,10 +252,10 @@ def test_an_estimate_with_no_finite_step_reports_nan():
   fam, lopt = single_task_to_family(_AlwaysNaN()), LearnableSGD(0.1)
   theta = lopt.init(jax.random.key(0))
   kw = dict(loss_kind="meta_loss", meta_loss_split="same_batch")
-  estimators = [TruncatedBPTT(fam, lopt, num_tasks=2, unroll_length=3, **kw),
-                PES(fam, lopt, num_pairs=2, unroll_length=3, **kw),
-                TruncatedES(fam, lopt, num_pairs=2, unroll_length=3, **kw),
-                FullES(fam, lopt, num_pairs=2, trajectory_length=3, **kw)]
+  estimators = [make_estimator("tbptt", fam, lopt, num_tasks=2, unroll_length=3, **kw),
+                make_estimator("pes", fam, lopt, num_tasks=2, unroll_length=3, **kw),
+                make_estimator("truncated_es", fam, lopt, num_tasks=2, unroll_length=3, **kw),
+                make_estimator("full_es", fam, lopt, num_tasks=2, trajectory_length=3, **kw)]
   for est in estimators:
     e, _ = est.estimate(theta, est.init_worker_state(theta, jax.random.key(1)), jax.random.key(2))
     assert np.isnan(float(e.meta_loss)), est.name  # was 0.0, indistinguishable from a perfect loss
@@ -306,11 +305,12 @@ def test_meta_trainer_skips_and_logs_updates_without_information(tmp_path):
 # -- 5. argument checks refuse NaN, inf and bools -------------------------------------------------------------------
 _FAMILY, _LOPT = QuadraticFamily(2), LearnableSGD(0.1)
 BAD_ARGUMENTS = [
-    (lambda v: PES(_FAMILY, _LOPT, sigma=v), "sigma"),
-    (lambda v: TruncatedES(_FAMILY, _LOPT, sigma=v), "sigma"),
-    (lambda v: FullES(_FAMILY, _LOPT, sigma=v), "sigma"),
-    (lambda v: PES(_FAMILY, _LOPT, clip_loss_diff=v), "clip_loss_diff"),
-    (lambda v: MetaTrainer(_LOPT, [PES(_FAMILY, _LOPT)], optax.sgd(0.1), clip_grad_norm=v), "clip_grad_norm"),
+    (lambda v: make_estimator("pes", _FAMILY, _LOPT, sigma=v), "sigma"),
+    (lambda v: make_estimator("truncated_es", _FAMILY, _LOPT, sigma=v), "sigma"),
+    (lambda v: make_estimator("full_es", _FAMILY, _LOPT, sigma=v), "sigma"),
+    (lambda v: make_estimator("pes", _FAMILY, _LOPT, clip_loss_diff=v), "clip_loss_diff"),
+    (lambda v: MetaTrainer(_LOPT, [make_estimator("pes", _FAMILY, _LOPT)], optax.sgd(0.1), clip_grad_norm=v),
+                                                  "clip_grad_norm"),
     (lambda v: SGD(v), "learning_rate"),
     (lambda v: SGDM(momentum=v), "momentum"),
     (lambda v: Adam(v), "learning_rate"),
@@ -326,8 +326,8 @@ BAD_ARGUMENTS = [
     (lambda v: MLPLOpt(time_scales=(v,)), r"time_scales\[0\]"),
 ]
 BAD_INTS = [
-    (lambda v: PES(_FAMILY, _LOPT, num_pairs=v), "num_pairs"),
-    (lambda v: TruncatedBPTT(_FAMILY, _LOPT, unroll_length=v), "unroll_length"),
+    (lambda v: make_estimator("full_es", _FAMILY, _LOPT, trajectory_length=v), "trajectory_length"),
+    (lambda v: make_estimator("tbptt", _FAMILY, _LOPT, unroll_length=v), "unroll_length"),
     (lambda v: TruncatedStep(_FAMILY, _LOPT, num_tasks=v), "num_tasks"),
     (lambda v: ConstantSchedule(v), "length"),
     (lambda v: LogUniformSchedule(1, v), "LogUniformSchedule"),
@@ -345,7 +345,7 @@ def test_non_finite_and_bool_arguments_are_refused(build, name, value):
 
 def test_argument_errors_say_what_is_accepted():
   with pytest.raises(ValueError, match=r"sigma must be a positive number \(finite, not a bool\), got nan"):
-    PES(_FAMILY, _LOPT, sigma=float("nan"))
+    make_estimator("pes", _FAMILY, _LOPT, sigma=float("nan"))
   with pytest.raises(ValueError, match=r"beta1 must be a finite number in \(0, 1\) \(not a bool\), got inf"):
     LearnableAdam(beta1=float("inf"))
   assert SGD(np.float32(0.5)).learning_rate == 0.5 and MLPLOpt(hidden_sizes=(np.int64(4), 4)).hidden_sizes == (4, 4)

@@ -12,7 +12,7 @@ from metafam.inner import ConstantSchedule, LogUniformSchedule, TruncatedStep
 from metafam.inner.sharding import lane_mesh
 from metafam.optimizers.base import Adam
 from metafam.optimizers.learned import LearnableSGD
-from metafam.outer_trainers import PES, FullES, MetaTrainer, TruncatedBPTT, TruncatedES
+from metafam.outer_trainers import MetaTrainer, make_estimator
 from metafam.taskfamilies.quadratic import NoisyQuadraticFamily
 
 pytestmark = pytest.mark.skipif(len(jax.devices()) < 2, reason="needs 2 devices (tests/conftest.py asks for 2 CPUs)")
@@ -100,10 +100,11 @@ def test_bad_devices_are_rejected_before_any_work():
 
 
 @pytest.mark.parametrize("make", [
-    lambda fam, lopt, dev: PES(fam, lopt, num_pairs=4, unroll_length=5, schedule=ConstantSchedule(7), devices=dev),
-    lambda fam, lopt, dev: TruncatedES(fam, lopt, num_pairs=4, unroll_length=5, schedule=ConstantSchedule(7),
-                                       devices=dev),
-    lambda fam, lopt, dev: FullES(fam, lopt, num_pairs=4, trajectory_length=6, devices=dev),
+    lambda fam, lopt, dev: make_estimator("pes", fam, lopt, num_tasks=4, unroll_length=5,
+                                          schedule=ConstantSchedule(7), devices=dev),
+    lambda fam, lopt, dev: make_estimator("truncated_es", fam, lopt, num_tasks=4, unroll_length=5,
+                                          schedule=ConstantSchedule(7), devices=dev),
+    lambda fam, lopt, dev: make_estimator("full_es", fam, lopt, num_tasks=4, trajectory_length=6, devices=dev),
 ], ids=["pes", "truncated_es", "full_es"])  # TBPTT: in the meta-trainer test below
 def test_sharded_estimators_equal_single_device(make):
   family = NoisyQuadraticFamily(4, scale_range=(0.5, 2.0))
@@ -147,6 +148,7 @@ def test_meta_trainer_on_two_devices_matches_one_and_resumes(tmp_path, caplog):
 
 def test_meta_trainer_refuses_estimators_on_different_devices():
   family, lopt = quadratic_family(), LearnableSGD()
-  ests = [PES(family, lopt, num_pairs=2, devices=2), TruncatedBPTT(family, lopt, num_tasks=2)]
+  ests = [make_estimator("pes", family, lopt, num_tasks=2, devices=2),
+          make_estimator("tbptt", family, lopt, num_tasks=2)]
   with pytest.raises(ValueError, match=r"same devices.*estimators\[1\] \(TruncatedBPTT\): 1 device"):
     MetaTrainer(lopt, ests, optax.sgd(0.1))

@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-import weakref
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 import jax
@@ -29,7 +28,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from metafam._identity import IdentityKey as _ByIdentity
 from metafam.datasets.base import SPLITS, DeviceData
+from metafam.inner.step import train_step
 from metafam.optimizers.base import OptaxOptimizer, Optimizer
 from metafam.taskfamilies.base import TaskFamily
 from metafam.tasks.base import Task
@@ -131,36 +132,6 @@ def derive_keys(key: Optional[jax.Array], num_members: Optional[int] = None) -> 
 
 
 # -- jitted programs ----------------------------------------------------------------------------------------------
-class _ByIdentity:
-  """A static-argument key that hashes and compares by the identity of the wrapped task or optimizer.
-
-  The object is held through a weak reference where it supports one, so `jax.jit`'s cache does not keep every task
-  and optimizer ever trained (with their datasets) alive. A cache entry whose object has died never matches again,
-  not even a new object that reuses its ``id``; the entry is dropped by jit's bounded cache in due course.
-  """
-  __slots__ = ("_ref", "_id")
-
-  def __init__(self, value: Any):
-    self._id = id(value)
-    try:
-      self._ref = weakref.ref(value)
-    except TypeError:  # not weak-referenceable (e.g. __slots__ without __weakref__): held strongly
-      self._ref = lambda: value
-
-  @property
-  def value(self) -> Any:
-    return self._ref()  # alive whenever a program is traced: the caller holds it
-
-  def __hash__(self) -> int:
-    return self._id
-
-  def __eq__(self, other: Any) -> bool:
-    if not isinstance(other, _ByIdentity) or other._id != self._id:
-      return False
-    mine = self._ref()
-    return mine is not None and other._ref() is mine
-
-
 def _task_of(obj: Union[Task, TaskFamily], cfg: Any) -> Task:
   return obj.task_fn(cfg) if isinstance(obj, TaskFamily) else obj
 
@@ -179,17 +150,6 @@ def _init_program(obj, opt, vmapped, num_steps, keys):
   return fn(keys.cfg, keys.init, keys.opt)
 
 
-def _train_step(task, opt, opt_state, step_key, batch, device_data):
-  """One update; samples the batch from ``device_data`` when given. Returns ``(opt_state, loss before update)``."""
-  batch_key, loss_key, opt_key = jax.random.split(step_key, 3)
-  if device_data is not None:
-    batch = device_data.sample(batch_key)
-  params, model_state = opt.get_params(opt_state), opt.get_state(opt_state)
-  loss_fn = lambda p: task.loss_with_state(p, model_state, loss_key, batch)
-  (loss, model_state), grad = jax.value_and_grad(loss_fn, has_aux=True)(params)
-  return opt.update(opt_state, grad, loss=loss, model_state=model_state, key=opt_key), loss
-
-
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))
 def _train_program(obj, opt, vmapped, data_kind, shared, opt_state, cfg, keys, steps, host_batches, device_data):
   """Scans ``len(steps)`` updates. Losses: ``f32[L]`` or ``f32[L, M]``.
@@ -201,8 +161,8 @@ def _train_program(obj, opt, vmapped, data_kind, shared, opt_state, cfg, keys, s
   per_member_device = data_kind == "device" and not (vmapped and shared)
 
   def member(opt_state, cfg, train_key, step, batch):
-    return _train_step(_task_of(obj, cfg), opt, opt_state, jax.random.fold_in(train_key, step), batch,
-                       device_data if per_member_device else None)
+    return train_step(_task_of(obj, cfg), opt, opt_state, jax.random.fold_in(train_key, step),
+                      device_data if per_member_device else None, batch)
 
   def body(opt_state, xs):
     step, batch = xs

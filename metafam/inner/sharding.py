@@ -68,18 +68,23 @@ def layout_shardings(lane_major: Any, mesh: Mesh) -> Any:
   return jax.tree.map(lambda split: lane_sharding(mesh) if split else replicated(mesh), lane_major)
 
 
-def constrain_lanes(tree: Any, mesh: Optional[Mesh], leading: int = 0) -> Any:
-  """Inside jit: keep axis ``leading`` of every leaf split over the mesh (identity without a mesh)."""
+def place(tree: Any, mesh: Optional[Mesh], lane_major: Any = True) -> Any:
+  """``tree`` laid out on the mesh: leaves whose flag is True split along their leading (lane) axis, the others
+  replicated; ``lane_major`` is one bool for every leaf or a tree of bools like ``tree``. A no-op without a mesh.
+
+  The one placement helper of every layer: outside jit it moves the arrays (`jax.device_put`, a no-op for arrays
+  already placed so); inside jit it constrains the traced values to that layout, so a jitted function's outputs
+  come back laid out as its inputs were (and the next call reuses the compiled program).
+  """
   if mesh is None:
     return tree
-  return jax.lax.with_sharding_constraint(tree, lane_sharding(mesh, leading))
-
-
-def put_lanes(tree: Any, mesh: Optional[Mesh]) -> Any:
-  """Outside jit: place a lane-major tree on the mesh (a no-op for leaves already placed so)."""
-  return tree if mesh is None else jax.device_put(tree, lane_sharding(mesh))
+  flags = jax.tree.map(lambda _: lane_major, tree) if isinstance(lane_major, bool) else lane_major
+  shardings = layout_shardings(flags, mesh)
+  if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(tree)):
+    return jax.lax.with_sharding_constraint(tree, shardings)
+  return jax.device_put(tree, shardings)
 
 
 def put_replicated(tree: Any, mesh: Optional[Mesh]) -> Any:
-  """Outside jit: a copy of ``tree`` on every device of the mesh."""
-  return tree if mesh is None else jax.device_put(tree, replicated(mesh))
+  """``place(tree, mesh, lane_major=False)``: a copy of ``tree`` on every device of the mesh."""
+  return place(tree, mesh, False)

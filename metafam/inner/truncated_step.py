@@ -19,7 +19,7 @@ So every step's outputs belong to exactly one trajectory and every output is val
 belongs to the *old* one. A step whose loss, gradient, meta-loss or updated params are non-finite has ``mask = 0``
 (its losses are reported as 0) and ends its trajectory, so one diverging lane never poisons the others: not in the
 forward pass, and not in reverse mode either, where a masked step sends exact zeros back into theta and into its
-lane's earlier steps (see `_cut_unless_finite`), so the meta-gradient of a truncation is that of its masked loss.
+lane's earlier steps (see `masking.cut_unless_finite`), so the meta-gradient of a truncation is that of its masked loss.
 
 With ``random_initial_iteration=True``, `init_step_state` starts each lane at a uniform iteration in ``[0, L)`` of
 a fresh trajectory (fresh params), so resets are staggered across lanes; those first, shortened trajectories begin
@@ -37,7 +37,8 @@ import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
 from metafam.datasets.base import SPLITS
-from metafam.inner import sharding
+from metafam.inner import masking, pairs, sharding
+from metafam.inner import step as step_lib
 from metafam.inner.schedules import ConstantSchedule
 from metafam.optimizers.base import Optimizer
 from metafam.optimizers.learned import HandDesigned
@@ -91,116 +92,6 @@ class UnrollOutput:
   is_done: jax.Array
 
 
-def _all_finite(tree: Any) -> jax.Array:
-  leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
-  return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
-
-
-def _select(pred: jax.Array, on_true: Any, on_false: Any) -> Any:
-  return jax.tree.map(lambda a, b: jnp.where(pred, a, b), on_true, on_false)
-
-
-def _lane_axes(batched_fn, diff, rest, residuals: list, num_lanes: int) -> Optional[list]:
-  """The lane axis of each of ``residuals``, the leaves of ``jax.vjp(batched_fn, diff)``'s pullback (None: it has
-  none), or None if they cannot be told.
-
-  Found by tracing (shapes only) the same vjp for ``num_lanes`` and ``num_lanes + 1`` lanes: the axis whose size
-  changes is the lane axis. None unless the first trace reproduces ``residuals`` leaf for leaf and the second
-  differs from it in at most one axis per leaf.
-  """
-  def residual_shapes(n):
-    spec = lambda tree: jax.tree.map(lambda x: jax.ShapeDtypeStruct((n,) + tuple(x.shape[1:]), x.dtype), tree)
-    leaves = lambda d, r: jax.tree.leaves(jax.vjp(lambda d: batched_fn(d, r), d, has_aux=True)[1])
-    return [tuple(x.shape) for x in jax.eval_shape(leaves, spec(diff), spec(rest))]
-
-  now, more = residual_shapes(num_lanes), residual_shapes(num_lanes + 1)
-  if now != [tuple(jnp.shape(r)) for r in residuals] or len(more) != len(now):
-    return None
-  axes = []
-  for a, b in zip(now, more):
-    changed = [i for i, (x, y) in enumerate(zip(a, b)) if x != y] if len(a) == len(b) else None
-    if changed is None or len(changed) > 1 or (changed and (a[changed[0]], b[changed[0]]) != (num_lanes,
-                                                                                             num_lanes + 1)):
-      return None
-    axes.append(changed[0] if changed else None)
-  return axes
-
-
-def _cut_unless_finite(fn):
-  """``fn(diff, rest) -> (outputs, ok)`` mapped over lanes (`jax.vmap`; every leaf has a leading lane axis),
-  differentiable w.r.t. ``diff``, whose pullback sends nothing back from a lane that is not ``ok``.
-
-  Wraps the theta-free pieces of a step that can go non-finite from finite inputs (the train loss with its gradient,
-  and the meta-loss); a lane that is not ``ok`` is masked in that step. A masked step reports constants and its
-  lane resets, so the cotangents reaching its outputs are exactly 0, and so must be those of its inputs. Plain
-  reverse mode multiplies those zeros with partial derivatives taken at the non-finite point (``0 * NaN = NaN``):
-  one such lane used to turn the whole meta-gradient into NaN (then zeroed). Here, in the lanes that are not
-  ``ok``, the pullback's floating residuals are replaced by ones (the double-where pattern, applied to the
-  residuals), so it maps their zero cotangents to exact zeros. Otherwise the values, residuals and pullback are
-  those of plain reverse mode through `vmap` (the same operations). ``rest`` (configs, keys, batches: nothing that
-  depends on theta) gets no cotangent. Reverse mode only (`jax.jvp` through an unroll raises).
-  """
-  batched_fn = jax.vmap(fn)
-
-  @jax.custom_vjp
-  def cut(diff, rest):
-    return batched_fn(diff, rest)
-
-  def fwd(diff, rest):
-    outputs, pullback, ok = jax.vjp(lambda d: batched_fn(d, rest), diff, has_aux=True)
-    leaves, treedef = jax.tree.flatten(pullback)
-    axes = _lane_axes(batched_fn, diff, rest, leaves, ok.shape[0])
-    if axes is None:  # residual layout unknown: select the pullback's per-lane results instead
-      return (outputs, ok), (pullback, ok)
-
-    def stand_in(r, axis):
-      if axis is None or not jnp.issubdtype(r.dtype, jnp.inexact):
-        return r
-      return jnp.where(jnp.expand_dims(ok, [i for i in range(r.ndim) if i != axis]), r, jnp.ones_like(r))
-
-    return (outputs, ok), (jax.tree.unflatten(treedef, [stand_in(r, a) for r, a in zip(leaves, axes)]), None)
-
-  def bwd(residuals, cts):
-    pullback, ok = residuals
-    (ct_diff,) = pullback(cts[0])
-    if ok is not None:
-      ct_diff = _zero_bad_lanes(ct_diff, ok)
-    return ct_diff, None
-
-  cut.defvjp(fwd, bwd)
-  return cut
-
-
-def _zero_bad_lanes(tree: Any, ok: jax.Array) -> Any:
-  """``tree`` (leading lane axis) with the floating leaves of the lanes that are not ``ok`` set to 0 (a select)."""
-  zero = lambda v: (jnp.where(jnp.expand_dims(ok, tuple(range(1, v.ndim))), v, jnp.zeros_like(v))
-                    if jnp.issubdtype(v.dtype, jnp.inexact) else v)
-  return jax.tree.map(zero, tree)
-
-
-@jax.custom_vjp
-def _zero_unless_ok_in_reverse_mode(x: Any, ok: jax.Array) -> Any:
-  """``x`` itself (leading lane axis); in reverse mode, zeros in the lanes that are not ``ok``.
-
-  Feeds the update the gradient (and loss) of a step: where they are non-finite the step is masked and the lane
-  resets, so the update only matters to reverse mode, whose pullback would multiply zero cotangents by the NaN
-  gradient. Only the differentiated program substitutes zeros (cotangents pass unchanged), and only when some lane
-  is not ``ok`` (`lax.cond`): plain forward passes (ES, evaluation) compute exactly what they computed before.
-  """
-  return x
-
-
-def _zero_unless_ok_fwd(x, ok):
-  return jax.lax.cond(jnp.all(ok), lambda x: x, lambda x: _zero_bad_lanes(x, ok), x), None
-
-
-def _zero_unless_ok_bwd(_, ct):
-  return ct, None
-
-
-_zero_unless_ok_in_reverse_mode.defvjp(_zero_unless_ok_fwd, _zero_unless_ok_bwd)
-
-
 class TruncatedStep:
   """Trains ``num_tasks`` instances of ``family`` with ``learned_opt`` in truncated, vectorized unrolls.
 
@@ -212,8 +103,6 @@ class TruncatedStep:
     random_initial_iteration: stagger lanes by starting each at a random iteration of its first trajectory.
     meta_loss_split: data for ``meta_loss``: "same_batch" (the step's training batch), a split name, or None to
       skip it (then ``meta_loss`` repeats ``loss`` at no extra cost).
-    meta_loss_aux: report this aux value of the task (``loss_with_state_and_aux``) as ``meta_loss`` instead of the
-      loss, e.g. "accuracy".
     antithetic: lanes ``i`` and ``i + num_tasks // 2`` form a pair: they draw the same keys (same configs, inits,
       lengths and batches) and reset together (a non-finite step in either ends the trajectory of both), so they
       differ only through their theta. ``num_tasks`` must be even.
@@ -232,8 +121,12 @@ class TruncatedStep:
 
   def __init__(self, family: TaskFamily, learned_opt: Any, num_tasks: int, schedule: Any = None,
                random_initial_iteration: bool = False, meta_loss_split: Optional[str] = "same_batch",
-               meta_loss_aux: Optional[str] = None, antithetic: bool = False, stack_antithetic: bool = True,
+               antithetic: bool = False, stack_antithetic: bool = True,
                lane_groups: int = 1, donate: bool = True, devices: Any = None):
+    self._args = dict(family=family, learned_opt=learned_opt, num_tasks=num_tasks, schedule=schedule,
+                      random_initial_iteration=random_initial_iteration, meta_loss_split=meta_loss_split,
+                      antithetic=antithetic, stack_antithetic=stack_antithetic, lane_groups=lane_groups,
+                      donate=donate, devices=devices)
     if not isinstance(family, TaskFamily):
       raise TypeError(f"family must be a TaskFamily, got {type(family).__name__}.")
     if isinstance(learned_opt, Optimizer):
@@ -245,8 +138,6 @@ class TruncatedStep:
       raise ValueError(f"num_tasks must be a positive int (not a bool), got {num_tasks!r}.")
     if meta_loss_split is not None and meta_loss_split not in META_LOSS_SPLITS:
       raise ValueError(f"meta_loss_split must be None or one of {META_LOSS_SPLITS}, got {meta_loss_split!r}.")
-    if meta_loss_aux is not None and meta_loss_split is None:
-      raise ValueError("meta_loss_aux needs a meta_loss_split to evaluate the aux value on.")
     if antithetic and num_tasks % 2:
       raise ValueError(f"antithetic=True needs an even num_tasks (pairs of lanes), got {num_tasks}.")
     if antithetic and lane_groups not in (1, 2):
@@ -255,7 +146,6 @@ class TruncatedStep:
       raise ValueError(f"lane_groups must be a positive int dividing num_tasks={num_tasks}, got {lane_groups!r}.")
     self.lane_groups = 2 if antithetic else lane_groups
     self.antithetic, self.stack_antithetic = antithetic, stack_antithetic
-    self.meta_loss_aux = meta_loss_aux
     self.family, self.learned_opt, self.num_tasks = family, learned_opt, num_tasks
     self.schedule = ConstantSchedule(50) if schedule is None else schedule
     if not hasattr(self.schedule, "sample"):
@@ -263,10 +153,26 @@ class TruncatedStep:
     self.random_initial_iteration = random_initial_iteration
     self.meta_loss_split = meta_loss_split
     self.mesh = sharding.lane_mesh(devices, num_tasks)
-    self.data = sharding.put_replicated(self._device_data(), self.mesh)
+    self.data = sharding.place(self._device_data(), self.mesh, lane_major=False)
     self._unroll = jax.jit(self.unroll_fn, static_argnames=("theta_is_batched",),
                            donate_argnames=("state",) if donate else ())
     self._init = jax.jit(self.init_fn, static_argnames=("theta_is_batched",))
+
+  def replace(self, **changes: Any) -> "TruncatedStep":
+    """A new `TruncatedStep` with the same constructor arguments except ``changes`` (e.g. ``num_tasks=16``)."""
+    unknown = sorted(set(changes) - set(self._args))
+    if unknown:
+      raise TypeError(f"TruncatedStep.replace got unknown arguments {unknown}; valid: {sorted(self._args)}.")
+    return TruncatedStep(**{**self._args, **changes})
+
+  def paired(self, stack: bool = True) -> "TruncatedStep":
+    """The antithetic version of this step for ES: ``2 * num_tasks`` lanes in pairs (see `metafam.inner.pairs`):
+    lane ``i`` and lane ``i + num_tasks`` see the same instances, batches and resets. ``stack``: run both halves
+    as one vmap (True) or as two (False); the numbers are the same. Never donates (estimators call the pure
+    `unroll_fn`)."""
+    if self.antithetic or self.lane_groups != 1:
+      raise ValueError("paired() needs a step without antithetic lanes or lane groups (it builds the pairs itself).")
+    return self.replace(num_tasks=2 * self.num_tasks, antithetic=True, stack_antithetic=stack, donate=False)
 
   # -- data ----------------------------------------------------------------------------------------------------
   def _device_data(self):
@@ -278,10 +184,6 @@ class TruncatedStep:
                       "split of family.datasets to be an ArraySplit (metafam.datasets.ArraySplit).")
     splits = {"train"} | ({self.meta_loss_split} - {None, "same_batch"})
     return {name: datasets.device_data(name) for name in sorted(splits)}
-
-  @staticmethod
-  def _sample(data, split, key):
-    return None if data is None else data[split].sample(key)
 
   # -- the lanes ----------------------------------------------------------------------------------------------
   def _fresh_lane(self, theta, key, random_offset: bool) -> LaneState:
@@ -299,32 +201,32 @@ class TruncatedStep:
     """One step of every lane in ``lanes`` (leading lane axis); theta is shared, or per lane with ``theta_axis=0``.
 
     Per-lane pieces (`jax.vmap`) around the two theta-free computations that may go non-finite, which are wrapped
-    in `_cut_unless_finite` over all lanes; see the module docstring for the step's timeline.
+    in `masking.cut_unless_finite` over all lanes; see the module docstring for the step's timeline.
     """
     per_lane = lambda fn, *in_axes: jax.vmap(fn, in_axes=in_axes)
     opt_of = self.learned_opt.opt_fn
 
     def inputs(th, lane, key):
       opt = opt_of(th)
-      k_batch, k_loss, k_meta_batch, k_meta, k_opt = jax.random.split(key, 5)
-      batch = self._sample(data, "train", k_batch)
+      keys = step_lib.split_step_key(key, with_meta_loss=True)
+      split = lambda name: None if data is None else data[name]  # data-free tasks get batch None
+      batch = step_lib.sample_batch(split("train"), keys.batch)
       meta_batch = batch
       if self.meta_loss_split not in (None, "same_batch"):
-        meta_batch = self._sample(data, self.meta_loss_split, k_meta_batch)
+        meta_batch = step_lib.sample_batch(split(self.meta_loss_split), keys.meta_batch)
       diff = (opt.get_params(lane.opt_state), opt.get_state(lane.opt_state))
-      return diff, (k_loss, batch), (k_meta, meta_batch), k_opt
+      return diff, (keys.loss, batch), (keys.meta, meta_batch), keys.opt
 
     params_and_state, loss_data, meta_data, k_opt = per_lane(inputs, theta_axis, 0, 0)(theta, lanes, keys)
 
     def loss_and_grad(diff, rest):
       (p, s), (cfg, (k, b)) = diff, rest
-      (loss, new_s), grad = jax.value_and_grad(
-          lambda p: self.family.task_fn(cfg).loss_with_state(p, s, k, b), has_aux=True)(p)
+      loss, new_s, grad = step_lib.loss_and_grad(self.family.task_fn(cfg), p, s, k, b)
       # The params leave through the cut too, for the update: so their cotangents add up in the order of plain
       # reverse mode (the update's, then the loss's).
-      return (loss, new_s, grad, p), jnp.isfinite(loss) & _all_finite(grad)
+      return (loss, new_s, grad, p), jnp.isfinite(loss) & step_lib.all_finite(grad)
 
-    (loss, new_model_state, grad, params), grad_ok = _cut_unless_finite(loss_and_grad)(
+    (loss, new_model_state, grad, params), grad_ok = masking.cut_unless_finite(loss_and_grad)(
         params_and_state, (lanes.cfg, loss_data))
 
     def update(th, opt_state, params, grad, loss, new_model_state, key):
@@ -332,12 +234,12 @@ class TruncatedStep:
       # The state with the params that passed through the cut (the leaves get_params returns, replaced).
       by_id = {id(p): q for p, q in zip(jax.tree.leaves(opt.get_params(opt_state)), jax.tree.leaves(params))}
       opt_state = jax.tree.map(lambda x: by_id.get(id(x), x), opt_state)
-      new = opt.update(opt_state, grad, loss=loss, model_state=new_model_state, key=key)
+      new = step_lib.apply_update(opt, opt_state, grad, loss, new_model_state, key)
       return new, (opt.get_params(new), opt.get_state(new))
 
     # Where the loss or gradient went non-finite the step is masked; under differentiation its update then sees a
     # zero gradient and loss, so that the update's pullback is taken at finite values and sends exact zeros back.
-    grad_in, loss_in = _zero_unless_ok_in_reverse_mode((grad, loss), grad_ok)
+    grad_in, loss_in = masking.zero_unless_ok_in_reverse_mode((grad, loss), grad_ok)
     opt_state, new_params_and_state = per_lane(update, theta_axis, 0, 0, 0, 0, 0, 0)(
         theta, lanes.opt_state, params, grad_in, loss_in, new_model_state, k_opt)
     if self.meta_loss_split is None:
@@ -345,20 +247,14 @@ class TruncatedStep:
     else:
       def meta_loss_fn(diff, rest):
         (p, s), (cfg, (k, b)) = diff, rest
-        task = self.family.task_fn(cfg)
-        value, _, aux = task.loss_with_state_and_aux(p, s, k, b)
-        if self.meta_loss_aux is not None:
-          if self.meta_loss_aux not in aux:
-            raise KeyError(f"meta_loss_aux={self.meta_loss_aux!r}, but task {task.name!r} reports aux "
-                           f"{sorted(aux)}.")
-          value = aux[self.meta_loss_aux]
-        return value, jnp.isfinite(value) & _all_finite(p)
+        value = step_lib.meta_loss(self.family.task_fn(cfg), p, s, k, b)
+        return value, jnp.isfinite(value) & step_lib.all_finite(p)
 
-      meta_loss, _ = _cut_unless_finite(meta_loss_fn)(new_params_and_state, (lanes.cfg, meta_data))
+      meta_loss, _ = masking.cut_unless_finite(meta_loss_fn)(new_params_and_state, (lanes.cfg, meta_data))
 
     def outputs(lane, loss, meta_loss, grad_ok, new_params):
       task = self.family.task_fn(lane.cfg)
-      finite = grad_ok & jnp.isfinite(meta_loss) & _all_finite(new_params)
+      finite = grad_ok & jnp.isfinite(meta_loss) & step_lib.all_finite(new_params)
       zero = jnp.zeros_like(loss)
       out = dict(loss=jnp.where(finite, loss, zero), meta_loss=jnp.where(finite, meta_loss, zero))
       out["normalized_loss"] = jnp.where(finite, task.normalizer(out["loss"]), zero)
@@ -375,33 +271,25 @@ class TruncatedStep:
   # -- public API ---------------------------------------------------------------------------------------------
   def _lane_keys(self, key: jax.Array) -> jax.Array:
     """One key per lane; lane ``i`` of every lane group gets the same key."""
-    if self.lane_groups == 1:
-      return jax.random.split(key, self.num_tasks)
-    return jnp.concatenate([jax.random.split(key, self.num_tasks // self.lane_groups)] * self.lane_groups)
+    return pairs.lane_keys(key, self.num_tasks, self.lane_groups)
 
   def _pair_done(self, is_done: jax.Array) -> jax.Array:
-    if not self.antithetic:
-      return is_done
-    h = self.num_tasks // 2
-    either = is_done[:h] | is_done[h:]
-    return jnp.concatenate([either, either])
+    return pairs.pair_done(is_done) if self.antithetic else is_done
 
   def init_fn(self, theta: Any, key: jax.Array, theta_is_batched: bool = False) -> LaneState:
     """Pure: fresh lanes (``[num_tasks]``-leading leaves); see `init_step_state`."""
     fresh = functools.partial(self._fresh_lane, random_offset=self.random_initial_iteration)
     lanes = jax.vmap(fresh, in_axes=(0 if theta_is_batched else None, 0))(theta, self._lane_keys(key))
-    return sharding.constrain_lanes(lanes, self.mesh)
+    return sharding.place(lanes, self.mesh)
 
   def init_step_state(self, theta: Any, key: jax.Array, theta_is_batched: bool = False) -> LaneState:
     """Samples ``num_tasks`` fresh task instances and initializes their params and optimizer states (jitted)."""
-    return self._init(self.place_theta(theta, theta_is_batched), sharding.put_replicated(key, self.mesh),
+    return self._init(self.place_theta(theta, theta_is_batched), sharding.place(key, self.mesh, lane_major=False),
                       theta_is_batched=theta_is_batched)
 
   def place_theta(self, theta: Any, theta_is_batched: bool = False) -> Any:
     """``theta`` on this step's devices: replicated, or split by lane when batched (a no-op on one device)."""
-    if self.mesh is None:
-      return theta
-    return sharding.put_lanes(theta, self.mesh) if theta_is_batched else sharding.put_replicated(theta, self.mesh)
+    return sharding.place(theta, self.mesh, lane_major=theta_is_batched)
 
   def unroll_fn(self, theta: Any, state: LaneState, step_keys: jax.Array, data: Any,
                 theta_is_batched: bool = False):
@@ -455,7 +343,8 @@ class TruncatedStep:
       out = dataclasses.replace(out, is_done=is_done)
 
       def reset(lanes):
-        return jax.vmap(_select)(is_done, fresh(theta, lane_keys(k_reset)), lanes)
+        return jax.vmap(lambda done, new, old: jax.tree.map(lambda a, b: jnp.where(done, a, b), new, old))(
+            is_done, fresh(theta, lane_keys(k_reset)), lanes)
 
       # A scalar predicate: the (batched) reset runs only in steps where some lane (of this device) finishes.
       lanes = jax.lax.cond(jnp.any(is_done), reset, lambda l: l, lanes)
@@ -477,8 +366,6 @@ class TruncatedStep:
 
   def unroll_with_keys(self, theta: Any, state: LaneState, step_keys: jax.Array, theta_is_batched: bool = False):
     """Like `unroll`, with the per-step keys given explicitly (``step_keys``: ``[num_steps]`` keys)."""
-    if self.mesh is not None:
-      state = sharding.put_lanes(state, self.mesh)
-      step_keys = sharding.put_replicated(step_keys, self.mesh)
+    state, step_keys = sharding.place(state, self.mesh), sharding.place(step_keys, self.mesh, lane_major=False)
     return self._unroll(self.place_theta(theta, theta_is_batched), state, step_keys, self.data,
                         theta_is_batched=theta_is_batched)

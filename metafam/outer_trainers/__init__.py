@@ -1,11 +1,11 @@
-"""Outer trainers: meta-gradient estimators and the meta-training loop."""
+"""Outer trainers: meta-gradient estimators on an injected `TruncatedStep`, and the meta-training loop."""
 
 from metafam.outer_trainers.base import GradientEstimate, GradientEstimator
-from metafam.outer_trainers.estimators import PES, FullES, NoiseReuseES, PESWorkerState, TruncatedBPTT, TruncatedES
-
-__all__ = ["GradientEstimate", "GradientEstimator", "PES", "FullES", "NoiseReuseES", "PESWorkerState",
-           "TruncatedBPTT", "TruncatedES"]
 from metafam.outer_trainers.checkpoint import CheckpointError
-from metafam.outer_trainers.meta_trainer import MetaTrainer, MetaTrainState
+from metafam.outer_trainers.estimators import PES, FullES, NoiseReuseES, PESWorkerState, TruncatedBPTT, TruncatedES
+from metafam.outer_trainers.meta_trainer import MetaTrainer, MetaTrainState, read_metrics
+from metafam.outer_trainers.registry import ESTIMATORS, get_estimator, list_estimators, make_estimator
 
-__all__ += ["CheckpointError", "MetaTrainer", "MetaTrainState"]
+__all__ = ["GradientEstimate", "GradientEstimator", "CheckpointError", "PES", "FullES", "NoiseReuseES",
+           "PESWorkerState", "TruncatedBPTT", "TruncatedES", "MetaTrainer", "MetaTrainState", "read_metrics",
+           "ESTIMATORS", "get_estimator", "list_estimators", "make_estimator"]

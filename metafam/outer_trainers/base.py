@@ -12,6 +12,7 @@ meta-loss ``E_z[L(theta + sigma z)]``, which equals the true gradient on a quadr
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import functools
 import numbers
@@ -20,6 +21,7 @@ from typing import Any, Dict, Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh
 
 from metafam.inner import sharding
 from metafam.inner.truncated_step import UnrollOutput
@@ -43,44 +45,73 @@ class GradientEstimate:
   metrics: Dict[str, jax.Array]
 
 
-class GradientEstimator:
-  """Base class: ``init_worker_state(theta, key)`` and ``estimate(theta, worker_state, key)``."""
+class GradientEstimator(abc.ABC):
+  """The protocol every meta-gradient estimator follows; everything `MetaTrainer` uses is declared here.
 
-  name = "estimator"
-  mesh = None  # the `jax.sharding.Mesh` the lanes are spread over, or None (one device)
+  A subclass implements the two pure, jittable functions:
 
-  def place_theta(self, theta: Any) -> Any:
-    """``theta`` (or any tree of shared values, e.g. a meta-optimizer state) replicated on the estimator's devices."""
-    return sharding.put_replicated(theta, self.mesh)
+  * ``init_worker_state(theta, key) -> worker_state``: the estimator's own state (inner lanes, accumulators; any
+    pytree, ``{}`` for none);
+  * ``estimate_fn(theta, worker_state, key, data) -> (GradientEstimate, new worker_state)``, where ``data`` is
+    `data` handed through the caller's jit boundary (device arrays the estimate reads, such as the datasets of its
+    `TruncatedStep`; None when there are none), so they are arguments of the compiled program, not constants.
+
+  and may override ``name`` (its label in metrics), `data`, `mesh` (the devices its lanes are spread over),
+  `lane_major` (which worker-state leaves have a leading lane axis) and `inner_steps_per_estimate` (throughput
+  bookkeeping). `estimate` is `estimate_fn` jitted, with inputs placed on the estimator's devices.
+  """
+
+  name: str = "estimator"
+
+  @property
+  def data(self) -> Any:
+    """Device arrays `estimate_fn` reads (passed as its ``data`` argument); None by default."""
+    return None
+
+  @property
+  def mesh(self) -> Optional[Mesh]:
+    """The `jax.sharding.Mesh` the lanes are spread over, or None (one device)."""
+    return None
+
+  @property
+  def inner_steps_per_estimate(self) -> int:
+    """Inner steps (summed over lanes) one estimate runs; for throughput metrics (0 if not counted)."""
+    return 0
+
+  @abc.abstractmethod
+  def init_worker_state(self, theta: Any, key: jax.Array) -> Any:
+    """The initial worker state (pure)."""
+
+  @abc.abstractmethod
+  def estimate_fn(self, theta: Any, worker_state: Any, key: jax.Array, data: Any):
+    """Pure: ``(GradientEstimate, new worker_state)``."""
+
+  def estimate(self, theta: Any, worker_state: Any, key: jax.Array):
+    """`estimate_fn` jitted (compiled once per estimator and input structure), with ``data = self.data``."""
+    jitted = self.__dict__.get("_jitted_estimate")
+    if jitted is None:
+      jitted = self.__dict__["_jitted_estimate"] = jax.jit(self._placed_estimate_fn)
+    theta, worker_state = self.place_theta(theta), self.place_worker_state(worker_state)
+    return jitted(theta, worker_state, sharding.place(key, self.mesh, lane_major=False), self.data)
+
+  def _placed_estimate_fn(self, theta, worker_state, key, data):
+    estimate, worker_state = self.estimate_fn(theta, worker_state, key, data)
+    return estimate, self.place_worker_state(worker_state)
 
   def lane_major(self, worker_state: Any) -> Any:
     """A tree of bools like ``worker_state``: which leaves have a leading lane axis (by default all of them)."""
     return jax.tree.map(lambda _: True, worker_state)
 
+  def place_theta(self, theta: Any) -> Any:
+    """``theta`` (or any tree of shared values, e.g. a meta-optimizer state) replicated on the estimator's devices."""
+    return sharding.place(theta, self.mesh, lane_major=False)
+
   def place_worker_state(self, worker_state: Any) -> Any:
-    """Outside jit: ``worker_state`` on the estimator's devices, lane-major leaves split by lane, the rest replicated."""
+    """``worker_state`` on the estimator's devices, lane-major leaves split by lane, the rest replicated (outside
+    jit it moves the arrays; inside, it keeps the output laid out like the input). See `sharding.place`."""
     if self.mesh is None:
       return worker_state
-    return jax.device_put(worker_state, sharding.layout_shardings(self.lane_major(worker_state), self.mesh))
-
-  def constrain_worker_state(self, worker_state: Any) -> Any:
-    """Inside jit: keep ``worker_state`` laid out as `place_worker_state` puts it (so the next call reuses the
-    compiled program instead of compiling one for another layout)."""
-    if self.mesh is None:
-      return worker_state
-    return jax.lax.with_sharding_constraint(worker_state,
-                                            sharding.layout_shardings(self.lane_major(worker_state), self.mesh))
-
-  def init_worker_state(self, theta: Any, key: jax.Array) -> Any:
-    raise NotImplementedError
-
-  def estimate(self, theta: Any, worker_state: Any, key: jax.Array):
-    raise NotImplementedError
-
-  @property
-  def inner_steps_per_estimate(self) -> int:
-    """Inner steps (summed over lanes) one estimate runs; for throughput metrics."""
-    raise NotImplementedError
+    return sharding.place(worker_state, self.mesh, self.lane_major(worker_state))
 
 
 def check_loss_kind(loss_kind: str) -> str:
@@ -111,33 +142,6 @@ def sample_perturbations(theta: Any, key: jax.Array, num: int, sigma: float) -> 
   keys = jax.random.split(key, max(len(leaves), 1))
   eps = [sigma * jax.random.normal(k, (num,) + jnp.shape(x), jnp.result_type(x)) for k, x in zip(keys, leaves)]
   return jax.tree.unflatten(treedef, eps)
-
-
-def antithetic_thetas(theta: Any, eps: Any) -> Any:
-  """``[2N]``-leading theta: ``theta + eps`` for lanes ``0..N-1`` and ``theta - eps`` for lanes ``N..2N-1``."""
-  return jax.tree.map(lambda t, e: jnp.concatenate([t[None] + e, t[None] - e]), theta, eps)
-
-
-def pair_differences(losses: jax.Array, mask: jax.Array, clip: Optional[float]):
-  """Splits ``[T, 2N]`` antithetic losses into ``(delta [T, N], pair_mask [T, N], mean_loss)``.
-
-  A step counts only when both particles are finite there; ``clip`` bounds ``|L+ - L-|``.
-  """
-  n = losses.shape[1] // 2
-  pair_mask = mask[:, :n] * mask[:, n:]
-  delta = (losses[:, :n] - losses[:, n:]) * pair_mask
-  if clip is not None:
-    delta = jnp.clip(delta, -clip, clip)
-  mean_loss = masked_mean_or_nan(jnp.sum(0.5 * (losses[:, :n] + losses[:, n:]) * pair_mask), jnp.sum(pair_mask))
-  return delta, pair_mask, mean_loss
-
-
-def masked_mean_or_nan(total: jax.Array, count: jax.Array) -> jax.Array:
-  """``total / count``, or NaN when ``count == 0``: an estimate with nothing finite to average reports NaN, not 0.
-
-  The value is ``total / max(count, 1)`` otherwise (bit for bit), and the derivative where ``count == 0`` is 0.
-  """
-  return jnp.where(count > 0, total / jnp.maximum(count, 1.0), jnp.nan)
 
 
 def weighted_noise_sum(coef: jax.Array, noise: Any) -> Any:

@@ -1,20 +1,20 @@
 """Meta-gradient estimators: truncated BPTT, full ES, truncated ES, PES and noise-reuse ES.
 
-Every estimator owns a `TruncatedStep` over its family and offers
+Every estimator is built on an injected `TruncatedStep` (as in the reference library: ``PES(truncated_step, ...)``),
+which holds the inner configuration: family, learned optimizer, lanes, truncation schedule, meta-loss data, staggered
+starts and devices. TBPTT trains the step's lanes as they are; the ES estimators run ``truncated_step.num_tasks``
+antithetic *pairs* on `TruncatedStep.paired` (the pair layout: `metafam.inner.pairs`). `make_estimator` in
+`metafam.outer_trainers.registry` builds the step and the estimator from a name in one call.
 
-  * ``init_worker_state(theta, key)``: the per-lane inner states (and accumulators);
-  * ``estimate_fn(theta, worker_state, key, data) -> (GradientEstimate, new_worker_state)``: pure and jittable;
-    ``data`` is ``estimator.data`` passed through your jit boundary (so arrays are not compiled in as constants);
-  * ``estimate(theta, worker_state, key)``: the same, jitted, with ``data = estimator.data``.
-
-Every estimator takes ``devices`` (None, a count or a sequence of devices) and spreads its lanes over them (see
-`metafam.inner.sharding`); the numbers are the same as on one device. `estimate` places its inputs; callers that jit
-`estimate_fn` themselves place theta and the worker state with `place_theta` / `place_worker_state` first.
+Each offers the `GradientEstimator` protocol: ``init_worker_state(theta, key)``, the pure
+``estimate_fn(theta, worker_state, key, data)`` (``data`` is ``estimator.data`` passed through your jit boundary) and
+the jitted ``estimate(theta, worker_state, key)``. With a step built on several ``devices`` the lanes are spread over
+them with the same numbers (see `metafam.inner.sharding`).
 
 The meta-loss of a truncation is the masked mean over its steps of the chosen per-step loss (``loss_kind``, default
-the task-normalized ``meta_loss`` of the updated params on ``meta_loss_split``). ES scaling: see `base`. Non-finite
-steps (or pairs) are left out and counted in ``metrics["num_nonfinite"]``; an estimate in which every one of them
-was non-finite reports ``meta_loss`` NaN and a zero gradient, and `MetaTrainer` skips that meta-update.
+the task-normalized ``meta_loss`` of the updated params on the step's ``meta_loss_split``). ES scaling: see `base`.
+Non-finite steps (or pairs) are left out and counted in ``metrics["num_nonfinite"]``; an estimate in which every one
+of them was non-finite reports ``meta_loss`` NaN and a zero gradient, and `MetaTrainer` skips that meta-update.
 """
 
 from __future__ import annotations
@@ -26,19 +26,14 @@ from typing import Any, Optional
 import jax
 import jax.numpy as jnp
 
-from metafam.inner import sharding
-from metafam.inner.schedules import ConstantSchedule, NeverEndingSchedule
+from metafam.inner import pairs
+from metafam.inner.schedules import NeverEndingSchedule
 from metafam.inner.truncated_step import LaneState, TruncatedStep
-from metafam.outer_trainers.base import (GradientEstimate, GradientEstimator, antithetic_thetas, check_loss_kind,
-                                         check_positive, masked_mean_or_nan, pair_differences,
+from metafam.outer_trainers.base import (GradientEstimate, GradientEstimator, check_loss_kind, check_positive,
                                          sample_perturbations, step_losses, weighted_noise_sum, zero_nonfinite)
 
 FULL_ES_LOSS_TYPES = ("avg", "last", "min")
 _NEVER_RESAMPLED = 2 ** 30
-
-
-def _tile2(tree: Any) -> Any:
-  return jax.tree.map(lambda x: jnp.concatenate([x, x]), tree)
 
 
 def _per_pair_where(pred: jax.Array, a: Any, b: Any) -> Any:
@@ -46,15 +41,18 @@ def _per_pair_where(pred: jax.Array, a: Any, b: Any) -> Any:
   return jax.tree.map(lambda x, y: jnp.where(pred.reshape(pred.shape + (1,) * (x.ndim - 1)), x, y), a, b)
 
 
-class _Estimator(GradientEstimator):
-  """Shared plumbing: argument checks, the jitted `estimate` wrapper, throughput bookkeeping."""
+class _OnTruncatedStep(GradientEstimator):
+  """Shared plumbing of the estimators here: the injected step, argument checks, the step's data and devices."""
 
-  def __init__(self, loss_kind: str, clip_loss_diff: Optional[float]):
+  def __init__(self, truncated_step: TruncatedStep, loss_kind: str, clip_loss_diff: Optional[float]):
+    if not isinstance(truncated_step, TruncatedStep):
+      raise TypeError(f"{type(self).__name__} needs a metafam.inner.TruncatedStep as its first argument, got "
+                      f"{type(truncated_step).__name__} (make_estimator(name, family, learned_opt, ...) builds both).")
     self.loss_kind = check_loss_kind(loss_kind)
     if clip_loss_diff is not None:
       check_positive("clip_loss_diff", clip_loss_diff)
     self.clip_loss_diff = clip_loss_diff
-    self._estimate = jax.jit(self._pinned_estimate_fn)
+    self.truncated_step = truncated_step
 
   @property
   def data(self) -> Any:
@@ -64,21 +62,11 @@ class _Estimator(GradientEstimator):
   def mesh(self):
     return self.step.mesh
 
-  def _pinned_estimate_fn(self, theta, worker_state, key, data):
-    estimate, worker_state = self.estimate_fn(theta, worker_state, key, data)
-    return estimate, self.constrain_worker_state(worker_state)
-
-  def estimate(self, theta: Any, worker_state: Any, key: jax.Array):
-    if self.mesh is not None:
-      theta, worker_state = self.place_theta(theta), self.place_worker_state(worker_state)
-      key = sharding.put_replicated(key, self.mesh)
-    return self._estimate(theta, worker_state, key, self.data)
-
   def _unroll_keys(self, key: jax.Array, num_steps: int) -> jax.Array:
     return jax.random.split(key, num_steps)
 
 
-class TruncatedBPTT(_Estimator):
+class TruncatedBPTT(_OnTruncatedStep):
   """Backpropagation through each truncation of ``unroll_length`` steps (biased: ignores longer-range effects).
 
   ``num_tasks`` lanes share theta; the gradient is that of the masked mean meta-loss over the truncation: steps
@@ -89,14 +77,12 @@ class TruncatedBPTT(_Estimator):
 
   name = "tbptt"
 
-  def __init__(self, family, learned_opt, num_tasks: int = 8, unroll_length: int = 50, schedule: Any = None,
-               loss_kind: str = "normalized_meta_loss", meta_loss_split: str = "outer_valid",
-               random_initial_iteration: bool = True, devices: Any = None):
+  def __init__(self, truncated_step: TruncatedStep, unroll_length: int = 50,
+               loss_kind: str = "normalized_meta_loss"):
+    super().__init__(truncated_step, loss_kind, None)
     self.unroll_length = check_positive("unroll_length", unroll_length, integer=True)
-    self.num_tasks = num_tasks
-    self.step = TruncatedStep(family, learned_opt, num_tasks, schedule or ConstantSchedule(200),
-                              random_initial_iteration, meta_loss_split, donate=False, devices=devices)
-    super().__init__(loss_kind, None)
+    self.step = truncated_step
+    self.num_tasks = truncated_step.num_tasks
 
   @property
   def inner_steps_per_estimate(self) -> int:
@@ -111,7 +97,7 @@ class TruncatedBPTT(_Estimator):
     def meta_loss(theta):
       lanes, out = self.step.unroll_fn(theta, worker_state, keys, data)
       losses, mask = step_losses(out, self.loss_kind)
-      return masked_mean_or_nan(jnp.sum(losses * mask), jnp.sum(mask)), (lanes, mask)
+      return pairs.masked_mean_or_nan(jnp.sum(losses * mask), jnp.sum(mask)), (lanes, mask)
 
     (loss, (lanes, mask)), grad = jax.value_and_grad(meta_loss, has_aux=True)(theta)
     grad, bad = zero_nonfinite(grad)
@@ -119,7 +105,7 @@ class TruncatedBPTT(_Estimator):
     return GradientEstimate(grad, loss, metrics), lanes
 
 
-class FullES(_Estimator):
+class FullES(_OnTruncatedStep):
   """Antithetic ES over complete inner trajectories of ``trajectory_length`` steps from fresh task instances.
 
   ``loss_type``: "avg" (mean of the per-step meta-losses), "last" (the final step's), or "min" (their minimum).
@@ -129,18 +115,19 @@ class FullES(_Estimator):
 
   name = "full_es"
 
-  def __init__(self, family, learned_opt, num_pairs: int = 8, trajectory_length: int = 200, sigma: float = 0.01,
-               loss_type: str = "avg", loss_kind: str = "normalized_meta_loss", meta_loss_split: str = "outer_valid",
-               clip_loss_diff: Optional[float] = None, stack_antithetic: bool = True, devices: Any = None):
-    self.num_pairs = check_positive("num_pairs", num_pairs, integer=True)
+  def __init__(self, truncated_step: TruncatedStep, trajectory_length: int = 200, sigma: float = 0.01,
+               loss_type: str = "avg", loss_kind: str = "normalized_meta_loss",
+               clip_loss_diff: Optional[float] = None, stack_antithetic: bool = True):
+    super().__init__(truncated_step, loss_kind, clip_loss_diff)
+    self.num_pairs = truncated_step.num_tasks
     self.trajectory_length = check_positive("trajectory_length", trajectory_length, integer=True)
     self.sigma = check_positive("sigma", sigma)
     if loss_type not in FULL_ES_LOSS_TYPES:
       raise ValueError(f"loss_type must be one of {FULL_ES_LOSS_TYPES}, got {loss_type!r}.")
     self.loss_type = loss_type
-    self.step = TruncatedStep(family, learned_opt, 2 * num_pairs, NeverEndingSchedule(), False, meta_loss_split,
-                              antithetic=True, stack_antithetic=stack_antithetic, donate=False, devices=devices)
-    super().__init__(loss_kind, clip_loss_diff)
+    # Complete trajectories from fresh instances: no truncation schedule, no staggered starts.
+    self.step = truncated_step.replace(schedule=NeverEndingSchedule(), random_initial_iteration=False).paired(
+        stack=stack_antithetic)
 
   @property
   def inner_steps_per_estimate(self) -> int:
@@ -153,7 +140,7 @@ class FullES(_Estimator):
     k_eps, k_init, k_unroll = jax.random.split(key, 3)
     n = self.num_pairs
     eps = sample_perturbations(theta, k_eps, n, self.sigma)
-    thetas = antithetic_thetas(theta, eps)
+    thetas = pairs.antithetic_thetas(theta, eps)
     lanes = self.step.init_fn(thetas, k_init, theta_is_batched=True)
     _, out = self.step.unroll_fn(thetas, lanes, self._unroll_keys(k_unroll, self.trajectory_length), data,
                                  theta_is_batched=True)
@@ -171,13 +158,13 @@ class FullES(_Estimator):
       delta = jnp.clip(delta, -self.clip_loss_diff, self.clip_loss_diff)
     num_valid = jnp.maximum(jnp.sum(pair_valid), 1)
     grad = weighted_noise_sum(delta / (num_valid * 2 * self.sigma ** 2), eps)
-    mean_loss = masked_mean_or_nan(jnp.sum(jnp.where(pair_valid, 0.5 * (per_lane[:n] + per_lane[n:]), 0.0)),
+    mean_loss = pairs.masked_mean_or_nan(jnp.sum(jnp.where(pair_valid, 0.5 * (per_lane[:n] + per_lane[n:]), 0.0)),
                                    jnp.sum(pair_valid))
     metrics = {"num_nonfinite": jnp.sum(~pair_valid).astype(jnp.float32)}
     return GradientEstimate(grad, mean_loss, metrics), worker_state
 
 
-class TruncatedES(_Estimator):
+class TruncatedES(_OnTruncatedStep):
   """Antithetic ES over one truncation, both particles starting from the shared unperturbed inner state (biased).
 
   After the estimate the unperturbed lanes advance ``unroll_length`` steps with theta itself (an extra
@@ -186,21 +173,15 @@ class TruncatedES(_Estimator):
 
   name = "truncated_es"
 
-  def __init__(self, family, learned_opt, num_pairs: int = 8, unroll_length: int = 50, schedule: Any = None,
-               sigma: float = 0.01, loss_kind: str = "normalized_meta_loss", meta_loss_split: str = "outer_valid",
-               clip_loss_diff: Optional[float] = None, stack_antithetic: bool = True,
-               random_initial_iteration: bool = True, devices: Any = None):
-    self.num_pairs = check_positive("num_pairs", num_pairs, integer=True)
+  def __init__(self, truncated_step: TruncatedStep, unroll_length: int = 50, sigma: float = 0.01,
+               loss_kind: str = "normalized_meta_loss", clip_loss_diff: Optional[float] = None,
+               stack_antithetic: bool = True):
+    super().__init__(truncated_step, loss_kind, clip_loss_diff)
+    self.num_pairs = truncated_step.num_tasks
     self.unroll_length = check_positive("unroll_length", unroll_length, integer=True)
     self.sigma = check_positive("sigma", sigma)
-    schedule = schedule or ConstantSchedule(200)
-    # The unperturbed lanes (num_pairs) must split over the devices too, so check them first: the clearer error.
-    self.plain = TruncatedStep(family, learned_opt, num_pairs, schedule, random_initial_iteration, meta_loss_split,
-                               donate=False, devices=devices)
-    self.step = TruncatedStep(family, learned_opt, 2 * num_pairs, schedule, random_initial_iteration,
-                              meta_loss_split, antithetic=True, stack_antithetic=stack_antithetic, donate=False,
-                              devices=devices)
-    super().__init__(loss_kind, clip_loss_diff)
+    self.plain = truncated_step  # the unperturbed lanes
+    self.step = truncated_step.paired(stack=stack_antithetic)
 
   @property
   def inner_steps_per_estimate(self) -> int:
@@ -213,11 +194,11 @@ class TruncatedES(_Estimator):
     k_eps, k_unroll = jax.random.split(key)
     n = self.num_pairs
     eps = sample_perturbations(theta, k_eps, n, self.sigma)
-    thetas = antithetic_thetas(theta, eps)
+    thetas = pairs.antithetic_thetas(theta, eps)
     keys = self._unroll_keys(k_unroll, self.unroll_length)
-    _, out = self.step.unroll_fn(thetas, _tile2(worker_state), keys, data, theta_is_batched=True)
+    _, out = self.step.unroll_fn(thetas, pairs.tile_pairs(worker_state), keys, data, theta_is_batched=True)
     losses, mask = step_losses(out, self.loss_kind)
-    delta, pair_mask, mean_loss = pair_differences(losses, mask, self.clip_loss_diff)
+    delta, pair_mask, mean_loss = pairs.pair_differences(losses, mask, self.clip_loss_diff)
     count = jnp.sum(pair_mask, axis=0)
     coef = jnp.sum(delta, axis=0) / jnp.maximum(count, 1.0)
     grad = weighted_noise_sum(coef / (jnp.maximum(jnp.sum(count > 0), 1) * 2 * self.sigma ** 2), eps)
@@ -246,7 +227,7 @@ class PESWorkerState:
   age: jax.Array
 
 
-class PES(_Estimator):
+class PES(_OnTruncatedStep):
   """Persistent evolution strategies (Vicol et al. 2021) with optional noise reuse (Li et al. 2023).
 
   Each antithetic pair keeps its own inner states (one per particle) across truncations. In a truncation the pair
@@ -264,20 +245,17 @@ class PES(_Estimator):
 
   name = "pes"
 
-  def __init__(self, family, learned_opt, num_pairs: int = 8, unroll_length: int = 50, schedule: Any = None,
-               sigma: float = 0.01, resample_every: Optional[int] = 1, loss_kind: str = "normalized_meta_loss",
-               meta_loss_split: str = "outer_valid", clip_loss_diff: Optional[float] = None,
-               stack_antithetic: bool = True, random_initial_iteration: bool = True, devices: Any = None):
-    self.num_pairs = check_positive("num_pairs", num_pairs, integer=True)
+  def __init__(self, truncated_step: TruncatedStep, unroll_length: int = 50, sigma: float = 0.01,
+               resample_every: Optional[int] = 1, loss_kind: str = "normalized_meta_loss",
+               clip_loss_diff: Optional[float] = None, stack_antithetic: bool = True):
+    super().__init__(truncated_step, loss_kind, clip_loss_diff)
+    self.num_pairs = truncated_step.num_tasks
     self.unroll_length = check_positive("unroll_length", unroll_length, integer=True)
     self.sigma = check_positive("sigma", sigma)
     if resample_every is not None:
       check_positive("resample_every", resample_every, integer=True)
     self.resample_every = resample_every
-    self.step = TruncatedStep(family, learned_opt, 2 * num_pairs, schedule or ConstantSchedule(200),
-                              random_initial_iteration, meta_loss_split, antithetic=True,
-                              stack_antithetic=stack_antithetic, donate=False, devices=devices)
-    super().__init__(loss_kind, clip_loss_diff)
+    self.step = truncated_step.paired(stack=stack_antithetic)
 
   @property
   def inner_steps_per_estimate(self) -> int:
@@ -304,12 +282,12 @@ class PES(_Estimator):
     eps = _per_pair_where(resample, sample_perturbations(theta, k_eps, n, self.sigma), ws.eps)
     # Weight of the steps that continue the trajectory running at the start of this truncation.
     continuing = _per_pair_where(resample, jax.tree.map(jnp.add, ws.accumulator, eps), ws.accumulator)
-    thetas = antithetic_thetas(theta, eps)
+    thetas = pairs.antithetic_thetas(theta, eps)
     lanes, out = self.step.unroll_fn(thetas, ws.lanes, self._unroll_keys(k_unroll, self.unroll_length), data,
                                      theta_is_batched=True)
     losses, mask = step_losses(out, self.loss_kind)
-    delta, pair_mask, mean_loss = pair_differences(losses, mask, self.clip_loss_diff)
-    is_new = out.is_new_trajectory[:, :n]
+    delta, pair_mask, mean_loss = pairs.pair_differences(losses, mask, self.clip_loss_diff)
+    is_new = pairs.first_half(out.is_new_trajectory, axis=1)
     started = jnp.cumsum(is_new.astype(jnp.int32), axis=0) > 0  # step belongs to a trajectory begun in here
     count = jnp.maximum(jnp.sum(pair_mask, axis=0), 1.0)
     coef_old = jnp.sum(jnp.where(started, 0.0, delta), axis=0) / count
@@ -329,7 +307,8 @@ class NoiseReuseES(PES):
 
   name = "nres"
 
-  def __init__(self, family, learned_opt, **kwargs):
-    if "resample_every" in kwargs:
-      raise TypeError("NoiseReuseES fixes resample_every=None; use PES(resample_every=K) for other K.")
-    super().__init__(family, learned_opt, resample_every=None, **kwargs)
+  def __init__(self, truncated_step: TruncatedStep, unroll_length: int = 50, sigma: float = 0.01,
+               loss_kind: str = "normalized_meta_loss", clip_loss_diff: Optional[float] = None,
+               stack_antithetic: bool = True):
+    super().__init__(truncated_step, unroll_length=unroll_length, sigma=sigma, resample_every=None,
+                     loss_kind=loss_kind, clip_loss_diff=clip_loss_diff, stack_antithetic=stack_antithetic)

@@ -63,8 +63,10 @@ class MetaTrainer:
   Args:
     learned_opt: the learned optimizer (``init(key) -> theta``, ``opt_fn(theta)``).
     estimators: one or more `GradientEstimator`s (their gradients are averaged).
-    meta_optimizer: an optax transformation applied to the averaged gradient.
-    clip_grad_norm: clip the averaged gradient to this global norm (None: no clipping).
+    meta_optimizer: an optax transformation (or `optax.chain`) applied to the averaged gradient.
+    clip_grad_norm: clip the averaged gradient to this global norm with `optax.clip_by_global_norm` before the
+      meta-optimizer (None: no clipping; the same as putting that clip first in a chain, without adding its empty
+      state to the checkpointed meta-optimizer state).
     eval_family: family for `evaluate` (held-out instances trained on ``train``, scored on ``eval_split``).
     eval_num_tasks, eval_steps: instances and inner steps per evaluation.
     eval_split: the split scored by `evaluate` (default "test").
@@ -85,7 +87,8 @@ class MetaTrainer:
       raise ValueError("MetaTrainer needs at least one estimator.")
     for i, est in enumerate(estimators):
       if not isinstance(est, GradientEstimator):
-        raise TypeError(f"estimators[{i}] is a {type(est).__name__}, not a GradientEstimator.")
+        raise TypeError(f"estimators[{i}] is a {type(est).__name__}, not a GradientEstimator (subclass "
+                        "metafam.outer_trainers.GradientEstimator and implement init_worker_state and estimate_fn).")
     if clip_grad_norm is not None:
       check_positive("clip_grad_norm", clip_grad_norm)
     meshes = [getattr(est, "mesh", None) for est in estimators]
@@ -120,28 +123,25 @@ class MetaTrainer:
   def init(self, key: jax.Array, theta: Any = None) -> MetaTrainState:
     """A fresh run: theta from ``learned_opt.init`` (unless given), worker states from each estimator."""
     k_theta, k_workers, k_run = jax.random.split(key, 3)
-    theta = self.learned_opt.init(k_theta) if theta is None else theta
-    theta = sharding.put_replicated(theta, self.mesh)
+    theta = self.initial_theta(key) if theta is None else sharding.place(theta, self.mesh, lane_major=False)
     workers = tuple(est.init_worker_state(theta, k)
                     for est, k in zip(self.estimators, jax.random.split(k_workers, len(self.estimators))))
     return self.place(MetaTrainState(theta=theta, opt_state=self.meta_optimizer.init(theta), worker_states=workers,
                                      key_data=jax.random.key_data(k_run), step=jnp.asarray(0, jnp.int32)))
 
+  def initial_theta(self, key: jax.Array) -> Any:
+    """The theta `init` starts a run with ``key`` from (without building the worker states)."""
+    return sharding.place(self.learned_opt.init(jax.random.split(key, 3)[0]), self.mesh, lane_major=False)
+
   def place(self, state: MetaTrainState) -> MetaTrainState:
-    """``state`` on the estimators' devices: worker states split by lane, everything else replicated."""
-    return self._layout(state, sharding.put_replicated, "place_worker_state")
-
-  def _constrain(self, state: MetaTrainState) -> MetaTrainState:
-    """Inside the jitted step: the output laid out like `place` (the next step reuses the compiled program)."""
-    replicate = lambda tree, mesh: jax.lax.with_sharding_constraint(tree, sharding.replicated(mesh))
-    return self._layout(state, replicate, "constrain_worker_state")
-
-  def _layout(self, state: MetaTrainState, replicate, worker_method: str) -> MetaTrainState:
+    """``state`` on the estimators' devices: worker states split by lane, everything else replicated (outside jit
+    it moves the arrays; inside the jitted step it keeps the output laid out like the input, so the next step
+    reuses the compiled program). See `metafam.inner.sharding.place`."""
     if self.mesh is None:
       return state
-    theta, opt_state, key_data, step = replicate((state.theta, state.opt_state, state.key_data, state.step),
-                                                 self.mesh)
-    workers = tuple(getattr(est, worker_method)(ws) for est, ws in zip(self.estimators, state.worker_states))
+    theta, opt_state, key_data, step = sharding.place((state.theta, state.opt_state, state.key_data, state.step),
+                                                      self.mesh, lane_major=False)
+    workers = tuple(est.place_worker_state(ws) for est, ws in zip(self.estimators, state.worker_states))
     return MetaTrainState(theta=theta, opt_state=opt_state, worker_states=workers, key_data=key_data, step=step)
 
   # -- one meta-step --------------------------------------------------------------------------------------------
@@ -163,10 +163,8 @@ class MetaTrainer:
     bad_grad = count_nonfinite(grad)
     skip = (bad_grad > 0) | ~jnp.all(jnp.isfinite(jnp.stack(losses)))
     grad_norm = optax.tree.norm(grad)
-    if self.clip_grad_norm is not None:
-      # Not optax.clip_by_global_norm: it computes (g / norm) * max_norm, which rounds differently from this.
-      factor = jnp.minimum(1.0, self.clip_grad_norm / jnp.maximum(grad_norm, 1e-12))
-      grad = jax.tree.map(lambda g: g * factor, grad)
+    if self.clip_grad_norm is not None:  # stateless, so the meta-optimizer state is the plain optimizer's
+      grad, _ = optax.clip_by_global_norm(self.clip_grad_norm).update(grad, optax.EmptyState())
     updates, opt_state = self.meta_optimizer.update(grad, state.opt_state, state.theta)
     theta = optax.apply_updates(state.theta, updates)
     theta, opt_state = optax.tree.where(skip, (state.theta, state.opt_state), (theta, opt_state))
@@ -177,7 +175,7 @@ class MetaTrainer:
       metrics[f"meta_loss/{est.name}"] = loss
     new_state = MetaTrainState(theta=theta, opt_state=opt_state, worker_states=tuple(workers),
                                key_data=state.key_data, step=state.step + 1)
-    return self._constrain(new_state), metrics
+    return self.place(new_state), metrics
 
   def step(self, state: MetaTrainState):
     """One jitted meta-step (``state`` is donated: use the returned one)."""

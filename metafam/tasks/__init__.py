@@ -1,6 +1,16 @@
-"""Tasks: `Task` and the registry of named tasks."""
+"""Tasks: `Task`, the built-in task models, their wrappers and the registry of named tasks."""
 
+from metafam.tasks.augmentations import (BF16Params, ClipGradients, GradientModifier, LossScale, LowPrecision,
+                                         NoisyGradients, ReducedBatchSize, ReparamWeights, TaskWrapper)
+from metafam.tasks.autoencoder import MLPAutoencoderTask, VAETask
 from metafam.tasks.base import Task
-from metafam.tasks.registry import get_task, list_tasks
+from metafam.tasks.conv import ConvTask, cifar10_conv_task
+from metafam.tasks.image_mlp import ImageClassifierTask, ImageMLPTask
+from metafam.tasks.language import LanguageModelTask, LSTMLanguageModelTask, TransformerLanguageModelTask
+from metafam.tasks.quadratic import QuadraticTask
+from metafam.tasks.registry import TASKS, get_task, list_tasks
 
-__all__ = ["Task", "get_task", "list_tasks"]
+__all__ = ["Task", "TASKS", "get_task", "list_tasks", "MLPAutoencoderTask", "VAETask", "ConvTask",
+           "cifar10_conv_task", "ImageClassifierTask", "ImageMLPTask", "LanguageModelTask", "LSTMLanguageModelTask",
+           "TransformerLanguageModelTask", "QuadraticTask", "BF16Params", "ClipGradients", "GradientModifier",
+           "LossScale", "LowPrecision", "NoisyGradients", "ReducedBatchSize", "ReparamWeights", "TaskWrapper"]

@@ -1,0 +1,144 @@
+"""One conformance test over every registered estimator, and over one written by a user against the public protocol.
+
+Each runs through `MetaTrainer` for a few meta-steps with a checkpoint, and a run resumed from the checkpoint must
+end bit-identical to an uninterrupted one. Every registered estimator is also built on a step the test constructs
+itself (the injected-step API) and must equal `make_estimator`'s.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from metafam.inner import ConstantSchedule, TruncatedStep
+from metafam.optimizers.learned import LearnableSGD
+from metafam.optimizers.mlp_lopt import MLPLOpt
+from metafam.outer_trainers import (ESTIMATORS, GradientEstimate, GradientEstimator, MetaTrainer, get_estimator,
+                                    make_estimator)
+from metafam.outer_trainers.registry import estimator_arguments
+from metafam.taskfamilies.quadratic import QuadraticFamily
+
+FAMILY = QuadraticFamily(4, scale_range=(0.5, 2.0))
+SIZES = dict(unroll_length=3, trajectory_length=5)
+
+
+def _kwargs(name):
+  return {k: v for k, v in SIZES.items() if k in estimator_arguments(name)}
+
+
+class FiniteDifferenceSGD(GradientEstimator):
+  """A user's estimator written against the public protocol only: central finite differences of the mean loss of
+  fresh lanes of its own `TruncatedStep`, along each coordinate of theta (LearnableSGD has one, ``log_lr``)."""
+
+  name = "finite_difference"
+
+  def __init__(self, step, num_steps=4, h=1e-3):
+    self.step, self.num_steps, self.h = step, num_steps, h
+
+  @property
+  def data(self):
+    return self.step.data
+
+  @property
+  def inner_steps_per_estimate(self):
+    return 2 * self.step.num_tasks * self.num_steps
+
+  def init_worker_state(self, theta, key):
+    return {"count": jnp.zeros((), jnp.int32)}
+
+  def estimate_fn(self, theta, worker_state, key, data):
+    def loss(th):
+      lanes = self.step.init_fn(th, key)
+      _, out = self.step.unroll_fn(th, lanes, jax.random.split(key, self.num_steps), data)
+      return jnp.mean(out.meta_loss)
+
+    shift = lambda s: jax.tree.map(lambda t: t + s, theta)
+    grad = jax.tree.map(lambda _: (loss(shift(self.h)) - loss(shift(-self.h))) / (2 * self.h), theta)
+    metrics = {"num_nonfinite": jnp.zeros((), jnp.float32)}
+    return GradientEstimate(grad, loss(theta), metrics), {"count": worker_state["count"] + 1}
+
+
+def _trainer(est, lopt):
+  return MetaTrainer(lopt, [est], optax.adam(0.05), clip_grad_norm=1.0, config={"estimator": est.name})
+
+
+def _user_estimator(lopt):
+  return FiniteDifferenceSGD(TruncatedStep(FAMILY, lopt, 4, ConstantSchedule(6), meta_loss_split="outer_valid"))
+
+
+@pytest.mark.parametrize("name", sorted(ESTIMATORS) + ["user"])
+def test_estimator_meta_trains_checkpoints_and_resumes(name, tmp_path):
+  lopt = LearnableSGD(0.01)
+  build = (lambda: _user_estimator(lopt)) if name == "user" else (
+      lambda: make_estimator(name, FAMILY, lopt, num_tasks=2, schedule=ConstantSchedule(4), **_kwargs(name)))
+  full, _ = _trainer(build(), lopt).train(4, key=jax.random.key(1), progress=False)
+  _trainer(build(), lopt).train(2, key=jax.random.key(1), output_dir=str(tmp_path), progress=False)
+  resumed, history = _trainer(build(), lopt).train(4, key=jax.random.key(1), output_dir=str(tmp_path),
+                                                   progress=False)
+  assert [r["step"] for r in history] == [3, 4]
+  assert all(np.isfinite(r["meta_loss"]) and np.isfinite(r["grad_norm"]) for r in history)
+  for a, b in zip(jax.tree.leaves(full), jax.tree.leaves(resumed)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  # Something was learned: theta moved.
+  assert not np.array_equal(np.asarray(full.theta["log_lr"]), np.asarray(LearnableSGD(0.01).init(None)["log_lr"]))
+
+
+@pytest.mark.parametrize("name", sorted(ESTIMATORS))
+def test_injected_step_equals_make_estimator(name):
+  lopt = LearnableSGD(0.01)
+  theta = lopt.init(None)
+  step = TruncatedStep(FAMILY, lopt, 2, ConstantSchedule(4), random_initial_iteration=True,
+                       meta_loss_split="outer_valid")
+  results = []
+  for est in (get_estimator(name)(step, **_kwargs(name)),
+              make_estimator(name, FAMILY, lopt, num_tasks=2, schedule=ConstantSchedule(4), **_kwargs(name))):
+    ws = est.init_worker_state(theta, jax.random.key(2))
+    results.append(est.estimate(theta, ws, jax.random.key(3)))
+  for a, b in zip(jax.tree.leaves(results[0]), jax.tree.leaves(results[1])):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_the_protocol_is_enforced():
+  class Incomplete(GradientEstimator):
+    def init_worker_state(self, theta, key):
+      return {}
+
+  with pytest.raises(TypeError, match="estimate_fn"):
+    Incomplete()
+  with pytest.raises(TypeError, match="not a GradientEstimator"):
+    MetaTrainer(LearnableSGD(), [object()], optax.sgd(0.1))
+  with pytest.raises(TypeError, match="needs a metafam.inner.TruncatedStep"):
+    get_estimator("pes")(FAMILY)
+  with pytest.raises(KeyError, match="valid names: full_es, nres, pes, tbptt, truncated_es"):
+    get_estimator("es")
+
+
+def test_paired_step_layout():
+  lopt = LearnableSGD(0.01)
+  step = TruncatedStep(FAMILY, lopt, 3, ConstantSchedule(4))
+  paired = step.paired()
+  assert paired.num_tasks == 6 and paired.antithetic and paired.schedule is step.schedule
+  lanes = paired.init_step_state(lopt.init(None), jax.random.key(0))
+  # Lanes i and i + 3 are the same task instance.
+  for leaf in jax.tree.leaves(lanes.cfg):
+    np.testing.assert_array_equal(np.asarray(leaf[:3]), np.asarray(leaf[3:]))
+  with pytest.raises(ValueError, match="paired"):
+    paired.paired()
+  with pytest.raises(TypeError, match="unknown arguments"):
+    step.replace(num_pairs=2)
+
+
+def test_cli_estimator_names_are_the_registry():
+  from metafam import cli
+  assert sorted(cli.ESTIMATORS) == sorted(ESTIMATORS)
+
+
+def test_initial_theta_is_the_theta_init_starts_from():
+  lopt = MLPLOpt()  # random initial weights: theta depends on the key
+  trainer = _trainer(_user_estimator(lopt), lopt)
+  thetas = [trainer.initial_theta(jax.random.key(9)), trainer.init(jax.random.key(9)).theta,
+            trainer.initial_theta(jax.random.key(10))]
+  for a, b, c in zip(*map(jax.tree.leaves, thetas)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  assert any(not np.array_equal(np.asarray(a), np.asarray(c)) for a, c in zip(*map(jax.tree.leaves, thetas[::2])))
