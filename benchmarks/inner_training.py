@@ -77,7 +77,7 @@ def setup_metafam(family, opt, theta, lanes, devices):
   theta = ts.place_theta({} if theta is None else theta)
   box = {"state": ts.init_step_state(theta, jax.random.key(0))}
   keys = jax.random.split(jax.random.key(1), UNROLL)
-  mem = compiled_bytes(ts._unroll.lower(theta, box["state"], keys, ts.data).compile())
+  mem = compiled_bytes(ts._unroll.lower(ts, theta, box["state"], keys).compile())
 
   def run():
     box["state"], out = ts.unroll(theta, box["state"], jax.random.key(2), UNROLL)

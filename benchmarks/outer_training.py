@@ -38,8 +38,8 @@ from metafam.taskfamilies.image_mlp import ImageMLPFamily
 
 def build(name, family, lopt, devices):
   if name == "pes":
-    return make_estimator("pes", family, lopt, num_tasks=8, unroll_length=10, schedule=ConstantSchedule(50), sigma=0.01,
-               devices=devices)
+    return make_estimator("pes", family, lopt, num_tasks=8, unroll_length=10, schedule=ConstantSchedule(50),
+                          sigma=0.01, devices=devices)
   return make_estimator("full_es", family, lopt, num_tasks=8, trajectory_length=200, sigma=0.01, devices=devices)
 
 

@@ -55,7 +55,8 @@ def test_meta_train_writes_files_and_resumes(tmp_path, capsys):
 @pytest.mark.parametrize("args, message", [
     (["meta-train", "--family=nope"], "unknown family 'nope'; valid names: .*fmnist_mlp_family_8x8_32"),
     (["meta-train", "--estimator=es"], "unknown estimator 'es'; valid names: full_es, nres, pes"),
-    (["meta-train", "--optimizer=adam"], "unknown learned optimizer .*'adam'; valid names: adafac_mlp_lopt, learnable_adam"),
+    (["meta-train", "--optimizer=adam"],
+     "unknown learned optimizer .*'adam'; valid names: adafac_mlp_lopt, learnable_adam"),
     (["meta-train", "--num_steps=0"], r"flag --num_steps=0: 0 is not an integer in the range \[1, 2147483647\]"),
     (["meta-train", "--sigma=-1"], "flag --sigma=-1.*"),
     (["meta-train", "--num_pairs=many"], "num_pairs"),

@@ -29,16 +29,14 @@ def _kwargs(name):
 
 class FiniteDifferenceSGD(GradientEstimator):
   """A user's estimator written against the public protocol only: central finite differences of the mean loss of
-  fresh lanes of its own `TruncatedStep`, along each coordinate of theta (LearnableSGD has one, ``log_lr``)."""
+  fresh lanes of its own `TruncatedStep`, along each coordinate of theta (LearnableSGD has one, ``log_lr``). Its step
+  is declared a data field, so the step's device data are inputs of the jitted programs."""
 
   name = "finite_difference"
+  _data_fields = ("step",)
 
   def __init__(self, step, num_steps=4, h=1e-3):
     self.step, self.num_steps, self.h = step, num_steps, h
-
-  @property
-  def data(self):
-    return self.step.data
 
   @property
   def inner_steps_per_estimate(self):
@@ -47,10 +45,10 @@ class FiniteDifferenceSGD(GradientEstimator):
   def init_worker_state(self, theta, key):
     return {"count": jnp.zeros((), jnp.int32)}
 
-  def estimate_fn(self, theta, worker_state, key, data):
+  def estimate_fn(self, theta, worker_state, key):
     def loss(th):
       lanes = self.step.init_fn(th, key)
-      _, out = self.step.unroll_fn(th, lanes, jax.random.split(key, self.num_steps), data)
+      _, out = self.step.unroll_fn(th, lanes, jax.random.split(key, self.num_steps))
       return jnp.mean(out.meta_loss)
 
     shift = lambda s: jax.tree.map(lambda t: t + s, theta)
@@ -142,3 +140,21 @@ def test_initial_theta_is_the_theta_init_starts_from():
   for a, b, c in zip(*map(jax.tree.leaves, thetas)):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
   assert any(not np.array_equal(np.asarray(a), np.asarray(c)) for a, c in zip(*map(jax.tree.leaves, thetas[::2])))
+
+
+def test_device_data_are_program_inputs_not_constants():
+  """The engine objects are pytrees of their device data, so their jitted programs take the data as arguments."""
+  from metafam.taskfamilies import get_family
+  family = get_family("fmnist_mlp_family_8x8_32")
+  lopt = LearnableSGD(0.01)
+  est = make_estimator("pes", family, lopt, num_tasks=2, unroll_length=2, schedule=ConstantSchedule(4))
+  trainer = MetaTrainer(lopt, [est], optax.sgd(0.1))
+  data_leaves = jax.tree.leaves(est.step.data)
+  assert data_leaves and len(jax.tree.leaves(trainer)) == len(data_leaves)
+  images = max(data_leaves, key=lambda x: x.size)
+  state = trainer.init(jax.random.key(0))
+  lowered = trainer._step.lower(trainer, state)
+  input_shapes = [tuple(a.shape) for a in jax.tree.leaves(lowered.in_avals)]
+  assert tuple(images.shape) in input_shapes
+  assert images.size > 10_000  # so a baked-in constant would show in the program text as a huge literal
+  assert len(lowered.as_text()) < images.size

@@ -124,7 +124,7 @@ def _expected_pes_grad(pes, theta, ws, key):
   resample = (age == 0) | (age >= (pes.resample_every or 2 ** 30))
   eps = np.where(resample[:, None], np.asarray(fresh), old_eps)
   thetas = antithetic_thetas(theta, {"log_lr": jnp.asarray(eps)})
-  _, out = pes.step.unroll_fn(thetas, ws.lanes, jax.random.split(k_unroll, pes.unroll_length), pes.data,
+  _, out = pes.step.unroll_fn(thetas, ws.lanes, jax.random.split(k_unroll, pes.unroll_length),
                               theta_is_batched=True)
   loss, mask, new = (np.asarray(x) for x in (out.meta_loss, out.mask, out.is_new_trajectory))
   grad, pairs = np.zeros_like(eps[0]), 0
@@ -196,7 +196,7 @@ def _ib_run(est, lopt, steps, lr):
   def run(theta, ws, key):
     def body(carry, k):
       th, ws = carry
-      e, ws = est.estimate_fn(th, ws, k, est.data)
+      e, ws = est.estimate_fn(th, ws, k)
       th = jax.tree.map(lambda t, g: t - lr * g, th, e.grad)
       return (th, ws), th["theta"]
     return jax.lax.scan(body, (theta, ws), jax.random.split(key, steps))

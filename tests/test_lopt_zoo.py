@@ -289,7 +289,7 @@ def test_truncated_step_and_every_estimator(zoo):
   thetas = jax.tree.map(lambda a, b: jnp.stack([a, b]), theta, _perturbed(theta, seed=5))
 
   def batched_meta_loss(thetas, lanes, keys):  # per-lane theta under jax.grad (the estimators differentiate shared)
-    return jnp.mean(step.unroll_fn(thetas, lanes, keys, step.data, theta_is_batched=True)[1].meta_loss)
+    return jnp.mean(step.unroll_fn(thetas, lanes, keys, theta_is_batched=True)[1].meta_loss)
 
   @jax.jit  # all in one program: one compilation per optimizer instead of two per estimator
   def estimate_all(theta, thetas, key):
@@ -297,7 +297,7 @@ def test_truncated_step_and_every_estimator(zoo):
     out = {}
     for n, est in estimators.items():
       worker = est.init_worker_state(theta, k_init)
-      out[n] = (worker,) + est.estimate_fn(theta, worker, k_est, est.data)
+      out[n] = (worker,) + est.estimate_fn(theta, worker, k_est)
     lanes = step.init_fn(thetas, k_init, theta_is_batched=True)
     return out, jax.grad(batched_meta_loss)(thetas, lanes, jax.random.split(k_est, 2))
 

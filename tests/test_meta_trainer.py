@@ -28,7 +28,7 @@ def grid_search_log_lr(trajectory=50, lanes=256):
   def objective(log_lr):
     theta = {"log_lr": log_lr}
     lanes_state = step.init_fn(theta, jax.random.key(0))
-    _, out = step.unroll_fn(theta, lanes_state, jax.random.split(jax.random.key(1), trajectory), step.data)
+    _, out = step.unroll_fn(theta, lanes_state, jax.random.split(jax.random.key(1), trajectory))
     return jnp.mean(out.meta_loss)
 
   values = np.array([float(objective(jnp.float32(g))) for g in grid])

@@ -97,8 +97,8 @@ def test_tbptt_with_nan_lanes_is_the_gradient_of_the_masked_loss(lopt, meta_loss
 
   @jax.jit
   def meta_loss_and_mask(th):  # the estimator's own reported meta-loss, and the unroll's mask, as functions of theta
-    loss = est.estimate_fn(th, ws, key, est.data)[0].meta_loss
-    _, out = est.step.unroll_fn(th, ws, jax.random.split(key, unroll), est.data)
+    loss = est.estimate_fn(th, ws, key)[0].meta_loss
+    _, out = est.step.unroll_fn(th, ws, jax.random.split(key, unroll))
     return loss, out.mask
 
   e, _ = est.estimate(theta, ws, key)
@@ -267,12 +267,11 @@ class _Scripted(GradientEstimator):
   state counts the calls."""
 
   name = "scripted"
-  data = None
 
   def init_worker_state(self, theta, key):
     return jnp.asarray(0, jnp.int32)
 
-  def estimate_fn(self, theta, worker_state, key, data):
+  def estimate_fn(self, theta, worker_state, key):
     grad = jax.tree.map(lambda t: jnp.where(worker_state == 1, jnp.nan, jnp.ones_like(t)), theta)
     meta_loss = jnp.where(worker_state == 2, jnp.nan, 2.0)
     return GradientEstimate(grad, meta_loss, {"num_nonfinite": jnp.float32(0)}), worker_state + 1

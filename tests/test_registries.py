@@ -10,8 +10,9 @@ import pytest
 
 import metafam
 from metafam._registry import UnknownNameError, lookup
-from metafam.benchmark import suites
+from metafam.benchmark import runner, suites, sweep
 from metafam.optimizers import registry as optimizers
+from metafam.outer_trainers import registry as estimators
 from metafam.taskfamilies import registry as families
 from metafam.tasks import registry as tasks
 
@@ -22,6 +23,8 @@ REGISTRIES = {  # name: (table, lookup function of a name)
     "suites": (suites.SUITES, suites.get_suite),
     "learned optimizers": (optimizers.LEARNED_OPTIMIZERS, optimizers.get_learned_optimizer),
     "hand optimizers": (optimizers.HAND_DESIGNED, lambda n: optimizers.get_hand_optimizer(n, 1e-3)),
+    "estimators": (estimators.ESTIMATORS, estimators.get_estimator),
+    "tuned baselines": (sweep.TUNABLE, lambda n: runner.resolve_tuned([n])),
 }
 
 

@@ -77,7 +77,7 @@ def test_sharded_unroll_is_differentiable():
     keys = jax.random.split(jax.random.key(2), 5)
 
     def meta_loss(th):
-      return jnp.mean(ts.unroll_fn(th, state, keys, ts.data)[1].meta_loss)
+      return jnp.mean(ts.unroll_fn(th, state, keys)[1].meta_loss)
     grads.append(jax.jit(jax.grad(meta_loss))(ts.place_theta(theta)))
   _assert_same(grads[0], grads[1])
   assert all(float(jnp.abs(g)) > 0 for g in jax.tree.leaves(grads[0]))

@@ -31,7 +31,8 @@ LEARNING_RATE = 1e-3
 
 # "name": constructor(...),  # ... 12,345 params ...   (the registry's documented counts, tasks and families)
 DOCUMENTED = {name: int(count.replace(",", "")) for name, count in
-              re.findall(r'^\s*"(\w+)":[^#\n]*#.*?([\d,]+) params', inspect.getsource(registry) + inspect.getsource(family_registry), re.M)}
+              re.findall(r'^\s*"(\w+)":[^#\n]*#.*?([\d,]+) params',
+                         inspect.getsource(registry) + inspect.getsource(family_registry), re.M)}
 
 
 @pytest.fixture(autouse=True)

@@ -86,8 +86,8 @@ def test_tune_adam_picks_a_finite_rate_and_never_one_that_diverged_early(monkeyp
   assert np.isfinite(clean["curve"]).all()
   real = family_eval._curves
 
-  def first_step_of_group_2_is_inf(step, theta, key, num_steps, theta_is_batched, data):
-    out = real(step, theta, key, num_steps, theta_is_batched, data)
+  def first_step_of_group_2_is_inf(step, theta, key, num_steps, theta_is_batched):
+    out = real(step, theta, key, num_steps, theta_is_batched)
     return out.at[0, 8:12].set(jnp.inf) if out.shape[1] == 16 else out  # lanes 2 * 4 + i: lr 0.1 in the sweep
   monkeypatch.setattr(family_eval, "_curves", first_step_of_group_2_is_inf)
   hurt = FamilyEvaluator(quadratic_family(), 4, 30, adam_lrs=LRS).tune_adam(key)

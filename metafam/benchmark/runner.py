@@ -30,6 +30,7 @@ import numpy as np
 import optax
 from tqdm.auto import tqdm
 
+from metafam._registry import lookup
 from metafam.benchmark import metrics
 from metafam.benchmark.metrics import Aggregate, RunCurves, normalize
 from metafam.benchmark.suites import resolve_tasks
@@ -124,11 +125,7 @@ def resolve_tuned(tuned: Union[None, Sequence[str], Mapping[str, Callable]]) -> 
     tuned = [tuned]
   if isinstance(tuned, Mapping):
     return dict(tuned)
-  unknown = [t for t in tuned if t not in TUNABLE]
-  if unknown:
-    raise KeyError(f"unknown tuned baseline(s) {unknown}; known: {', '.join(sorted(TUNABLE))} "
-                   "(or pass a mapping name -> optax factory).")
-  return {t: TUNABLE[t] for t in tuned}
+  return {t: lookup(TUNABLE, t, "tuned baseline") for t in tuned}  # or pass a mapping name -> optax factory
 
 
 # -- results ------------------------------------------------------------------------------------------------------

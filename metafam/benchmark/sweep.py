@@ -34,7 +34,8 @@ import optax
 
 from metafam.benchmark.metrics import RunCurves, normalize
 from metafam.evaluation import tuning
-from metafam.evaluation.evaluate import Runner, as_keys, check_positive_int, check_splits, eval_points, train_between_evals
+from metafam.evaluation.evaluate import (Runner, as_keys, check_positive_int, check_splits, eval_points,
+                                         train_between_evals)
 from metafam.evaluation.tuning import check_learning_rates, default_learning_rates, select_best
 from metafam.optimizers.base import OptaxOptimizer, OptimizerState
 from metafam.tasks.base import Task

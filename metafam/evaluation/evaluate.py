@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from metafam._checks import check_positive_int
 from metafam._identity import IdentityKey as _ByIdentity
 from metafam.datasets.base import SPLITS, DeviceData
 from metafam.inner.step import train_step
@@ -39,13 +40,6 @@ OptimizerLike = Union[Optimizer, optax.GradientTransformation]
 
 
 # -- argument checking --------------------------------------------------------------------------------------------
-def check_positive_int(name: str, value: Any) -> int:
-  """``int(value)`` if it is a positive integer (not a bool), else a ValueError naming ``name``."""
-  if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-    raise ValueError(f"{name} must be a positive int, got {value!r}.")
-  return int(value)
-
-
 def check_splits(name: str, splits: Sequence[str]) -> Tuple[str, ...]:
   """A non-empty tuple of distinct split names from `SPLITS`, else a ValueError naming ``name``."""
   if isinstance(splits, str):

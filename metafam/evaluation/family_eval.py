@@ -24,13 +24,11 @@ from metafam.optimizers.learned import LearnableAdam
 DEFAULT_ADAM_LRS = tuple(float(x) for x in tuning.default_learning_rates())  # the shared grid: 1e-4, ..., 1e-1
 
 
-def _curves(step: TruncatedStep, theta: Any, key: jax.Array, num_steps: int, theta_is_batched: bool,
-            data: Any) -> jax.Array:
+def _curves(step: TruncatedStep, theta: Any, key: jax.Array, num_steps: int, theta_is_batched: bool) -> jax.Array:
   """``[num_steps, num_tasks]`` normalized split losses after each update (non-finite steps -> inf)."""
   k_init, k_unroll = jax.random.split(key)
   lanes = step.init_fn(theta, k_init, theta_is_batched=theta_is_batched)
-  _, out = step.unroll_fn(theta, lanes, jax.random.split(k_unroll, num_steps), data,
-                          theta_is_batched=theta_is_batched)
+  _, out = step.unroll_fn(theta, lanes, jax.random.split(k_unroll, num_steps), theta_is_batched=theta_is_batched)
   return jnp.where(out.mask > 0, out.normalized_meta_loss, jnp.inf)
 
 
@@ -77,12 +75,13 @@ class FamilyEvaluator:
                            ConstantSchedule(self.num_steps), meta_loss_split=split, lane_groups=groups, donate=False,
                            devices=self.devices)
       num_steps = self.num_steps
-      return step, jax.jit(lambda theta, key, data: _curves(step, theta, key, num_steps, theta_is_batched, data))
+      # The step is an argument (a pytree of its device data), so the data are program inputs, not constants.
+      return step, jax.jit(lambda step, theta, key: _curves(step, theta, key, num_steps, theta_is_batched))
     return self._programs.get(learned_opt, (split, groups, theta_is_batched), build)
 
   def _run(self, learned_opt: Any, theta: Any, key: jax.Array) -> jax.Array:
     step, fn = self._program(learned_opt, self.split, 1, False)
-    return fn(step.place_theta(theta), sharding.put_replicated(key, self.mesh), step.data)
+    return fn(step, step.place_theta(theta), sharding.put_replicated(key, self.mesh))
 
   def evaluate(self, learned_opt: Any, theta: Any, key: jax.Array) -> np.ndarray:
     """``[num_steps]``: the mean over instances of the normalized ``split`` loss after each step."""
@@ -111,8 +110,8 @@ class FamilyEvaluator:
     theta = dict(theta, log_lr=jnp.repeat(jnp.log(jnp.asarray(self.adam_lrs, jnp.float32)), n))
     # One lane group per lr: lane j * n + i sees the instance and batches of lane i in `evaluate`.
     select_step, select_fn = self._program(self.adam, self.select_split, n_lr, True)
-    curves = select_fn(select_step.place_theta(theta, theta_is_batched=True), sharding.put_replicated(key, self.mesh),
-                       select_step.data)
+    curves = select_fn(select_step, select_step.place_theta(theta, theta_is_batched=True),
+                       sharding.put_replicated(key, self.mesh))
     curves = np.asarray(curves).reshape(self.num_steps, n_lr, n).transpose(1, 2, 0)  # [L, instances, T]
     steps = np.arange(1, self.num_steps + 1)
     tail = tuning.last_steps_fraction(self.num_steps, max(1, self.num_steps // 10))

@@ -12,6 +12,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from metafam._checks import check_positive_int
+
 NEVER = np.iinfo(np.int32).max  # the length of a trajectory that never ends
 
 
@@ -21,8 +23,7 @@ class ConstantSchedule:
   length: int
 
   def __post_init__(self):
-    if not isinstance(self.length, (int, np.integer)) or isinstance(self.length, (bool, np.bool_)) or self.length < 1:
-      raise ValueError(f"ConstantSchedule.length must be a positive int (not a bool), got {self.length!r}.")
+    check_positive_int("ConstantSchedule.length", self.length)
 
   def sample(self, key: jax.Array) -> jax.Array:
     del key

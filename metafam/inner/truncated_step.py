@@ -36,6 +36,8 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
+from metafam._checks import check_positive
+from metafam._pytree import DataPytree
 from metafam.datasets.base import SPLITS
 from metafam.inner import masking, pairs, sharding
 from metafam.inner import step as step_lib
@@ -92,7 +94,7 @@ class UnrollOutput:
   is_done: jax.Array
 
 
-class TruncatedStep:
+class TruncatedStep(DataPytree):
   """Trains ``num_tasks`` instances of ``family`` with ``learned_opt`` in truncated, vectorized unrolls.
 
   Args:
@@ -119,6 +121,8 @@ class TruncatedStep:
       own jit must pass arrays that live on these devices (see `place_theta`). See `metafam.inner.sharding`.
   """
 
+  _data_fields = ("data",)
+
   def __init__(self, family: TaskFamily, learned_opt: Any, num_tasks: int, schedule: Any = None,
                random_initial_iteration: bool = False, meta_loss_split: Optional[str] = "same_batch",
                antithetic: bool = False, stack_antithetic: bool = True,
@@ -134,8 +138,7 @@ class TruncatedStep:
     if not hasattr(learned_opt, "opt_fn"):
       raise TypeError(f"learned_opt must be a learned optimizer (with opt_fn) or an Optimizer, "
                       f"got {type(learned_opt).__name__}.")
-    if not isinstance(num_tasks, int) or isinstance(num_tasks, bool) or num_tasks < 1:
-      raise ValueError(f"num_tasks must be a positive int (not a bool), got {num_tasks!r}.")
+    check_positive("num_tasks", num_tasks, integer=True)
     if meta_loss_split is not None and meta_loss_split not in META_LOSS_SPLITS:
       raise ValueError(f"meta_loss_split must be None or one of {META_LOSS_SPLITS}, got {meta_loss_split!r}.")
     if antithetic and num_tasks % 2:
@@ -154,9 +157,10 @@ class TruncatedStep:
     self.meta_loss_split = meta_loss_split
     self.mesh = sharding.lane_mesh(devices, num_tasks)
     self.data = sharding.place(self._device_data(), self.mesh, lane_major=False)
-    self._unroll = jax.jit(self.unroll_fn, static_argnames=("theta_is_batched",),
+    # The step passes itself (a pytree whose leaves are its device data) to its own programs.
+    self._unroll = jax.jit(TruncatedStep.unroll_fn, static_argnames=("theta_is_batched",),
                            donate_argnames=("state",) if donate else ())
-    self._init = jax.jit(self.init_fn, static_argnames=("theta_is_batched",))
+    self._init = jax.jit(TruncatedStep.init_fn, static_argnames=("theta_is_batched",))
 
   def replace(self, **changes: Any) -> "TruncatedStep":
     """A new `TruncatedStep` with the same constructor arguments except ``changes`` (e.g. ``num_tasks=16``)."""
@@ -284,20 +288,21 @@ class TruncatedStep:
 
   def init_step_state(self, theta: Any, key: jax.Array, theta_is_batched: bool = False) -> LaneState:
     """Samples ``num_tasks`` fresh task instances and initializes their params and optimizer states (jitted)."""
-    return self._init(self.place_theta(theta, theta_is_batched), sharding.place(key, self.mesh, lane_major=False),
-                      theta_is_batched=theta_is_batched)
+    return self._init(self, self.place_theta(theta, theta_is_batched),
+                      sharding.place(key, self.mesh, lane_major=False), theta_is_batched=theta_is_batched)
 
   def place_theta(self, theta: Any, theta_is_batched: bool = False) -> Any:
     """``theta`` on this step's devices: replicated, or split by lane when batched (a no-op on one device)."""
     return sharding.place(theta, self.mesh, lane_major=theta_is_batched)
 
-  def unroll_fn(self, theta: Any, state: LaneState, step_keys: jax.Array, data: Any,
-                theta_is_batched: bool = False):
+  def unroll_fn(self, theta: Any, state: LaneState, step_keys: jax.Array, *, theta_is_batched: bool = False):
     """Pure (un-jitted, differentiable w.r.t. ``theta``) unroll of ``len(step_keys)`` steps, one key per step.
 
-    ``data`` is ``self.data`` (pass it as an argument of your jitted function so the arrays are not baked into the
-    compiled program as constants).
+    The step is a pytree whose leaves are its device data (`metafam._pytree`): pass the step itself into your jitted
+    function (``jax.jit(lambda step, theta, ...: step.unroll_fn(...))(step, theta, ...)``) and the data enter the
+    compiled program as inputs; a step captured by closure works too, with the data compiled in as constants.
     """
+    data = self.data
     if self.mesh is None:
       return self._unroll_lanes(theta, state, step_keys, data, theta_is_batched, local=False)
     # One program per device over its own lanes: no cross-device traffic, except the pairing of lane groups.
@@ -360,12 +365,11 @@ class TruncatedStep:
     Step ``i`` uses ``jax.random.split(key, num_steps)[i]`` (see `unroll_with_keys`). Jitted once per
     (num_steps, theta_is_batched); the state's buffers are donated unless ``donate=False``.
     """
-    if not isinstance(num_steps, int) or isinstance(num_steps, bool) or num_steps < 1:
-      raise ValueError(f"num_steps must be a positive int (not a bool), got {num_steps!r}.")
+    check_positive("num_steps", num_steps, integer=True)
     return self.unroll_with_keys(theta, state, jax.random.split(key, num_steps), theta_is_batched)
 
   def unroll_with_keys(self, theta: Any, state: LaneState, step_keys: jax.Array, theta_is_batched: bool = False):
     """Like `unroll`, with the per-step keys given explicitly (``step_keys``: ``[num_steps]`` keys)."""
     state, step_keys = sharding.place(state, self.mesh), sharding.place(step_keys, self.mesh, lane_major=False)
-    return self._unroll(self.place_theta(theta, theta_is_batched), state, step_keys, self.data,
+    return self._unroll(self, self.place_theta(theta, theta_is_batched), state, step_keys,
                         theta_is_batched=theta_is_batched)

@@ -15,14 +15,13 @@ from __future__ import annotations
 import abc
 import dataclasses
 import functools
-import numbers
 from typing import Any, Dict, Optional
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.sharding import Mesh
 
+from metafam._pytree import DataPytree
 from metafam.inner import sharding
 from metafam.inner.truncated_step import UnrollOutput
 
@@ -45,28 +44,24 @@ class GradientEstimate:
   metrics: Dict[str, jax.Array]
 
 
-class GradientEstimator(abc.ABC):
+class GradientEstimator(DataPytree, abc.ABC):
   """The protocol every meta-gradient estimator follows; everything `MetaTrainer` uses is declared here.
 
   A subclass implements the two pure, jittable functions:
 
   * ``init_worker_state(theta, key) -> worker_state``: the estimator's own state (inner lanes, accumulators; any
     pytree, ``{}`` for none);
-  * ``estimate_fn(theta, worker_state, key, data) -> (GradientEstimate, new worker_state)``, where ``data`` is
-    `data` handed through the caller's jit boundary (device arrays the estimate reads, such as the datasets of its
-    `TruncatedStep`; None when there are none), so they are arguments of the compiled program, not constants.
+  * ``estimate_fn(theta, worker_state, key) -> (GradientEstimate, new worker_state)``;
 
-  and may override ``name`` (its label in metrics), `data`, `mesh` (the devices its lanes are spread over),
-  `lane_major` (which worker-state leaves have a leading lane axis) and `inner_steps_per_estimate` (throughput
-  bookkeeping). `estimate` is `estimate_fn` jitted, with inputs placed on the estimator's devices.
+  and may override ``name`` (its label in metrics), `mesh` (the devices its lanes are spread over), `lane_major`
+  (which worker-state leaves have a leading lane axis), `inner_steps_per_estimate` (throughput bookkeeping) and
+  ``_data_fields``: the attributes holding device arrays (e.g. its `TruncatedStep`). An estimator is a pytree with
+  those attributes as leaves (`metafam._pytree.DataPytree`), and `MetaTrainer` and `estimate` pass it into their
+  jitted programs, so those arrays are program inputs; anything else the estimator holds is static (arrays held
+  elsewhere are compiled in as constants). `estimate` is `estimate_fn` jitted, with inputs placed on the devices.
   """
 
   name: str = "estimator"
-
-  @property
-  def data(self) -> Any:
-    """Device arrays `estimate_fn` reads (passed as its ``data`` argument); None by default."""
-    return None
 
   @property
   def mesh(self) -> Optional[Mesh]:
@@ -83,19 +78,19 @@ class GradientEstimator(abc.ABC):
     """The initial worker state (pure)."""
 
   @abc.abstractmethod
-  def estimate_fn(self, theta: Any, worker_state: Any, key: jax.Array, data: Any):
+  def estimate_fn(self, theta: Any, worker_state: Any, key: jax.Array):
     """Pure: ``(GradientEstimate, new worker_state)``."""
 
   def estimate(self, theta: Any, worker_state: Any, key: jax.Array):
-    """`estimate_fn` jitted (compiled once per estimator and input structure), with ``data = self.data``."""
+    """`estimate_fn` jitted (compiled once per estimator and input structure)."""
     jitted = self.__dict__.get("_jitted_estimate")
-    if jitted is None:
-      jitted = self.__dict__["_jitted_estimate"] = jax.jit(self._placed_estimate_fn)
+    if jitted is None:  # per estimator, so the compiled programs die with it
+      jitted = self.__dict__["_jitted_estimate"] = jax.jit(type(self)._placed_estimate_fn)
     theta, worker_state = self.place_theta(theta), self.place_worker_state(worker_state)
-    return jitted(theta, worker_state, sharding.place(key, self.mesh, lane_major=False), self.data)
+    return jitted(self, theta, worker_state, sharding.place(key, self.mesh, lane_major=False))
 
-  def _placed_estimate_fn(self, theta, worker_state, key, data):
-    estimate, worker_state = self.estimate_fn(theta, worker_state, key, data)
+  def _placed_estimate_fn(self, theta, worker_state, key):
+    estimate, worker_state = self.estimate_fn(theta, worker_state, key)
     return estimate, self.place_worker_state(worker_state)
 
   def lane_major(self, worker_state: Any) -> Any:
@@ -118,17 +113,6 @@ def check_loss_kind(loss_kind: str) -> str:
   if loss_kind not in LOSS_KINDS:
     raise ValueError(f"loss_kind must be one of {LOSS_KINDS}, got {loss_kind!r}.")
   return loss_kind
-
-
-def check_positive(name: str, value: Any, integer: bool = False) -> Any:
-  """``value`` if it is a positive finite number (a positive int with ``integer``), else ValueError naming ``name``.
-
-  Bools, NaN and infinities are refused (``nan <= 0`` is False, so a plain comparison would let NaN through).
-  """
-  ok = isinstance(value, int) if integer else isinstance(value, numbers.Real)
-  if not ok or isinstance(value, (bool, np.bool_)) or not np.isfinite(value) or not value > 0:
-    raise ValueError(f"{name} must be a positive {'int' if integer else 'number'} (finite, not a bool), got {value!r}.")
-  return value
 
 
 def step_losses(out: UnrollOutput, loss_kind: str):

@@ -7,9 +7,9 @@ antithetic *pairs* on `TruncatedStep.paired` (the pair layout: `metafam.inner.pa
 `metafam.outer_trainers.registry` builds the step and the estimator from a name in one call.
 
 Each offers the `GradientEstimator` protocol: ``init_worker_state(theta, key)``, the pure
-``estimate_fn(theta, worker_state, key, data)`` (``data`` is ``estimator.data`` passed through your jit boundary) and
-the jitted ``estimate(theta, worker_state, key)``. With a step built on several ``devices`` the lanes are spread over
-them with the same numbers (see `metafam.inner.sharding`).
+``estimate_fn(theta, worker_state, key)`` and the jitted ``estimate(theta, worker_state, key)``; each is a pytree
+whose leaves are its step's device data. With a step built on several ``devices`` the lanes are spread over them
+with the same numbers (see `metafam.inner.sharding`).
 
 The meta-loss of a truncation is the masked mean over its steps of the chosen per-step loss (``loss_kind``, default
 the task-normalized ``meta_loss`` of the updated params on the step's ``meta_loss_split``). ES scaling: see `base`.
@@ -26,10 +26,11 @@ from typing import Any, Optional
 import jax
 import jax.numpy as jnp
 
+from metafam._checks import check_positive
 from metafam.inner import pairs
 from metafam.inner.schedules import NeverEndingSchedule
 from metafam.inner.truncated_step import LaneState, TruncatedStep
-from metafam.outer_trainers.base import (GradientEstimate, GradientEstimator, check_loss_kind, check_positive,
+from metafam.outer_trainers.base import (GradientEstimate, GradientEstimator, check_loss_kind,
                                          sample_perturbations, step_losses, weighted_noise_sum, zero_nonfinite)
 
 FULL_ES_LOSS_TYPES = ("avg", "last", "min")
@@ -42,7 +43,10 @@ def _per_pair_where(pred: jax.Array, a: Any, b: Any) -> Any:
 
 
 class _OnTruncatedStep(GradientEstimator):
-  """Shared plumbing of the estimators here: the injected step, argument checks, the step's data and devices."""
+  """Shared plumbing of the estimators here: the injected step (a pytree leaf of the estimator), argument checks,
+  the step's devices."""
+
+  _data_fields = ("step",)
 
   def __init__(self, truncated_step: TruncatedStep, loss_kind: str, clip_loss_diff: Optional[float]):
     if not isinstance(truncated_step, TruncatedStep):
@@ -52,11 +56,6 @@ class _OnTruncatedStep(GradientEstimator):
     if clip_loss_diff is not None:
       check_positive("clip_loss_diff", clip_loss_diff)
     self.clip_loss_diff = clip_loss_diff
-    self.truncated_step = truncated_step
-
-  @property
-  def data(self) -> Any:
-    return self.step.data
 
   @property
   def mesh(self):
@@ -91,11 +90,11 @@ class TruncatedBPTT(_OnTruncatedStep):
   def init_worker_state(self, theta, key):
     return self.step.init_step_state(theta, key)
 
-  def estimate_fn(self, theta, worker_state: LaneState, key, data):
+  def estimate_fn(self, theta, worker_state: LaneState, key):
     keys = self._unroll_keys(key, self.unroll_length)
 
     def meta_loss(theta):
-      lanes, out = self.step.unroll_fn(theta, worker_state, keys, data)
+      lanes, out = self.step.unroll_fn(theta, worker_state, keys)
       losses, mask = step_losses(out, self.loss_kind)
       return pairs.masked_mean_or_nan(jnp.sum(losses * mask), jnp.sum(mask)), (lanes, mask)
 
@@ -136,13 +135,13 @@ class FullES(_OnTruncatedStep):
   def init_worker_state(self, theta, key):
     return {}
 
-  def estimate_fn(self, theta, worker_state, key, data):
+  def estimate_fn(self, theta, worker_state, key):
     k_eps, k_init, k_unroll = jax.random.split(key, 3)
     n = self.num_pairs
     eps = sample_perturbations(theta, k_eps, n, self.sigma)
     thetas = pairs.antithetic_thetas(theta, eps)
     lanes = self.step.init_fn(thetas, k_init, theta_is_batched=True)
-    _, out = self.step.unroll_fn(thetas, lanes, self._unroll_keys(k_unroll, self.trajectory_length), data,
+    _, out = self.step.unroll_fn(thetas, lanes, self._unroll_keys(k_unroll, self.trajectory_length),
                                  theta_is_batched=True)
     losses, mask = step_losses(out, self.loss_kind)
     valid = jnp.all(mask > 0, axis=0)
@@ -172,6 +171,7 @@ class TruncatedES(_OnTruncatedStep):
   """
 
   name = "truncated_es"
+  _data_fields = ("step", "plain")
 
   def __init__(self, truncated_step: TruncatedStep, unroll_length: int = 50, sigma: float = 0.01,
                loss_kind: str = "normalized_meta_loss", clip_loss_diff: Optional[float] = None,
@@ -190,19 +190,19 @@ class TruncatedES(_OnTruncatedStep):
   def init_worker_state(self, theta, key):
     return self.plain.init_step_state(theta, key)
 
-  def estimate_fn(self, theta, worker_state: LaneState, key, data):
+  def estimate_fn(self, theta, worker_state: LaneState, key):
     k_eps, k_unroll = jax.random.split(key)
     n = self.num_pairs
     eps = sample_perturbations(theta, k_eps, n, self.sigma)
     thetas = pairs.antithetic_thetas(theta, eps)
     keys = self._unroll_keys(k_unroll, self.unroll_length)
-    _, out = self.step.unroll_fn(thetas, pairs.tile_pairs(worker_state), keys, data, theta_is_batched=True)
+    _, out = self.step.unroll_fn(thetas, pairs.tile_pairs(worker_state), keys, theta_is_batched=True)
     losses, mask = step_losses(out, self.loss_kind)
     delta, pair_mask, mean_loss = pairs.pair_differences(losses, mask, self.clip_loss_diff)
     count = jnp.sum(pair_mask, axis=0)
     coef = jnp.sum(delta, axis=0) / jnp.maximum(count, 1.0)
     grad = weighted_noise_sum(coef / (jnp.maximum(jnp.sum(count > 0), 1) * 2 * self.sigma ** 2), eps)
-    lanes, _ = self.plain.unroll_fn(theta, worker_state, keys, data)
+    lanes, _ = self.plain.unroll_fn(theta, worker_state, keys)
     metrics = {"num_nonfinite": jnp.sum(1.0 - pair_mask)}
     return GradientEstimate(grad, mean_loss, metrics), lanes
 
@@ -274,7 +274,7 @@ class PES(_OnTruncatedStep):
                                                   accumulator=zeros(), eps=zeros(),
                                                   age=jnp.zeros((self.num_pairs,), jnp.int32)))
 
-  def estimate_fn(self, theta, worker_state: PESWorkerState, key, data):
+  def estimate_fn(self, theta, worker_state: PESWorkerState, key):
     k_eps, k_unroll = jax.random.split(key)
     n, ws = self.num_pairs, worker_state
     limit = _NEVER_RESAMPLED if self.resample_every is None else self.resample_every
@@ -283,7 +283,7 @@ class PES(_OnTruncatedStep):
     # Weight of the steps that continue the trajectory running at the start of this truncation.
     continuing = _per_pair_where(resample, jax.tree.map(jnp.add, ws.accumulator, eps), ws.accumulator)
     thetas = pairs.antithetic_thetas(theta, eps)
-    lanes, out = self.step.unroll_fn(thetas, ws.lanes, self._unroll_keys(k_unroll, self.unroll_length), data,
+    lanes, out = self.step.unroll_fn(thetas, ws.lanes, self._unroll_keys(k_unroll, self.unroll_length),
                                      theta_is_batched=True)
     losses, mask = step_losses(out, self.loss_kind)
     delta, pair_mask, mean_loss = pairs.pair_differences(losses, mask, self.clip_loss_diff)

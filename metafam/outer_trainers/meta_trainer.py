@@ -26,11 +26,13 @@ import numpy as np
 import optax
 from tqdm.auto import tqdm
 
+from metafam._checks import check_positive
+from metafam._pytree import DataPytree
 from metafam.evaluation.family_eval import FamilyEvaluator
 from metafam.inner import sharding
 from metafam.io import atomic_write
 from metafam.outer_trainers import checkpoint
-from metafam.outer_trainers.base import GradientEstimator, check_positive, count_nonfinite
+from metafam.outer_trainers.base import GradientEstimator, count_nonfinite
 
 CHECKPOINT_NAME = "checkpoint.npz"
 LEGACY_CHECKPOINT_NAME = "checkpoint.pkl"  # v1 pickles: refused, see checkpoint.convert_legacy_checkpoint
@@ -57,7 +59,7 @@ class MetaTrainState:
   step: jax.Array
 
 
-class MetaTrainer:
+class MetaTrainer(DataPytree):
   """Meta-trains ``learned_opt`` with the average of ``estimators``' meta-gradients.
 
   Args:
@@ -77,6 +79,8 @@ class MetaTrainer:
   gradient has non-finite entries leaves theta and the meta-optimizer state unchanged; its metrics say
   ``update_skipped = 1`` (the worker states advance as usual).
   """
+
+  _data_fields = ("estimators",)
 
   def __init__(self, learned_opt: Any, estimators: Sequence[GradientEstimator],
                meta_optimizer: optax.GradientTransformation, clip_grad_norm: Optional[float] = None,
@@ -104,16 +108,12 @@ class MetaTrainer:
     self.config = dict(config or {})
     self.config.setdefault("estimators", [type(e).__name__ for e in estimators])
     self.config.setdefault("learned_opt", type(learned_opt).__name__)
-    self._step = jax.jit(self.step_fn, donate_argnums=0)
+    self._step = jax.jit(MetaTrainer.step_fn, donate_argnums=1)  # the trainer passes itself: see step_fn
     self.evaluator = None
     if eval_family is not None:
       divides = self.mesh is not None and eval_num_tasks % self.mesh.size == 0
       self.evaluator = FamilyEvaluator(eval_family, eval_num_tasks, eval_steps, split=eval_split,
                                        devices=list(self.mesh.devices.flat) if divides else None)
-
-  @property
-  def data(self) -> tuple:
-    return tuple(est.data for est in self.estimators)
 
   @property
   def inner_steps_per_meta_step(self) -> int:
@@ -145,13 +145,17 @@ class MetaTrainer:
     return MetaTrainState(theta=theta, opt_state=opt_state, worker_states=workers, key_data=key_data, step=step)
 
   # -- one meta-step --------------------------------------------------------------------------------------------
-  def step_fn(self, state: MetaTrainState, data: tuple):
-    """Pure meta-step: ``(state, data) -> (new state, metrics)``; ``data`` is `MetaTrainer.data`."""
+  def step_fn(self, state: MetaTrainState):
+    """Pure meta-step: ``state -> (new state, metrics)``.
+
+    The trainer is a pytree whose leaves are its estimators' device data (`metafam._pytree`), so `step` jits this
+    with the trainer as an argument and the data are inputs of the compiled program.
+    """
     key = jax.random.fold_in(jax.random.wrap_key_data(state.key_data), state.step)
     keys = jax.random.split(key, len(self.estimators))
     grads, losses, workers, nonfinite = [], [], [], 0.0
-    for est, ws, k, d in zip(self.estimators, state.worker_states, keys, data):
-      estimate, ws = est.estimate_fn(state.theta, ws, k, d)
+    for est, ws, k in zip(self.estimators, state.worker_states, keys):
+      estimate, ws = est.estimate_fn(state.theta, ws, k)
       grads.append(estimate.grad)
       losses.append(estimate.meta_loss)
       workers.append(ws)
@@ -179,7 +183,7 @@ class MetaTrainer:
 
   def step(self, state: MetaTrainState):
     """One jitted meta-step (``state`` is donated: use the returned one)."""
-    return self._step(state, self.data)
+    return self._step(self, state)
 
   # -- evaluation -------------------------------------------------------------------------------------------------
   def evaluate(self, theta: Any, key: jax.Array) -> Dict[str, Any]:
