@@ -1,0 +1,33 @@
+"""The public faces: every package exports what its ``__all__`` promises, and README and examples import from them."""
+
+import importlib
+import os
+import re
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGES = ["metafam", "metafam.datasets", "metafam.tasks", "metafam.taskfamilies", "metafam.optimizers",
+            "metafam.inner", "metafam.outer_trainers", "metafam.evaluation", "metafam.benchmark", "metafam.training"]
+
+
+@pytest.mark.parametrize("name", PACKAGES)
+def test_all_names_resolve(name):
+  module = importlib.import_module(name)
+  assert module.__all__ and len(set(module.__all__)) == len(module.__all__)
+  missing = [n for n in module.__all__ if not hasattr(module, n)]
+  assert not missing
+
+
+def _imports(text):
+  return re.findall(r"^\s*from (metafam[\w.]*) import", text, re.M)
+
+
+def test_readme_and_examples_import_from_the_public_faces():
+  sources = {"README.md": open(os.path.join(ROOT, "README.md")).read()}
+  for name in sorted(os.listdir(os.path.join(ROOT, "examples"))):
+    if name.endswith(".py"):
+      sources[name] = open(os.path.join(ROOT, "examples", name)).read()
+  deep = {src: [m for m in _imports(text) if m.count(".") > 1] for src, text in sources.items()}
+  assert sum(len(_imports(text)) for text in sources.values()) > 10
+  assert not any(deep.values()), deep
