@@ -18,7 +18,10 @@ The reference library measured 8.5 PES estimates/s for the same model with 8 lan
 With ``--reference_src DIR`` (the unpacked google/learned_optimization source, see `reference_lo.py`) the
 reference library's own `TruncatedPES` runs in this process on the PES workload above (its MLPLOpt, 8 antithetic
 pairs, 10 inner steps per estimate within trajectories of 50), timed round-robin against metafam's `PES.estimate`
-alone (no meta-update, like LO's `compute_gradient_estimate`) on one device and on ``--devices``.
+alone (no meta-update, like LO's `compute_gradient_estimate`) on one device and on ``--devices``, for both meta-loss
+definitions side by side (the same on both sides): LO's default, the normalized train-batch loss before each update
+(metafam: ``meta_loss_split=None, loss_kind="normalized_loss"``), and metafam's default, the normalized loss of the
+updated params on an ``outer_valid`` batch (LO: ``train_and_meta=True``), which costs an extra forward pass per step.
 """
 
 from __future__ import annotations
@@ -36,10 +39,16 @@ from metafam.outer_trainers import MetaTrainer, make_estimator
 from metafam.taskfamilies.image_mlp import ImageMLPFamily
 
 
-def build(name, family, lopt, devices):
+META_LOSSES = {  # setting -> (metafam estimator arguments, LO's TruncatedPES train_and_meta)
+    "outer_valid": (dict(), True),  # loss of the updated params on an outer_valid batch: metafam's default
+    "train batch": (dict(meta_loss_split=None, loss_kind="normalized_loss"), False),  # LO's default
+}
+
+
+def build(name, family, lopt, devices, **kwargs):
   if name == "pes":
     return make_estimator("pes", family, lopt, num_tasks=8, unroll_length=10, schedule=ConstantSchedule(50),
-                          sigma=0.01, devices=devices)
+                          sigma=0.01, devices=devices, **kwargs)
   return make_estimator("full_es", family, lopt, num_tasks=8, trajectory_length=200, sigma=0.01, devices=devices)
 
 
@@ -104,20 +113,24 @@ def main():
 
 
 def compare_reference(lo, family, lopt, placements, steps, rounds=5):
-  """PES estimates/s: LO's TruncatedPES against metafam's `PES.estimate`, blocks of calls interleaved."""
+  """PES estimates/s: LO's TruncatedPES against metafam's `PES.estimate`, blocks of calls interleaved, for each
+  meta-loss definition of `META_LOSSES` (the same one on both sides: same data, same loss, normalized)."""
   import reference_lo
-  runs = {"LO TruncatedPES": reference_lo.setup_pes(lo, family, num_pairs=8, unroll_length=10, trajectory_length=50,
-                                                    sigma=0.01)}
-  for devices in placements:
-    est = build("pes", family, lopt, devices)
-    box = {"theta": lopt.init(jax.random.key(0)), "key": jax.random.key(2)}
-    box["state"] = est.init_worker_state(box["theta"], jax.random.key(1))
+  runs = {}
+  for setting, (kwargs, train_and_meta) in META_LOSSES.items():
+    runs[setting, "LO TruncatedPES"] = reference_lo.setup_pes(lo, family, num_pairs=8, unroll_length=10,
+                                                              trajectory_length=50, sigma=0.01,
+                                                              train_and_meta=train_and_meta)
+    for devices in placements:
+      est = build("pes", family, lopt, devices, **kwargs)
+      box = {"theta": lopt.init(jax.random.key(0)), "key": jax.random.key(2)}
+      box["state"] = est.init_worker_state(box["theta"], jax.random.key(1))
 
-    def run(est=est, box=box):
-      box["key"], key = jax.random.split(box["key"])
-      out, box["state"] = est.estimate(box["theta"], box["state"], key)
-      jax.block_until_ready(out)
-    runs[f"metafam PES x{devices or 1}"] = run
+      def run(est=est, box=box):
+        box["key"], key = jax.random.split(box["key"])
+        out, box["state"] = est.estimate(box["theta"], box["state"], key)
+        jax.block_until_ready(out)
+      runs[setting, f"metafam PES x{devices or 1}"] = run
   for run in runs.values():
     run()  # compile
   per_block = max(1, steps // rounds)
@@ -128,10 +141,10 @@ def compare_reference(lo, family, lopt, placements, steps, rounds=5):
       for _ in range(per_block):
         run()
       times[name].append((time.perf_counter() - start) / per_block)
-  lo_time = statistics.median(times["LO TruncatedPES"])
-  print(f"\n{'PES, estimate only':>20} {'estimates/s':>11} {'vs LO':>6}")
-  for name, t in times.items():
-    print(f"{name:>20} {1 / statistics.median(t):>11.2f} {lo_time / statistics.median(t):>5.2f}x")
+  print(f"\n{'PES, estimate only':>20} {'meta-loss':>12} {'estimates/s':>11} {'vs LO':>6}")
+  for (setting, name), t in times.items():
+    lo_time = statistics.median(times[setting, "LO TruncatedPES"])
+    print(f"{name:>20} {setting:>12} {1 / statistics.median(t):>11.2f} {lo_time / statistics.median(t):>5.2f}x")
 
 
 if __name__ == "__main__":
