@@ -1,0 +1,28 @@
+"""`learned_optimization.learned_optimizers.rnn_mlp_lopt`: metafam's `RNNMLPLOpt` (a per-tensor LSTM giving
+context to a per-parameter MLP) under the reference's name and arguments.
+
+``step_multiplier`` / ``magnitude_rate`` are metafam's ``step_mult`` / ``exp_mult``; ``hidden_size`` and
+``hidden_layer`` the MLP's widths; ``lstm_hidden_size`` the LSTM width; ``lstm_to_ff`` the context fed to the MLP.
+The sizes of the reference's internal projections (``from_mlp_size``, ``from_lstm_size``) are supported at their
+defaults only (other values raise NotImplementedError).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from metafam.compat.learned_optimization.learned_optimizers.base import LOOptFn, reject_unsupported
+from metafam.optimizers import rnn_mlp_lopt as _rnn
+
+__all__ = ["RNNMLPLOpt"]
+
+
+class RNNMLPLOpt(LOOptFn, _rnn.RNNMLPLOpt):
+
+  def __init__(self, step_multiplier: float = 0.001, magnitude_rate: float = 0.001, hidden_size: int = 32,
+               hidden_layer: int = 2, from_mlp_size: int = 16, from_lstm_size: int = 18, lstm_to_ff: int = 17,
+               lstm_hidden_size: int = 64, decays: Sequence[float] = (0.5, 0.9, 0.99, 0.999, 0.9999)):
+    reject_unsupported("RNNMLPLOpt", from_mlp_size=(from_mlp_size, 16), from_lstm_size=(from_lstm_size, 18))
+    super().__init__(hidden_sizes=(hidden_size,) * hidden_layer, lstm_hidden=lstm_hidden_size,
+                     context_size=lstm_to_ff, decays=tuple(decays), step_mult=step_multiplier,
+                     exp_mult=magnitude_rate)

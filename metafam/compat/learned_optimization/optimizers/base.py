@@ -1,0 +1,185 @@
+"""`learned_optimization.optimizers.base`: the `Optimizer` interface over metafam's optimizers.
+
+States carry the params, as in metafam (`metafam.optimizers.base.OptimizerState`: ``params``, ``state``,
+``iteration``, ``opt_state``). `Optimizer` is metafam's base class plus the reference's ``get_params_state`` and
+``set_params`` and its keyword conventions: ``init(params, state=None, num_steps=None, key=None)`` (``model_state=``
+is accepted too) and ``update(opt_state, grad, loss=None, model_state=None, key=None, **kwargs)``, whose extra keyword
+arguments (``is_valid``, ...) are accepted and ignored. `as_lo_optimizer` gives any metafam `Optimizer` this face.
+
+The hand-designed optimizers (`SGD`, `Adam`, ...) live in `optax_opts`; the names the reference once exported from
+here resolve to them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional, Tuple
+
+import jax
+import jax.numpy as jnp
+
+from metafam.optimizers import base as _base
+from metafam.optimizers.base import OptimizerState
+
+Params = Any
+ModelState = Any
+OptState = Any
+Gradient = Any
+
+__all__ = ["Optimizer", "OptimizerState", "GradientClipOptimizer", "GraftedOptimizer", "GraftedOptimizerState",
+           "as_lo_optimizer"]
+
+
+def _replace_params(state: Any, params: Any) -> Any:
+  if hasattr(state, "_replace"):
+    return state._replace(params=params)
+  if dataclasses.is_dataclass(state) and any(f.name == "params" for f in dataclasses.fields(state)):
+    return dataclasses.replace(state, params=params)
+  raise TypeError(f"set_params needs a state with a `params` field (a dataclass or namedtuple), got "
+                  f"{type(state).__name__}; override set_params for this optimizer.")
+
+
+class Optimizer(_base.Optimizer):
+  """metafam's `Optimizer` with the reference's ``get_params_state`` and ``set_params``.
+
+  Subclasses implement ``init`` and ``update`` (pure functions of their arguments).
+  """
+
+  def get_params_state(self, state: OptState) -> Tuple[Params, ModelState]:
+    return self.get_params(state), self.get_state(state)
+
+  def set_params(self, state: OptState, params: Params) -> OptState:
+    return _replace_params(state, params)
+
+
+class _LOFace(Optimizer):
+  """A metafam `Optimizer` seen through the reference's interface (every call forwarded)."""
+
+  def __init__(self, opt: _base.Optimizer):
+    self.opt = opt
+
+  @property
+  def name(self) -> str:
+    return self.opt.name
+
+  def init(self, params, state=None, num_steps=None, key=None, **kwargs):
+    state = kwargs.pop("model_state", state)
+    return self.opt.init(params, model_state=state, num_steps=num_steps, key=key)
+
+  def update(self, opt_state, grad, loss=None, model_state=None, key=None, **kwargs):
+    return self.opt.update(opt_state, grad, loss=loss, model_state=model_state, key=key)
+
+  def get_params(self, state):
+    return self.opt.get_params(state)
+
+  def get_state(self, state):
+    return self.opt.get_state(state)
+
+
+def as_lo_optimizer(opt: _base.Optimizer) -> Optimizer:
+  """``opt`` with the reference's interface: itself if it already has it, else a forwarding wrapper."""
+  if isinstance(opt, Optimizer):
+    return opt
+  if not isinstance(opt, _base.Optimizer):
+    raise TypeError(f"as_lo_optimizer needs a metafam Optimizer, got {type(opt).__name__}.")
+  return _LOFace(opt)
+
+
+def _check_optimizer(opt: Any, what: str) -> Optimizer:
+  if not isinstance(opt, _base.Optimizer):
+    raise ValueError(f"{what} must be an Optimizer instance (maybe the class was passed instead of an instance?); "
+                     f"got {opt!r}.")
+  return as_lo_optimizer(opt)
+
+
+class GradientClipOptimizer(Optimizer):
+  """Clips every gradient entry to ``[-grad_clip, grad_clip]`` before handing it to ``opt``."""
+
+  def __init__(self, opt: Optimizer, grad_clip: float = 3.0):
+    self.opt = _check_optimizer(opt, "opt")
+    self.grad_clip = grad_clip
+
+  @property
+  def name(self) -> str:
+    return f"GradientClip{self.grad_clip}_{self.opt.name}"
+
+  def init(self, *args, **kwargs):
+    return self.opt.init(*args, **kwargs)
+
+  def update(self, opt_state, grad, *args, **kwargs):
+    grad = jax.tree.map(lambda g: jnp.clip(g, -self.grad_clip, self.grad_clip), grad)
+    return self.opt.update(opt_state, grad, *args, **kwargs)
+
+  def get_params(self, state):
+    return self.opt.get_params(state)
+
+  def get_state(self, state):
+    return self.opt.get_state(state)
+
+  def set_params(self, state, params):
+    return self.opt.set_params(state, params)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class GraftedOptimizerState:
+  """State of `GraftedOptimizer`: the shared params / model state / iteration and both inner optimizers' states."""
+  iteration: jax.Array
+  params: Any
+  state: Any
+  mag_opt_state: Any
+  dir_opt_state: Any
+
+
+class GraftedOptimizer(Optimizer):
+  """Learning-rate grafting: per tensor, the step of ``direction_opt`` rescaled to the norm of ``magnitude_opt``'s.
+
+  Both inner optimizers see the same params and gradients; after each update both are given the grafted params.
+  """
+
+  def __init__(self, magnitude_opt: Optimizer, direction_opt: Optimizer):
+    self.magnitude_opt = _check_optimizer(magnitude_opt, "magnitude_opt")
+    self.direction_opt = _check_optimizer(direction_opt, "direction_opt")
+
+  @property
+  def name(self) -> str:
+    return f"Grafted_{self.magnitude_opt.name}_{self.direction_opt.name}"
+
+  def init(self, params, state=None, num_steps=None, key=None, **kwargs):
+    state = kwargs.pop("model_state", state)
+    k_mag, k_dir = (None, None) if key is None else jax.random.split(key)
+    return GraftedOptimizerState(
+        iteration=jnp.asarray(0, jnp.int32), params=params, state=state,
+        mag_opt_state=self.magnitude_opt.init(params, state, num_steps=num_steps, key=k_mag),
+        dir_opt_state=self.direction_opt.init(params, state, num_steps=num_steps, key=k_dir))
+
+  def update(self, opt_state, grad, loss=None, model_state=None, key=None, **kwargs):
+    k_mag, k_dir = (None, None) if key is None else jax.random.split(key)
+    base = opt_state.params
+    mag = self.magnitude_opt.update(opt_state.mag_opt_state, grad, loss=loss, model_state=model_state, key=k_mag)
+    direction = self.direction_opt.update(opt_state.dir_opt_state, grad, loss=loss, model_state=model_state,
+                                          key=k_dir)
+
+    def graft(p, m, d):
+      mag_step, dir_step = (m - p).astype(jnp.float32), (d - p).astype(jnp.float32)
+      dir_norm = jnp.linalg.norm(dir_step)
+      scale = jnp.where(dir_norm > 0, jnp.linalg.norm(mag_step) / jnp.where(dir_norm > 0, dir_norm, 1.0), 0.0)
+      return (p + scale * dir_step).astype(p.dtype)
+
+    params = jax.tree.map(graft, base, self.magnitude_opt.get_params(mag), self.direction_opt.get_params(direction))
+    return GraftedOptimizerState(
+        iteration=opt_state.iteration + 1, params=params,
+        state=opt_state.state if model_state is None else model_state,
+        mag_opt_state=self.magnitude_opt.set_params(mag, params),
+        dir_opt_state=self.direction_opt.set_params(direction, params))
+
+
+_MOVED_TO_OPTAX_OPTS = ("OptaxOptimizer", "SGD", "SGDM", "Adam", "RMSProp", "PiecewiseLinearAdam")
+
+
+def __getattr__(name: str) -> Any:
+  # The reference's early releases defined the hand-designed optimizers in this module.
+  if name in _MOVED_TO_OPTAX_OPTS:
+    from metafam.compat.learned_optimization.optimizers import optax_opts
+    return getattr(optax_opts, name)
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

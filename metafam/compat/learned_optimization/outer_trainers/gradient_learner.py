@@ -1,0 +1,305 @@
+"""`learned_optimization.outer_trainers.gradient_learner`: the reference's meta-training interfaces over metafam.
+
+* `SingleMachineGradientLearner(learned_opt, gradient_estimators, theta_opt)` with ``init(key)``,
+  ``update(state, key, with_metrics=False) -> (state, loss, metrics)`` and ``get_meta_params(state)``. When
+  ``theta_opt`` is an optax-backed optimizer (`optax_opts`) and every estimator is a metafam estimator (all of this
+  package's are), each update is one step of metafam's `MetaTrainer` (estimates, averaging and the optax update in
+  one jitted program). Otherwise it runs `gradient_worker_compute` and `GradientLearner.update`.
+* `GradientLearner` (the meta-parameters and their optimizer) and `gradient_worker_compute` (estimates from a
+  list of estimators, averaged): the reference's multi-worker split, for estimators with
+  ``compute_gradient_estimate``.
+* The data classes `OuterState`, `WorkerWeights`, `GradientLearnerState`, `GradientEstimatorState`, `UnrollInfo`,
+  `GradientEstimatorOut`, `AggregatedGradient`, `WorkerComputeOut`, `SingleMachineState`.
+
+Non-finite values: the worker path zeroes non-finite gradient entries and reports a non-finite loss as 20, as the
+reference does; the `MetaTrainer` path instead skips a meta-update whose estimate had no finite step or whose
+gradient is non-finite (theta unchanged, metric ``update_skipped``), and reports the loss of such a step as 20.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from metafam.compat.learned_optimization.optimizers import base as opt_base
+from metafam.optimizers import base as _mf_opt_base
+from metafam.outer_trainers.base import GradientEstimator as _MFGradientEstimator
+from metafam.outer_trainers.meta_trainer import MetaTrainer, MetaTrainState
+
+__all__ = ["OuterState", "WorkerWeights", "GradientLearnerState", "GradientEstimatorState", "UnrollInfo",
+           "GradientEstimatorOut", "AggregatedGradient", "WorkerComputeOut", "SingleMachineState",
+           "GradientEstimator", "GradientLearner", "gradient_worker_compute", "SingleMachineGradientLearner"]
+
+_NAN_LOSS = 20.0  # the reference's stand-in for a non-finite meta-loss
+
+
+def _pytree_dataclass(cls):
+  return jax.tree_util.register_dataclass(dataclasses.dataclass(frozen=True)(cls))
+
+
+@_pytree_dataclass
+class OuterState:
+  outer_iteration: Any
+
+
+@_pytree_dataclass
+class WorkerWeights:
+  theta: Any
+  theta_model_state: Any
+  outer_state: OuterState
+
+
+@_pytree_dataclass
+class GradientLearnerState:
+  theta_opt_state: Any
+
+
+@_pytree_dataclass
+class GradientEstimatorState:
+  """Base of the reference's worker states (metafam's estimators use their own worker-state types)."""
+
+
+@_pytree_dataclass
+class UnrollInfo:
+  loss: Any
+  iteration: Any
+  task_param: Any
+  is_done: Any
+
+
+@_pytree_dataclass
+class GradientEstimatorOut:
+  mean_loss: Any
+  grad: Any
+  unroll_state: Any
+  unroll_info: Optional[UnrollInfo] = None
+
+
+@_pytree_dataclass
+class AggregatedGradient:
+  theta_grads: Any
+  theta_model_state: Any
+  mean_loss: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerComputeOut:
+  to_put: AggregatedGradient
+  unroll_states: List[Any]
+  metrics: Mapping[str, Any]
+  event_info: List[Any]
+
+
+@_pytree_dataclass
+class SingleMachineState:
+  gradient_learner_state: GradientLearnerState
+  gradient_estimator_states: Sequence[Any]
+
+
+class GradientEstimator(abc.ABC):
+  """The reference's estimator interface: ``init_worker_state(worker_weights, key)`` and
+  ``compute_gradient_estimate(worker_weights, key, state, with_summary=False) -> (GradientEstimatorOut, metrics)``.
+
+  This package's estimators (`truncated_pes.TruncatedPES`, ...) are metafam estimators registered as virtual
+  subclasses; user estimators may subclass this and work with `gradient_worker_compute`.
+  """
+
+  task_family: Any = None
+  learned_opt: Any = None
+
+  @abc.abstractmethod
+  def init_worker_state(self, worker_weights: WorkerWeights, key: jax.Array) -> Any:
+    """The estimator's initial state."""
+
+  @abc.abstractmethod
+  def compute_gradient_estimate(self, worker_weights: WorkerWeights, key: jax.Array, state: Any,
+                                with_summary: bool = False) -> Tuple[GradientEstimatorOut, Mapping[str, Any]]:
+    """One estimate and the next state."""
+
+
+def theta_of(weights_or_theta: Any) -> Any:
+  """The meta-parameters: ``worker_weights.theta`` for `WorkerWeights`, else the argument itself."""
+  return weights_or_theta.theta if isinstance(weights_or_theta, WorkerWeights) else weights_or_theta
+
+
+def _as_metrics(metrics: Mapping[str, Any], agg: str = "mean") -> Dict[str, Any]:
+  """metafam metrics under the reference's ``"aggregation||name"`` keys."""
+  return {k if "||" in k else f"{agg}||{k}": v for k, v in metrics.items()}
+
+
+@jax.jit
+def _finite_mean(grads: List[Any], losses: List[Any], nan_loss: Any):
+  grad = jax.tree.map(lambda *g: sum(g) / len(g), *grads)
+  grad = jax.tree.map(lambda g: jnp.where(jnp.isfinite(g), g, 0.0), grad)
+  loss = jnp.mean(jnp.stack([jnp.asarray(l, jnp.float32) for l in losses]))
+  return grad, jnp.where(jnp.isfinite(loss), loss, jnp.asarray(nan_loss, jnp.float32))
+
+
+def gradient_worker_compute(worker_weights: WorkerWeights, gradient_estimators: Sequence[Any],
+                            unroll_states: Sequence[Any], key: jax.Array, with_metrics: bool = False,
+                            device: Any = None, clip_nan_loss_to_value: float = _NAN_LOSS,
+                            extra_metrics: bool = True) -> WorkerComputeOut:
+  """Runs every estimator once on its state and averages the gradients.
+
+  Non-finite gradient entries become 0 and a non-finite mean loss becomes ``clip_nan_loss_to_value``.
+  ``device`` is not used (metafam estimators place their own lanes).
+  """
+  if len(gradient_estimators) != len(unroll_states):
+    raise ValueError(f"got {len(gradient_estimators)} gradient estimators but {len(unroll_states)} unroll states.")
+  if not gradient_estimators:
+    raise ValueError("gradient_worker_compute needs at least one gradient estimator.")
+  grads, losses, states, metrics = [], [], [], {}
+  for i, (estimator, state) in enumerate(zip(gradient_estimators, unroll_states)):
+    key, sub = jax.random.split(key)
+    out, est_metrics = estimator.compute_gradient_estimate(worker_weights, sub, state, with_summary=with_metrics)
+    grads.append(out.grad)
+    losses.append(out.mean_loss)
+    states.append(out.unroll_state)
+    if with_metrics:
+      family = getattr(getattr(estimator, "task_family", None), "name", f"estimator{i}")
+      for k, v in est_metrics.items():
+        agg, name = k.split("||", 1) if "||" in k else ("mean", k)
+        metrics[f"{agg}||{name}"] = v
+        metrics[f"{agg}||{family}/{name}"] = v
+      if extra_metrics:
+        metrics[f"mean||{family}/grad_norm"] = optax.tree.norm(out.grad)
+        metrics[f"mean||{family}/mean_loss"] = out.mean_loss
+  grad, loss = _finite_mean(grads, losses, clip_nan_loss_to_value)
+  to_put = AggregatedGradient(theta_grads=grad, theta_model_state=worker_weights.theta_model_state, mean_loss=loss)
+  return WorkerComputeOut(to_put=to_put, unroll_states=states, metrics=metrics, event_info=[])
+
+
+class GradientLearner:
+  """Holds the meta-parameters' optimizer: ``init(key)``, ``get_state_for_worker(state)``,
+  ``update(state, grads_list, with_metrics=False, key=None) -> (state, metrics)``."""
+
+  def __init__(self, meta_init: Any, theta_opt: Any, init_theta_from_path: Optional[str] = None,
+               init_outer_state_from_path: Optional[str] = None, num_steps: Optional[int] = None):
+    if init_theta_from_path or init_outer_state_from_path:
+      raise NotImplementedError("initializing from a checkpoint path is not mirrored; pass theta through "
+                                "metafam.outer_trainers.MetaTrainer.init(key, theta=...) instead.")
+    if not isinstance(theta_opt, _mf_opt_base.Optimizer):
+      raise ValueError(f"theta_opt must be an Optimizer instance, got {theta_opt!r}.")
+    self._lopt, self._theta_opt, self._num_steps = meta_init, opt_base.as_lo_optimizer(theta_opt), num_steps
+    self._update = jax.jit(lambda s, g, l, k: self._theta_opt.update(s, g, loss=l, key=k))
+
+  @property
+  def learned_optimizer(self) -> Any:
+    return self._lopt
+
+  def init(self, key: jax.Array) -> GradientLearnerState:
+    theta = self._lopt.init(key)
+    return GradientLearnerState(self._theta_opt.init(theta, None, num_steps=self._num_steps))
+
+  def get_meta_params(self, state: GradientLearnerState) -> Any:
+    return self._theta_opt.get_params(state.theta_opt_state)
+
+  get_lopt_params = get_meta_params
+
+  def get_meta_model_state(self, state: GradientLearnerState) -> Any:
+    return self._theta_opt.get_state(state.theta_opt_state)
+
+  get_lopt_model_state = get_meta_model_state
+
+  def get_state_for_worker(self, state: GradientLearnerState) -> WorkerWeights:
+    return WorkerWeights(theta=self.get_meta_params(state), theta_model_state=self.get_meta_model_state(state),
+                         outer_state=OuterState(state.theta_opt_state.iteration))
+
+  def update(self, state: GradientLearnerState, grads_list: Sequence[AggregatedGradient], with_metrics: bool = False,
+             key: Optional[jax.Array] = None) -> Tuple[GradientLearnerState, Dict[str, Any]]:
+    if not grads_list:
+      raise ValueError("GradientLearner.update needs at least one AggregatedGradient.")
+    grads = jax.tree.map(lambda *g: sum(g) / len(g), *[g.theta_grads for g in grads_list])
+    losses = jnp.stack([jnp.asarray(g.mean_loss, jnp.float32) for g in grads_list])
+    key = jax.random.key(0) if key is None else key
+    theta_opt_state = self._update(state.theta_opt_state, grads, jnp.mean(losses), key)
+    metrics = {"none||mean_loss": jnp.mean(losses), "none||best_of_mean_loss": jnp.min(losses)}
+    if with_metrics:
+      metrics["none||theta_grad_norm"] = optax.tree.norm(grads)
+    return GradientLearnerState(theta_opt_state), metrics
+
+
+@jax.jit
+def _copy(tree):
+  return jax.tree.map(jnp.copy, tree)
+
+
+def _key_data(key: jax.Array) -> jax.Array:
+  if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+    return jax.random.key_data(key)
+  return jnp.asarray(key, jnp.uint32)
+
+
+class SingleMachineGradientLearner:
+  """Meta-trains ``learned_opt`` with the average of ``gradient_estimators``' estimates and ``theta_opt``.
+
+  The state (`SingleMachineState`) holds ``GradientLearnerState(theta_opt_state)`` (an `OptimizerState` whose
+  ``params`` are theta) and one worker state per estimator. ``update`` does not consume its input state.
+  """
+
+  def __init__(self, learned_opt: Any, gradient_estimators: Sequence[Any], theta_opt: Any,
+               num_steps: Optional[int] = None):
+    if isinstance(gradient_estimators, (list, tuple)):
+      gradient_estimators = list(gradient_estimators)
+    else:
+      gradient_estimators = [gradient_estimators]
+    if not gradient_estimators:
+      raise ValueError("SingleMachineGradientLearner needs at least one gradient estimator.")
+    self.gradient_learner = GradientLearner(learned_opt, theta_opt, num_steps=num_steps)
+    self.gradient_estimators = gradient_estimators
+    self.learned_opt = learned_opt
+    tx = getattr(theta_opt, "tx", None)
+    on_metafam = all(isinstance(e, _MFGradientEstimator) for e in gradient_estimators)
+    self.meta_trainer: Optional[MetaTrainer] = None
+    if on_metafam and isinstance(tx, optax.GradientTransformation):
+      self.meta_trainer = MetaTrainer(learned_opt, gradient_estimators, tx)
+
+  # -- state --------------------------------------------------------------------------------------------------
+  def init(self, key: jax.Array) -> SingleMachineState:
+    key1, key = jax.random.split(key)
+    learner_state = self.gradient_learner.init(key1)
+    weights = self.gradient_learner.get_state_for_worker(learner_state)
+    keys = jax.random.split(key, len(self.gradient_estimators))
+    states = [est.init_worker_state(weights, k) for est, k in zip(self.gradient_estimators, keys)]
+    return SingleMachineState(gradient_learner_state=learner_state, gradient_estimator_states=states)
+
+  def get_meta_params(self, state: SingleMachineState) -> Any:
+    return self.gradient_learner.get_meta_params(state.gradient_learner_state)
+
+  get_lopt_params = get_meta_params
+
+  # -- one meta-step ------------------------------------------------------------------------------------------
+  def update(self, state: SingleMachineState, key: jax.Array,
+             with_metrics: bool = False) -> Tuple[SingleMachineState, jax.Array, Dict[str, Any]]:
+    if self.meta_trainer is None:
+      return self._update_with_workers(state, key, with_metrics)
+    opt_state = state.gradient_learner_state.theta_opt_state
+    # MetaTrainer.step donates its input: hand it copies so the caller's state stays usable.
+    theta, optax_state, workers, key_data, step = _copy((
+        opt_state.params, opt_state.opt_state, tuple(state.gradient_estimator_states), _key_data(key),
+        jnp.asarray(opt_state.iteration, jnp.int32)))
+    mts = MetaTrainState(theta=theta, opt_state=optax_state, worker_states=workers, key_data=key_data, step=step)
+    new, metrics = self.meta_trainer.step(self.meta_trainer.place(mts))
+    new_opt_state = dataclasses.replace(opt_state, params=new.theta, opt_state=new.opt_state, iteration=new.step)
+    loss = jnp.where(jnp.isfinite(metrics["meta_loss"]), metrics["meta_loss"], _NAN_LOSS)
+    out_metrics = {"none||mean_loss": loss}
+    if with_metrics:
+      out_metrics.update(_as_metrics(metrics))
+    return (SingleMachineState(gradient_learner_state=GradientLearnerState(new_opt_state),
+                               gradient_estimator_states=list(new.worker_states)), loss, out_metrics)
+
+  def _update_with_workers(self, state, key, with_metrics):
+    key1, key2 = jax.random.split(key)
+    weights = self.gradient_learner.get_state_for_worker(state.gradient_learner_state)
+    out = gradient_worker_compute(weights, self.gradient_estimators, state.gradient_estimator_states, key1,
+                                  with_metrics=with_metrics)
+    learner_state, metrics = self.gradient_learner.update(state.gradient_learner_state, [out.to_put],
+                                                          with_metrics=with_metrics, key=key2)
+    metrics = {**out.metrics, **metrics}
+    return (SingleMachineState(gradient_learner_state=learner_state, gradient_estimator_states=out.unroll_states),
+            out.to_put.mean_loss, metrics)

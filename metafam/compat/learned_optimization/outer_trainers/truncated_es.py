@@ -1,0 +1,29 @@
+"""`learned_optimization.outer_trainers.truncated_es`: `TruncatedES` is metafam's
+`metafam.outer_trainers.TruncatedES` (antithetic ES over one truncation from the shared unperturbed state) built
+with the reference's arguments (``unroll_length``, ``std`` -> ``sigma``, ``stack_antithetic_samples``); see
+`truncated_pes` for the shared conventions."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from metafam.compat.learned_optimization.outer_trainers import _adapter, gradient_learner
+from metafam.outer_trainers import estimators as _estimators
+
+__all__ = ["TruncatedES"]
+
+
+class TruncatedES(_adapter.LOEstimatorFace, _estimators.TruncatedES):
+
+  def __init__(self, truncated_step: Any, unroll_length: int = 20, std: float = 0.01, steps_per_jit: int = 10,
+               stack_antithetic_samples: bool = False, sign_delta_loss_scalar: Optional[float] = None,
+               **metafam_kwargs: Any):
+    _adapter.check_step(truncated_step, "TruncatedES")
+    _adapter.check_steps_per_jit(unroll_length, steps_per_jit, "unroll_length")
+    _adapter.reject_sign_delta(sign_delta_loss_scalar, "TruncatedES")
+    super().__init__(truncated_step, unroll_length=unroll_length, sigma=std,
+                     stack_antithetic=stack_antithetic_samples, **metafam_kwargs)
+    self.truncated_step, self.std, self.steps_per_jit = truncated_step, std, steps_per_jit
+
+
+gradient_learner.GradientEstimator.register(TruncatedES)

@@ -1,0 +1,37 @@
+"""`learned_optimization.outer_trainers.truncated_pes`: `TruncatedPES` is metafam's `metafam.outer_trainers.PES`.
+
+``TruncatedPES(truncated_step, trunc_length, std, steps_per_jit, stack_antithetic_samples)`` builds metafam's PES
+on ``truncated_step`` (``truncated_step.num_tasks`` antithetic pairs; ``unroll_length=trunc_length``,
+``sigma=std``, ``stack_antithetic=stack_antithetic_samples``); the class is a subclass of metafam's PES that adds the
+reference's methods (``init_worker_state(worker_weights, key)``, ``compute_gradient_estimate``). metafam jits a
+whole truncation, so ``steps_per_jit`` only keeps the reference's check that it divides ``trunc_length``.
+
+Difference on purpose: metafam credits the last step of a finished trajectory to the perturbations that shaped it
+and starts the new trajectory's credit at its first step; the reference credits that boundary step to the new
+noise only. Further keyword arguments (``resample_every``, ``loss_kind``, ``clip_loss_diff``) go to metafam's PES.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from metafam.compat.learned_optimization.outer_trainers import _adapter, gradient_learner
+from metafam.outer_trainers import estimators as _estimators
+
+__all__ = ["TruncatedPES"]
+
+
+class TruncatedPES(_adapter.LOEstimatorFace, _estimators.PES):
+
+  def __init__(self, truncated_step: Any, trunc_length: int = 10, std: float = 0.01, steps_per_jit: int = 10,
+               stack_antithetic_samples: bool = False, sign_delta_loss_scalar: Optional[float] = None,
+               **metafam_kwargs: Any):
+    _adapter.check_step(truncated_step, "TruncatedPES")
+    _adapter.check_steps_per_jit(trunc_length, steps_per_jit, "trunc_length")
+    _adapter.reject_sign_delta(sign_delta_loss_scalar, "TruncatedPES")
+    super().__init__(truncated_step, unroll_length=trunc_length, sigma=std,
+                     stack_antithetic=stack_antithetic_samples, **metafam_kwargs)
+    self.truncated_step, self.trunc_length, self.std, self.steps_per_jit = truncated_step, trunc_length, std, steps_per_jit
+
+
+gradient_learner.GradientEstimator.register(TruncatedPES)

@@ -1,0 +1,149 @@
+"""The learned_optimization compatibility layer used the way the reference's tests and notebooks use it:
+meta-training through `VectorizedLOptTruncatedStep`, the estimators and `SingleMachineGradientLearner`."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import metafam
+from metafam.compat.learned_optimization.learned_optimizers import base as lopt_base
+from metafam.compat.learned_optimization.optimizers import base as opt_base
+from metafam.compat.learned_optimization.optimizers import optax_opts
+from metafam.compat.learned_optimization.outer_trainers import full_es
+from metafam.compat.learned_optimization.outer_trainers import gradient_learner
+from metafam.compat.learned_optimization.outer_trainers import lopt_truncated_step
+from metafam.compat.learned_optimization.outer_trainers import truncated_es
+from metafam.compat.learned_optimization.outer_trainers import truncated_grad
+from metafam.compat.learned_optimization.outer_trainers import truncated_pes
+from metafam.compat.learned_optimization.outer_trainers import truncation_schedule
+from metafam.compat.learned_optimization.tasks import quadratics
+
+
+def _truncated_step(num_tasks=8, length=20, offset=20):
+  return lopt_truncated_step.VectorizedLOptTruncatedStep(
+      task_family=quadratics.FixedDimQuadraticFamily(10), learned_opt=lopt_base.LearnableSGD(initial_lr=1e-3),
+      trunc_sched=truncation_schedule.ConstantTruncationSchedule(length), num_tasks=num_tasks,
+      random_initial_iteration_offset=offset)
+
+
+ESTIMATORS = {
+    "TruncatedPES": lambda step: truncated_pes.TruncatedPES(step, trunc_length=5, std=0.01, steps_per_jit=5,
+                                                            stack_antithetic_samples=False),
+    "FullES": lambda step: full_es.FullES(step, std=0.01, steps_per_jit=10),
+    "TruncatedGrad": lambda step: truncated_grad.TruncatedGrad(step, unroll_length=5, steps_per_jit=5),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ESTIMATORS))
+def test_meta_training_on_quadratics_lowers_the_meta_loss(name):
+  step = _truncated_step()
+  lopt = step.learned_opt
+  learner = gradient_learner.SingleMachineGradientLearner(lopt, [ESTIMATORS[name](step)], optax_opts.Adam(0.1))
+  state = learner.init(jax.random.PRNGKey(0))
+  theta0 = learner.get_meta_params(state)
+  losses = []
+  key = jax.random.PRNGKey(1)
+  for i in range(50):
+    key, sub = jax.random.split(key)
+    state, loss, metrics = learner.update(state, sub, with_metrics=(i % 10 == 0))
+    losses.append(float(loss))
+  assert np.all(np.isfinite(losses))
+  # The learned step size grows from 1e-3 and the meta-loss (the lanes' train loss) falls.
+  assert float(learner.get_meta_params(state)["log_lr"]) > float(theta0["log_lr"]) + 1.0
+  assert np.mean(losses[-10:]) < 0.8 * np.mean(losses[:10]), losses
+  assert int(state.gradient_learner_state.theta_opt_state.iteration) == 50
+  assert "none||mean_loss" in metrics
+
+
+def test_estimators_are_metafams_engine_objects():
+  step = _truncated_step()
+  assert isinstance(step, metafam.TruncatedStep)
+  pes = ESTIMATORS["TruncatedPES"](step)
+  assert isinstance(pes, metafam.PES)
+  assert type(pes).estimate_fn is metafam.PES.estimate_fn  # the estimate is metafam's code path, unchanged
+  assert isinstance(pes, gradient_learner.GradientEstimator)  # and it has the reference's face
+  assert (pes.unroll_length, pes.sigma, pes.num_pairs) == (5, 0.01, 8)
+  assert pes.step.num_tasks == 16 and pes.step.antithetic  # N pairs on step.paired()
+  assert isinstance(ESTIMATORS["FullES"](step), metafam.FullES)
+  assert isinstance(ESTIMATORS["TruncatedGrad"](step), metafam.TruncatedBPTT)
+  assert isinstance(truncated_es.TruncatedES(step, unroll_length=10), metafam.TruncatedES)
+  learner = gradient_learner.SingleMachineGradientLearner(step.learned_opt, [pes], optax_opts.Adam(1e-2))
+  assert isinstance(learner.meta_trainer, metafam.MetaTrainer)
+  assert learner.meta_trainer.estimators[0] is pes
+
+
+def test_update_does_not_consume_its_input_state():
+  step = _truncated_step(num_tasks=2)
+  pes = ESTIMATORS["TruncatedPES"](step)
+  learner = gradient_learner.SingleMachineGradientLearner(step.learned_opt, [pes], optax_opts.Adam(1e-2))
+  state = learner.init(jax.random.PRNGKey(0))
+  new_state, _, _ = learner.update(state, jax.random.PRNGKey(1))
+  # the old state is still readable (metafam's MetaTrainer donates its input; the adapter hands it copies)
+  jax.tree.map(np.asarray, (state, new_state))
+  again, _, _ = learner.update(state, jax.random.PRNGKey(1))
+  np.testing.assert_allclose(learner.get_meta_params(again)["log_lr"], learner.get_meta_params(new_state)["log_lr"])
+
+
+def test_worker_interface_and_non_optax_meta_optimizer():
+  step = _truncated_step(num_tasks=2)
+  pes = ESTIMATORS["TruncatedPES"](step)
+  lopt = step.learned_opt
+  weights = gradient_learner.WorkerWeights(theta=lopt.init(jax.random.PRNGKey(0)), theta_model_state=None,
+                                           outer_state=gradient_learner.OuterState(0))
+  worker_state = pes.init_worker_state(weights, jax.random.PRNGKey(1))
+  out, metrics = pes.compute_gradient_estimate(weights, jax.random.PRNGKey(2), worker_state, with_summary=True)
+  assert set(out.grad) == {"log_lr"} and np.isfinite(float(out.mean_loss))
+  assert all("||" in k for k in metrics)
+  computed = gradient_learner.gradient_worker_compute(weights, [pes], [worker_state], jax.random.PRNGKey(3),
+                                                      with_metrics=True)
+  assert np.isfinite(float(computed.to_put.mean_loss)) and len(computed.unroll_states) == 1
+
+  # A meta-optimizer that is not a bare optax transformation runs through the worker / learner path.
+  theta_opt = opt_base.GradientClipOptimizer(optax_opts.Adam(0.1), grad_clip=1.0)
+  learner = gradient_learner.SingleMachineGradientLearner(lopt, [pes], theta_opt)
+  assert learner.meta_trainer is None
+  state = learner.init(jax.random.PRNGKey(0))
+  for i in range(3):
+    state, loss, _ = learner.update(state, jax.random.PRNGKey(i))
+  assert np.isfinite(float(loss))
+  assert float(learner.get_meta_params(state)["log_lr"]) != float(np.log(1e-3))
+
+
+def test_misconfiguration_raises_value_error():
+  step = _truncated_step(num_tasks=2)
+  with pytest.raises(ValueError, match="multiples"):
+    truncated_pes.TruncatedPES(step, trunc_length=10, steps_per_jit=3)
+  with pytest.raises(ValueError, match="multiples"):
+    truncated_grad.TruncatedGrad(step, unroll_length=7, steps_per_jit=5)
+  with pytest.raises(ValueError, match="loss type"):
+    full_es.FullES(step, loss_type="median")
+  with pytest.raises(ValueError):
+    truncated_pes.TruncatedPES(step, std=-1.0)
+  with pytest.raises(ValueError):
+    truncation_schedule.ConstantTruncationSchedule(0)
+  with pytest.raises(ValueError):
+    _truncated_step(offset=-1)
+  with pytest.raises(NotImplementedError):
+    full_es.FullES(step, loss_type="last_recompute")
+  with pytest.raises(NotImplementedError):
+    lopt_truncated_step.VectorizedLOptTruncatedStep(
+        quadratics.FixedDimQuadraticFamily(4), lopt_base.LearnableSGD(),
+        truncation_schedule.ScheduledTruncationSchedule(lambda i: 10 + i), num_tasks=2)
+
+
+def test_truncation_schedules():
+  outer = gradient_learner.OuterState(jnp.asarray(3))
+  key = jax.random.PRNGKey(0)
+  const = truncation_schedule.ConstantTruncationSchedule(7)
+  assert int(const.next_state(const.init(key, outer), key, outer).length) == 7
+  logu = truncation_schedule.LogUniformLengthSchedule(2, 50)
+  lengths = [int(logu.init(k, outer).length) for k in jax.random.split(key, 20)]
+  assert min(lengths) >= 2 and max(lengths) <= 50 and len(set(lengths)) > 1
+  assert int(truncation_schedule.NeverEndingTruncationSchedule().init(key, outer).length) >= 2 ** 30
+  sched = truncation_schedule.ScheduledTruncationSchedule(lambda i: 10 * (i + 1))
+  assert int(sched.init(key, outer).length) == 40
+  # A compat schedule drives metafam's step directly.
+  step = metafam.TruncatedStep(quadratics.FixedDimQuadraticFamily(3), lopt_base.LearnableSGD(), 2, schedule=const)
+  state = step.init_step_state({"log_lr": jnp.log(0.1)}, jax.random.PRNGKey(0))
+  assert np.all(np.asarray(state.length) == 7)
