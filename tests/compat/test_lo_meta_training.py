@@ -147,3 +147,26 @@ def test_truncation_schedules():
   step = metafam.TruncatedStep(quadratics.FixedDimQuadraticFamily(3), lopt_base.LearnableSGD(), 2, schedule=const)
   state = step.init_step_state({"log_lr": jnp.log(0.1)}, jax.random.PRNGKey(0))
   assert np.all(np.asarray(state.length) == 7)
+
+
+def test_data_family_mlp_lopt_and_metafams_own_trainer():
+  from metafam.compat.learned_optimization.learned_optimizers import mlp_lopt
+  import optax
+  lopt = mlp_lopt.MLPLOpt(hidden_size=8)
+  step = lopt_truncated_step.VectorizedLOptTruncatedStep(
+      quadratics.FixedDimQuadraticFamilyData(4), lopt, truncation_schedule.LogUniformLengthSchedule(5, 20),
+      num_tasks=2, meta_loss_split="outer_valid", random_initial_iteration_offset=10)
+  pes = truncated_pes.TruncatedPES(step, trunc_length=5, std=0.01, steps_per_jit=5)
+  learner = gradient_learner.SingleMachineGradientLearner(lopt, [pes], optax_opts.Adam(1e-3))
+  state = learner.init(jax.random.PRNGKey(0))
+  theta0 = learner.get_meta_params(state)
+  for i in range(3):
+    state, loss, _ = learner.update(state, jax.random.PRNGKey(i))
+    assert np.isfinite(float(loss))
+  moved = jax.tree.map(lambda a, b: float(jnp.max(jnp.abs(a - b))), learner.get_meta_params(state), theta0)
+  assert max(jax.tree.leaves(moved)) > 0
+  # The same estimator object trains in metafam's own MetaTrainer.
+  trainer = metafam.MetaTrainer(lopt, [pes], optax.adam(1e-3))
+  mt_state = trainer.init(jax.random.key(0))
+  mt_state, metrics = trainer.step(mt_state)
+  assert np.isfinite(float(metrics["meta_loss"]))
