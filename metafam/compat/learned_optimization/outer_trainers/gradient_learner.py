@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import optax
 
 from metafam.compat.learned_optimization.optimizers import base as opt_base
+from metafam.compat.learned_optimization.optimizers import optax_opts
 from metafam.optimizers import base as _mf_opt_base
 from metafam.outer_trainers.base import GradientEstimator as _MFGradientEstimator
 from metafam.outer_trainers.meta_trainer import MetaTrainer, MetaTrainState
@@ -229,6 +230,15 @@ def _copy(tree):
   return jax.tree.map(jnp.copy, tree)
 
 
+def _plain_optax(theta_opt: Any) -> bool:
+  """Whether ``theta_opt`` is exactly its optax transformation (an `OptaxOptimizer` whose init / update are not
+  overridden), so that `MetaTrainer` may apply ``theta_opt.tx`` in its place."""
+  plain_init = (optax_opts.OptaxOptimizer.init, _mf_opt_base.OptaxOptimizer.init)
+  plain_update = (optax_opts.OptaxOptimizer.update, _mf_opt_base.OptaxOptimizer.update)
+  return (isinstance(theta_opt, _mf_opt_base.OptaxOptimizer) and type(theta_opt).init in plain_init
+          and type(theta_opt).update in plain_update)
+
+
 def _key_data(key: jax.Array) -> jax.Array:
   if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
     return jax.random.key_data(key)
@@ -253,11 +263,10 @@ class SingleMachineGradientLearner:
     self.gradient_learner = GradientLearner(learned_opt, theta_opt, num_steps=num_steps)
     self.gradient_estimators = gradient_estimators
     self.learned_opt = learned_opt
-    tx = getattr(theta_opt, "tx", None)
     on_metafam = all(isinstance(e, _MFGradientEstimator) for e in gradient_estimators)
     self.meta_trainer: Optional[MetaTrainer] = None
-    if on_metafam and isinstance(tx, optax.GradientTransformation):
-      self.meta_trainer = MetaTrainer(learned_opt, gradient_estimators, tx)
+    if on_metafam and _plain_optax(theta_opt):
+      self.meta_trainer = MetaTrainer(learned_opt, gradient_estimators, theta_opt.tx)
 
   # -- state --------------------------------------------------------------------------------------------------
   def init(self, key: jax.Array) -> SingleMachineState:
