@@ -74,7 +74,8 @@ def test_optimizer_smoke(optimizer):
 
 LEARNED = [lopt_base.LearnableSGD(), lopt_base.LearnableSGDM(), lopt_base.LearnableAdam(),
            lopt_base.learned_optimizer_from_opt(optax_opts.SGD(0.1)), mlp_lopt.MLPLOpt(),
-           adafac_mlp_lopt.AdafacMLPLOpt(), nn_adam.NNAdam(), rnn_mlp_lopt.RNNMLPLOpt(hidden_size=8, lstm_hidden_size=8),
+           adafac_mlp_lopt.AdafacMLPLOpt(), nn_adam.NNAdam(),
+           rnn_mlp_lopt.RNNMLPLOpt(hidden_size=8, lstm_hidden_size=8),
            adafac_nominal.MLPNomLOpt()]
 
 

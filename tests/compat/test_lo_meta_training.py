@@ -215,3 +215,24 @@ def test_a_users_own_learned_optimizer_trains():
     losses.append(float(loss))
   assert np.mean(losses[-5:]) < np.mean(losses[:5])
   assert float(learner.get_meta_params(state)["log_lr"]) > float(np.log(1e-3))
+
+
+def test_compat_estimates_are_metafams_numbers():
+  """The compat PES gives exactly the estimate of metafam's PES built by hand with the translated arguments."""
+  step = _truncated_step(num_tasks=2)
+  compat = truncated_pes.TruncatedPES(step, trunc_length=5, std=0.05, steps_per_jit=5)
+  plain = metafam.PES(step, unroll_length=5, sigma=0.05, stack_antithetic=False)
+  theta = step.learned_opt.init(jax.random.PRNGKey(0))
+  weights = gradient_learner.WorkerWeights(theta, None, gradient_learner.OuterState(0))
+  ws_compat = compat.init_worker_state(weights, jax.random.PRNGKey(1))
+  ws_plain = plain.init_worker_state(theta, jax.random.PRNGKey(1))
+  for i in range(2):
+    out, _ = compat.compute_gradient_estimate(weights, jax.random.PRNGKey(10 + i), ws_compat)
+    est, ws_plain = plain.estimate(theta, ws_plain, jax.random.PRNGKey(10 + i))
+    ws_compat = out.unroll_state
+    np.testing.assert_array_equal(out.grad["log_lr"], est.grad["log_lr"])
+    np.testing.assert_array_equal(out.mean_loss, est.meta_loss)
+  # FullES takes its trajectory length from the truncation schedule (or LO's early unroll_length).
+  assert full_es.FullES(step, truncation_schedule.ConstantTruncationSchedule(30)).trajectory_length == 30
+  assert full_es.FullES(step).trajectory_length == 20
+  assert full_es.FullES(step, unroll_length=40).trajectory_length == 40

@@ -31,7 +31,8 @@ class TruncatedPES(_adapter.LOEstimatorFace, _estimators.PES):
     _adapter.reject_sign_delta(sign_delta_loss_scalar, "TruncatedPES")
     super().__init__(truncated_step, unroll_length=trunc_length, sigma=std,
                      stack_antithetic=stack_antithetic_samples, **metafam_kwargs)
-    self.truncated_step, self.trunc_length, self.std, self.steps_per_jit = truncated_step, trunc_length, std, steps_per_jit
+    self.truncated_step, self.trunc_length = truncated_step, trunc_length
+    self.std, self.steps_per_jit = std, steps_per_jit
 
 
 gradient_learner.GradientEstimator.register(TruncatedPES)
