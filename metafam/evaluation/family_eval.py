@@ -42,6 +42,10 @@ class _WeakLearnedOpt:
   def __init__(self, learned_opt: Any):
     self._ref = held_weakly(learned_opt)
 
+  @property
+  def lane_chunk(self):
+    return getattr(self._ref(), "lane_chunk", None)
+
   def opt_fn(self, theta: Any) -> Any:
     opt = self._ref()
     return opt if isinstance(opt, Optimizer) else opt.opt_fn(theta)

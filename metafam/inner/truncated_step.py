@@ -94,6 +94,22 @@ class UnrollOutput:
   is_done: jax.Array
 
 
+def _map_lanes(fn, in_axes, args, chunk: Optional[int]):
+  """``jax.vmap(fn, in_axes)(*args)``; with ``chunk``, over blocks of ``chunk`` lanes in sequence (`jax.lax.map`
+  with ``batch_size``), so one block's working set stays in cache."""
+  num = next(jax.tree.leaves(a)[0].shape[0] for a, ax in zip(args, in_axes) if ax == 0)
+  if chunk is None or num <= chunk:
+    return jax.vmap(fn, in_axes=in_axes)(*args)
+  mapped = [i for i, ax in enumerate(in_axes) if ax == 0]
+
+  def one(values):
+    full = list(args)
+    for i, v in zip(mapped, values):
+      full[i] = v
+    return fn(*full)
+  return jax.lax.map(one, [args[i] for i in mapped], batch_size=chunk)
+
+
 class TruncatedStep(DataPytree):
   """Trains ``num_tasks`` instances of ``family`` with ``learned_opt`` in truncated, vectorized unrolls.
 
@@ -114,6 +130,9 @@ class TruncatedStep(DataPytree):
       and batches), e.g. to compare per-lane thetas on identical problems; unlike ``antithetic`` the groups reset
       independently. ``antithetic=True`` implies 2 groups.
     donate: donate the input state's buffers to `unroll` (the passed state must not be used afterwards).
+    lane_chunk: apply the optimizer update to blocks of this many lanes in sequence (`jax.lax.map`) when there are
+      more (per device); "auto" takes the learned optimizer's ``lane_chunk`` (see `LearnedOptimizer`), None keeps
+      one vmap over all lanes. Only float rounding differs.
     devices: spread the lanes over several devices: a count (the first ``n`` of `jax.devices()`) or a sequence of
       devices; ``num_tasks`` must divide evenly. The lane state is sharded along its lane axis, theta (unless per
       lane), keys and data are replicated; the numbers are the same as on one device. `init_step_state`,
@@ -126,11 +145,11 @@ class TruncatedStep(DataPytree):
   def __init__(self, family: TaskFamily, learned_opt: Any, num_tasks: int, schedule: Any = None,
                random_initial_iteration: bool = False, meta_loss_split: Optional[str] = "same_batch",
                antithetic: bool = False, stack_antithetic: bool = True,
-               lane_groups: int = 1, donate: bool = True, devices: Any = None):
+               lane_groups: int = 1, donate: bool = True, devices: Any = None, lane_chunk: Any = "auto"):
     self._args = dict(family=family, learned_opt=learned_opt, num_tasks=num_tasks, schedule=schedule,
                       random_initial_iteration=random_initial_iteration, meta_loss_split=meta_loss_split,
                       antithetic=antithetic, stack_antithetic=stack_antithetic, lane_groups=lane_groups,
-                      donate=donate, devices=devices)
+                      donate=donate, devices=devices, lane_chunk=lane_chunk)
     if not isinstance(family, TaskFamily):
       raise TypeError(f"family must be a TaskFamily, got {type(family).__name__}.")
     if isinstance(learned_opt, Optimizer):
@@ -154,6 +173,9 @@ class TruncatedStep(DataPytree):
     if not hasattr(self.schedule, "sample"):
       raise TypeError(f"schedule must have sample(key) -> length, got {type(self.schedule).__name__}.")
     self.random_initial_iteration = random_initial_iteration
+    if isinstance(lane_chunk, str) and lane_chunk == "auto":
+      lane_chunk = getattr(self.learned_opt, "lane_chunk", None)
+    self.lane_chunk = None if lane_chunk is None else check_positive("lane_chunk", lane_chunk, integer=True)
     self.meta_loss_split = meta_loss_split
     self.mesh = sharding.lane_mesh(devices, num_tasks)
     self.data = sharding.place(self._device_data(), self.mesh, lane_major=False)
@@ -244,8 +266,9 @@ class TruncatedStep(DataPytree):
     # Where the loss or gradient went non-finite the step is masked; under differentiation its update then sees a
     # zero gradient and loss, so that the update's pullback is taken at finite values and sends exact zeros back.
     grad_in, loss_in = masking.zero_unless_ok_in_reverse_mode((grad, loss), grad_ok)
-    opt_state, new_params_and_state = per_lane(update, theta_axis, 0, 0, 0, 0, 0, 0)(
-        theta, lanes.opt_state, params, grad_in, loss_in, new_model_state, k_opt)
+    opt_state, new_params_and_state = _map_lanes(
+        update, (theta_axis, 0, 0, 0, 0, 0, 0), (theta, lanes.opt_state, params, grad_in, loss_in, new_model_state,
+                                                  k_opt), self.lane_chunk)
     if self.meta_loss_split is None:
       meta_loss = loss
     else:

@@ -16,7 +16,7 @@ Built here: `LearnableSGD` and `LearnableAdam` (hyper-parameters as meta-paramet
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
@@ -31,7 +31,15 @@ MetaParams = Any
 
 
 class LearnedOptimizer:
-  """Base class: ``init(key) -> theta`` and ``opt_fn(theta, is_training=False) -> Optimizer``."""
+  """Base class: ``init(key) -> theta`` and ``opt_fn(theta, is_training=False) -> Optimizer``.
+
+  ``lane_chunk``: vectorized training (`metafam.inner.TruncatedStep`) applies this optimizer's update to this many
+  lanes at a time when it trains more (None: all lanes in one vmap). Per-parameter MLP optimizers set it, so that
+  one block's feature and hidden tensors stay in cache (measured: 256 lanes of MLPLOpt 23-30% faster with blocks of
+  16, while Adam runs 15% slower in blocks); the numbers change only by float rounding.
+  """
+
+  lane_chunk: Optional[int] = None
 
   def init(self, key: jax.Array) -> MetaParams:
     """Returns the initial meta-parameters ``theta`` (a pytree of float32 arrays)."""
