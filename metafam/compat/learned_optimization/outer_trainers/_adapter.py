@@ -58,6 +58,14 @@ def check_steps_per_jit(length: Any, steps_per_jit: Any, length_name: str) -> No
                      f"{length}, steps_per_jit={steps_per_jit}).")
 
 
+def check_truncation_args(owner: str, truncated_step: Any, length: Any, length_name: str, steps_per_jit: Any,
+                          sign_delta_loss_scalar: Any = None) -> None:
+  """The reference's argument checks of an estimator over truncations of ``length`` steps, in its order."""
+  check_step(truncated_step, owner)
+  check_steps_per_jit(length, steps_per_jit, length_name)
+  reject_sign_delta(sign_delta_loss_scalar, owner)
+
+
 def reject_sign_delta(sign_delta_loss_scalar: Any, owner: str) -> None:
   if sign_delta_loss_scalar is not None:
     raise NotImplementedError(f"{owner}: sign_delta_loss_scalar has no counterpart in metafam (see clip_loss_diff).")

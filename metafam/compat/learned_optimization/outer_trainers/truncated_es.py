@@ -18,9 +18,8 @@ class TruncatedES(_adapter.LOEstimatorFace, _estimators.TruncatedES):
   def __init__(self, truncated_step: Any, unroll_length: int = 20, std: float = 0.01, steps_per_jit: int = 10,
                stack_antithetic_samples: bool = False, sign_delta_loss_scalar: Optional[float] = None,
                **metafam_kwargs: Any):
-    _adapter.check_step(truncated_step, "TruncatedES")
-    _adapter.check_steps_per_jit(unroll_length, steps_per_jit, "unroll_length")
-    _adapter.reject_sign_delta(sign_delta_loss_scalar, "TruncatedES")
+    _adapter.check_truncation_args("TruncatedES", truncated_step, unroll_length, "unroll_length", steps_per_jit,
+                                   sign_delta_loss_scalar)
     super().__init__(truncated_step, unroll_length=unroll_length, sigma=std,
                      stack_antithetic=stack_antithetic_samples, **metafam_kwargs)
     self.truncated_step, self.std, self.steps_per_jit = truncated_step, std, steps_per_jit

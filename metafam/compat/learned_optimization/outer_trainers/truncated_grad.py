@@ -15,8 +15,7 @@ __all__ = ["TruncatedGrad"]
 class TruncatedGrad(_adapter.LOEstimatorFace, _estimators.TruncatedBPTT):
 
   def __init__(self, truncated_step: Any, unroll_length: int = 20, steps_per_jit: int = 10, **metafam_kwargs: Any):
-    _adapter.check_step(truncated_step, "TruncatedGrad")
-    _adapter.check_steps_per_jit(unroll_length, steps_per_jit, "unroll_length")
+    _adapter.check_truncation_args("TruncatedGrad", truncated_step, unroll_length, "unroll_length", steps_per_jit)
     super().__init__(truncated_step, unroll_length=unroll_length, **metafam_kwargs)
     self.truncated_step, self.steps_per_jit = truncated_step, steps_per_jit
 

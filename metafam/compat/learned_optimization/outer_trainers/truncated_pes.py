@@ -26,9 +26,8 @@ class TruncatedPES(_adapter.LOEstimatorFace, _estimators.PES):
   def __init__(self, truncated_step: Any, trunc_length: int = 10, std: float = 0.01, steps_per_jit: int = 10,
                stack_antithetic_samples: bool = False, sign_delta_loss_scalar: Optional[float] = None,
                **metafam_kwargs: Any):
-    _adapter.check_step(truncated_step, "TruncatedPES")
-    _adapter.check_steps_per_jit(trunc_length, steps_per_jit, "trunc_length")
-    _adapter.reject_sign_delta(sign_delta_loss_scalar, "TruncatedPES")
+    _adapter.check_truncation_args("TruncatedPES", truncated_step, trunc_length, "trunc_length", steps_per_jit,
+                                   sign_delta_loss_scalar)
     super().__init__(truncated_step, unroll_length=trunc_length, sigma=std,
                      stack_antithetic=stack_antithetic_samples, **metafam_kwargs)
     self.truncated_step, self.trunc_length = truncated_step, trunc_length
