@@ -85,7 +85,7 @@ class FamilyEvaluator:
 
   def _run(self, learned_opt: Any, theta: Any, key: jax.Array) -> jax.Array:
     step, fn = self._program(learned_opt, self.split, 1, False)
-    return fn(step, step.place_theta(theta), sharding.put_replicated(key, self.mesh))
+    return fn(step, step.place_theta(theta), sharding.place(key, self.mesh, lane_major=False))
 
   def evaluate(self, learned_opt: Any, theta: Any, key: jax.Array) -> np.ndarray:
     """``[num_steps]``: the mean over instances of the normalized ``split`` loss after each step."""
@@ -115,7 +115,7 @@ class FamilyEvaluator:
     # One lane group per lr: lane j * n + i sees the instance and batches of lane i in `evaluate`.
     select_step, select_fn = self._program(self.adam, self.select_split, n_lr, True)
     curves = select_fn(select_step, select_step.place_theta(theta, theta_is_batched=True),
-                       sharding.put_replicated(key, self.mesh))
+                       sharding.place(key, self.mesh, lane_major=False))
     curves = np.asarray(curves).reshape(self.num_steps, n_lr, n).transpose(1, 2, 0)  # [L, instances, T]
     steps = np.arange(1, self.num_steps + 1)
     tail = tuning.last_steps_fraction(self.num_steps, max(1, self.num_steps // 10))

@@ -83,8 +83,3 @@ def place(tree: Any, mesh: Optional[Mesh], lane_major: Any = True) -> Any:
   if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(tree)):
     return jax.lax.with_sharding_constraint(tree, shardings)
   return jax.device_put(tree, shardings)
-
-
-def put_replicated(tree: Any, mesh: Optional[Mesh]) -> Any:
-  """``place(tree, mesh, lane_major=False)``: a copy of ``tree`` on every device of the mesh."""
-  return place(tree, mesh, False)
