@@ -1,0 +1,53 @@
+"""How fast can a hand-designed schedule go? Adam (fine lr grid, constant and decayed) on the held-out instances.
+
+    python experiments/adam_schedules.py [--family fmnist_mlp_family_8x8_32] [--seed 0]
+
+Uses the exact held-out instances/batches of `metafam meta-train --seed S` (evaluation key ``S + 1_000_003``, 16
+instances, 200 steps, test split) and `compare_with_tuned_adam`'s smoothing, and prints, per optimizer, the
+smoothed mean loss at steps 50/100/150/200 and the median per-instance speedup over tuned Adam (grid 1e-4..1e-1).
+It answers "what loss does 2x need at step 100, and does any simple schedule reach it?"
+"""
+import argparse
+
+import jax
+import numpy as np
+import optax
+
+from metafam.evaluation.comparison import compare_with_tuned_adam, smooth_curves
+from metafam.evaluation.family_eval import FamilyEvaluator
+from metafam.optimizers.base import OptaxOptimizer
+from metafam.optimizers.learned import HandDesigned
+from metafam.taskfamilies.registry import get_family
+
+
+def main():
+  p = argparse.ArgumentParser()
+  p.add_argument("--family", default="fmnist_mlp_family_8x8_32")
+  p.add_argument("--seed", type=int, default=0)
+  p.add_argument("--steps", type=int, default=200)
+  a = p.parse_args()
+  fam = get_family(a.family)
+  ev = FamilyEvaluator(fam, 16, a.steps)
+  key = jax.random.key(a.seed + 1_000_003)
+  opts = {}
+  for lr in (0.01, 0.02, 0.03, 0.05, 0.07, 0.1):
+    opts[f"adam {lr:g}"] = optax.adam(lr)
+  for horizon in (100, 200):
+    for lr in (0.03, 0.05, 0.1, 0.2):
+      opts[f"adam {lr:g} cos->0 @{horizon}"] = optax.adam(optax.cosine_decay_schedule(lr, horizon, 0.0))
+      opts[f"adam {lr:g} lin->0 @{horizon}"] = optax.adam(optax.linear_schedule(lr, 0.0, horizon))
+  for name, tx in opts.items():
+    lopt = HandDesigned(OptaxOptimizer(tx, name=name))
+    res = compare_with_tuned_adam(ev, lopt, {name: {}}, key)
+    r = res.learned[name]
+    sm = smooth_curves(r.curves, a.steps // 10).mean(axis=1)
+    adam_sm = smooth_curves(res.adam_curves, a.steps // 10).mean(axis=1)
+    q = [int(a.steps * f) - 1 for f in (0.25, 0.5, 0.75, 1.0)]
+    print(f"{name:28s} smoothed@{[i + 1 for i in q]}: {' '.join(f'{sm[i]:.4f}' for i in q)}  "
+          f"speedup {r.speedup.value:.2f} [{r.speedup.low:.2f}, {r.speedup.high:.2f}] reached "
+          f"{int(r.reached.sum())}/16 | tuned adam lr {res.adam_lr:g}: {' '.join(f'{adam_sm[i]:.4f}' for i in q)}",
+          flush=True)
+
+
+if __name__ == "__main__":
+  main()
