@@ -10,7 +10,6 @@ It answers "what loss does 2x need at step 100, and does any simple schedule rea
 import argparse
 
 import jax
-import numpy as np
 import optax
 
 from metafam.evaluation.comparison import compare_with_tuned_adam, smooth_curves
