@@ -140,7 +140,7 @@ def test_truncation_schedules():
   outer = gradient_learner.OuterState(jnp.asarray(3))
   key = jax.random.PRNGKey(0)
   const = truncation_schedule.ConstantTruncationSchedule(7)
-  assert int(const.next_state(const.init(key, outer), key, outer).length) == 7
+  assert int(const.next_state(const.init(key, outer), 3, key, outer)[0].length) == 7
   logu = truncation_schedule.LogUniformLengthSchedule(2, 50)
   lengths = [int(logu.init(k, outer).length) for k in jax.random.split(key, 20)]
   assert min(lengths) >= 2 and max(lengths) <= 50 and len(set(lengths)) > 1

@@ -1,8 +1,10 @@
 """`learned_optimization.outer_trainers.truncation_schedule`: truncation schedules over metafam's schedules.
 
-Each schedule has the reference's ``init(key, outer_state) -> state`` and ``next_state(state, key, outer_state)``
-(``state.length``: the current trajectory's length) and metafam's ``sample(key) -> length``, so it can be handed
-to `metafam.inner.TruncatedStep` as is. ``schedule.schedule`` is the metafam schedule it forwards to.
+Each schedule has the reference's ``init(key, outer_state) -> state`` (``state.length``: the current trajectory's
+length) and ``next_state(state, step, key, outer_state) -> (state, is_done)`` (``is_done = step >= state.length``; a
+finished trajectory's state is re-initialized with ``key``), and metafam's ``sample(key) -> length``, so it can be
+handed to `metafam.inner.TruncatedStep` as is. ``schedule.schedule`` is the metafam schedule it forwards to.
+`NeverEndingTruncationSchedule`'s length is metafam's "never" (2**30 steps), never done.
 """
 
 from __future__ import annotations
@@ -40,8 +42,12 @@ class TruncationSchedule:
   def init(self, key: jax.Array, outer_state: Any) -> TruncationState:
     return TruncationState(length=self.sample(key))
 
-  def next_state(self, state: TruncationState, key: jax.Array, outer_state: Any) -> TruncationState:
-    return TruncationState(length=self.sample(key))
+  def next_state(self, state: TruncationState, step: Any, key: jax.Array, outer_state: Any):
+    """``(state, is_done)``: ``is_done = step >= state.length``; when done, the state of a new trajectory."""
+    is_done = jnp.asarray(step) >= state.length
+    fresh = self.init(key, outer_state)
+    new = jax.tree.map(lambda a, b: jnp.where(is_done, a, b), fresh, state)
+    return new, is_done
 
 
 class ConstantTruncationSchedule(TruncationSchedule):
@@ -68,20 +74,29 @@ class NeverEndingTruncationSchedule(TruncationSchedule):
 
 
 class ScheduledTruncationSchedule(TruncationSchedule):
-  """The length is ``schedule_fn(outer_state.outer_iteration)``: it grows (or shrinks) with meta-training.
+  """The length is ``schedule(outer_state.outer_iteration, max_steps=max_steps)`` (e.g. a
+  `optimizers.learning_rate_schedules.PiecewiseLinear`), plus ``N(0, std)`` steps when ``std > 0`` (at least
+  ``min_length`` then): it grows (or shrinks) with meta-training. A plain ``f(outer_iteration)`` works too.
 
   metafam's inner step draws lengths without seeing the outer state, so this schedule offers ``init`` /
   ``next_state`` only; `VectorizedLOptTruncatedStep` refuses it (NotImplementedError).
   """
 
-  def __init__(self, schedule_fn: Callable[[Any], Any]):
-    self.schedule_fn = schedule_fn
+  def __init__(self, schedule: Callable[..., Any], max_steps: Any = None, std: float = 0, min_length: int = 10):
+    self.schedule_fn, self.max_steps, self.std, self.min_length = schedule, max_steps, std, min_length
+
+  def _length(self, iteration):
+    try:
+      return self.schedule_fn(iteration, max_steps=self.max_steps)
+    except TypeError:  # a plain function of the outer iteration
+      return self.schedule_fn(iteration)
 
   def init(self, key, outer_state):
-    return TruncationState(length=jnp.asarray(self.schedule_fn(outer_state.outer_iteration), jnp.int32))
-
-  def next_state(self, state, key, outer_state):
-    return self.init(key, outer_state)
+    length = jnp.asarray(self._length(outer_state.outer_iteration))
+    if self.std > 0:
+      shift = (jax.random.normal(key) * self.std).astype(jnp.int32)
+      length = jnp.maximum(length + shift, self.min_length)
+    return TruncationState(length=length.astype(jnp.int32))
 
 
 def as_metafam_schedule(trunc_sched: Any) -> Any:
