@@ -1,10 +1,11 @@
 """How fast can a hand-designed schedule go? Adam (fine lr grid, constant and decayed) on the held-out instances.
 
-    python experiments/adam_schedules.py [--family fmnist_mlp_family_8x8_32] [--seed 0]
+    python experiments/adam_schedules.py [--family fmnist_mlp_family_8x8_32] [--seed 0] [--steps 200]
 
 Uses the exact held-out instances/batches of `metafam meta-train --seed S` (evaluation key ``S + 1_000_003``, 16
-instances, 200 steps, test split) and `compare_with_tuned_adam`'s smoothing, and prints, per optimizer, the
-smoothed mean loss at steps 50/100/150/200 and the median per-instance speedup over tuned Adam (grid 1e-4..1e-1).
+instances, ``--steps`` (200) steps, test split) and `compare_with_tuned_adam`'s smoothing, and prints, per
+optimizer, the smoothed mean loss at T/4, T/2, 3T/4 and T and the median per-instance speedup over tuned Adam (grid
+1e-4..1e-1).
 It answers "what loss does 2x need at step 100, and does any simple schedule reach it?"
 """
 import argparse
@@ -23,16 +24,18 @@ def main():
   p = argparse.ArgumentParser()
   p.add_argument("--family", default="fmnist_mlp_family_8x8_32")
   p.add_argument("--seed", type=int, default=0)
-  p.add_argument("--steps", type=int, default=200)
+  p.add_argument("--steps", type=int, default=200, help="inner steps T (decays end at T/2 and at T)")
+  p.add_argument("--constant_lrs", type=float, nargs="+", default=[0.01, 0.02, 0.03, 0.05, 0.07, 0.1])
+  p.add_argument("--decay_lrs", type=float, nargs="+", default=[0.03, 0.05, 0.1, 0.2])
   a = p.parse_args()
   fam = get_family(a.family)
   ev = FamilyEvaluator(fam, 16, a.steps)
   key = jax.random.key(a.seed + 1_000_003)
   opts = {}
-  for lr in (0.01, 0.02, 0.03, 0.05, 0.07, 0.1):
+  for lr in a.constant_lrs:
     opts[f"adam {lr:g}"] = optax.adam(lr)
-  for horizon in (100, 200):
-    for lr in (0.03, 0.05, 0.1, 0.2):
+  for horizon in (a.steps // 2, a.steps):
+    for lr in a.decay_lrs:
       opts[f"adam {lr:g} cos->0 @{horizon}"] = optax.adam(optax.cosine_decay_schedule(lr, horizon, 0.0))
       opts[f"adam {lr:g} lin->0 @{horizon}"] = optax.adam(optax.linear_schedule(lr, 0.0, horizon))
   for name, tx in opts.items():
