@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import functools
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import jax
@@ -34,7 +35,8 @@ from metafam.outer_trainers.meta_trainer import MetaTrainer, MetaTrainState
 
 __all__ = ["OuterState", "WorkerWeights", "GradientLearnerState", "GradientEstimatorState", "UnrollInfo",
            "GradientEstimatorOut", "AggregatedGradient", "WorkerComputeOut", "SingleMachineState",
-           "GradientEstimator", "GradientLearner", "gradient_worker_compute", "SingleMachineGradientLearner"]
+           "ParameterCheckpoint", "OptCheckpoint", "GradientEstimator", "GradientLearner", "gradient_worker_compute",
+           "SingleMachineGradientLearner"]
 
 _NAN_LOSS = 20.0  # the reference's stand-in for a non-finite meta-loss
 
@@ -94,6 +96,24 @@ class WorkerComputeOut:
   unroll_states: List[Any]
   metrics: Mapping[str, Any]
   event_info: List[Any]
+
+
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["params", "step"], meta_fields=["gen_id"])
+@dataclasses.dataclass(frozen=True)
+class ParameterCheckpoint:
+  """What the reference writes out for using a learned optimizer: its ``params`` (theta), a ``gen_id`` string and
+  the outer ``step`` (`checkpoints.save_state` stores ``gen_id`` and ``step`` in the file's metadata)."""
+  params: Any
+  gen_id: str
+  step: int
+
+
+@_pytree_dataclass
+class OptCheckpoint:
+  """What the reference writes out for resuming meta-training: the `GradientLearnerState` and two counters."""
+  gradient_learner_state: GradientLearnerState
+  elapsed_time: Any
+  total_inner_steps: Any
 
 
 @_pytree_dataclass
@@ -180,13 +200,13 @@ class GradientLearner:
   ``update(state, grads_list, with_metrics=False, key=None) -> (state, metrics)``."""
 
   def __init__(self, meta_init: Any, theta_opt: Any, init_theta_from_path: Optional[str] = None,
-               init_outer_state_from_path: Optional[str] = None, num_steps: Optional[int] = None):
-    if init_theta_from_path or init_outer_state_from_path:
-      raise NotImplementedError("initializing from a checkpoint path is not mirrored; pass theta through "
-                                "metafam.outer_trainers.MetaTrainer.init(key, theta=...) instead.")
+               init_outer_state_from_path: Optional[str] = None, reset_outer_iteration: bool = False,
+               num_steps: Optional[int] = None, init_seed: Optional[int] = None):
     if not isinstance(theta_opt, _mf_opt_base.Optimizer):
       raise ValueError(f"theta_opt must be an Optimizer instance, got {theta_opt!r}.")
     self._lopt, self._theta_opt, self._num_steps = meta_init, opt_base.as_lo_optimizer(theta_opt), num_steps
+    self.init_theta_from_path, self.init_outer_state_from_path = init_theta_from_path, init_outer_state_from_path
+    self.reset_outer_iteration, self.init_seed = bool(reset_outer_iteration), init_seed
     self._update = jax.jit(lambda s, g, l, k: self._theta_opt.update(s, g, loss=l, key=k))
 
   @property
@@ -194,8 +214,24 @@ class GradientLearner:
     return self._lopt
 
   def init(self, key: jax.Array) -> GradientLearnerState:
+    """A fresh state from ``meta_init.init(key)``; with ``init_theta_from_path`` theta is the params of that
+    `ParameterCheckpoint` file, and with ``init_outer_state_from_path`` the whole state is that `OptCheckpoint`'s
+    (both written by `checkpoints.save_state`; their structure, shapes and dtypes must match), its iteration reset
+    to 0 with ``reset_outer_iteration``. ``init_seed`` replaces ``key`` by ``PRNGKey(init_seed)``."""
+    from metafam.compat.learned_optimization import checkpoints  # noqa: PLC0415 -- checkpoints imports this module
+    if self.init_seed is not None:
+      key = jax.random.PRNGKey(self.init_seed)
     theta = self._lopt.init(key)
-    return GradientLearnerState(self._theta_opt.init(theta, None, num_steps=self._num_steps))
+    if self.init_theta_from_path:
+      theta = checkpoints.load_state(self.init_theta_from_path, ParameterCheckpoint(theta, "", 0)).params
+    state = GradientLearnerState(self._theta_opt.init(theta, None, num_steps=self._num_steps))
+    if self.init_outer_state_from_path:
+      like = OptCheckpoint(state, 0.0, 0)
+      state = checkpoints.load_state(self.init_outer_state_from_path, like).gradient_learner_state
+      if self.reset_outer_iteration:
+        opt_state = state.theta_opt_state
+        state = GradientLearnerState(dataclasses.replace(opt_state, iteration=jnp.zeros_like(opt_state.iteration)))
+    return state
 
   def get_meta_params(self, state: GradientLearnerState) -> Any:
     return self._theta_opt.get_params(state.theta_opt_state)
