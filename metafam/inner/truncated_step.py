@@ -66,6 +66,11 @@ class LaneState:
   iteration: jax.Array
   length: jax.Array
 
+  @property
+  def inner_step(self) -> jax.Array:
+    """``iteration`` under learned_optimization's name (`metafam.compat.learned_optimization`)."""
+    return self.iteration
+
 
 @functools.partial(jax.tree_util.register_dataclass,
                    data_fields=["loss", "normalized_loss", "meta_loss", "normalized_meta_loss", "mask", "iteration",

@@ -226,6 +226,11 @@ class PESWorkerState:
   eps: Any
   age: jax.Array
 
+  @property
+  def pos_state(self) -> LaneState:
+    """``lanes`` under learned_optimization's name (`metafam.compat.learned_optimization`)."""
+    return self.lanes
+
 
 class PES(_OnTruncatedStep):
   """Persistent evolution strategies (Vicol et al. 2021) with optional noise reuse (Li et al. 2023).

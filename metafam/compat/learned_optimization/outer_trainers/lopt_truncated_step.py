@@ -1,5 +1,5 @@
 """`learned_optimization.outer_trainers.lopt_truncated_step`: `VectorizedLOptTruncatedStep`, the reference's
-constructor for metafam's `metafam.inner.TruncatedStep`.
+constructor for metafam's `metafam.inner.TruncatedStep`, and `SimpleVecLOptTruncatedStep`.
 
 The object *is* a `TruncatedStep` (a subclass that only translates the arguments), so metafam's estimators and
 `MetaTrainer` take it directly. Translations:
@@ -12,19 +12,54 @@ The object *is* a `TruncatedStep` (a subclass that only translates the arguments
   reference draws it in ``[0, random_initial_iteration_offset)``.
 * ``outer_data_split``: only ``"train"`` (the inner training data); ``meta_loss_with_aux_key``: only None.
 
-Other keyword arguments (``devices``, ``lane_chunk``, ...) go to `TruncatedStep` unchanged.
+Other keyword arguments (``devices``, ``lane_chunk``, ...) go to `TruncatedStep` unchanged; ``donate`` defaults to
+False (the reference's calls never consume their input state).
+
+The reference's lower-level calls work on the same object: ``outer_init(key)``, ``init_step_state(theta,
+outer_state, key, theta_is_vector=False)`` (metafam's ``init_step_state(theta, key, theta_is_batched)`` keeps
+working: the call is told apart by its second argument, a key for metafam), ``unroll_step(theta, state, key, data,
+outer_state, theta_is_vector=False) -> (state, TruncatedUnrollOut)`` (one step of metafam's `unroll`; ``data`` is
+not used: metafam samples each lane's batch on the device from the family's datasets, with the step's key),
+``meta_loss_batch(theta, state, key, data, outer_state, theta_is_vector=False) -> f32[num_tasks]`` (each lane's
+loss at its current params on ``data[i]``), ``get_batch(steps=None)`` / ``get_outer_batch(steps=None)`` (host
+batches ``[num_tasks, ...]`` or ``[steps, num_tasks, ...]`` of the train split / the meta-loss split), ``task_name()``
+and ``cfg_name()``. The state's ``inner_step`` is its per-lane ``iteration``.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Optional
 
+import jax
 import numpy as np
 
+from metafam.compat.learned_optimization import training
 from metafam.compat.learned_optimization.outer_trainers import truncation_schedule
+from metafam.compat.learned_optimization.outer_trainers.truncated_step import TruncatedUnrollOut
+from metafam.compat.learned_optimization.tasks import base as tasks_base
 from metafam.inner.truncated_step import TruncatedStep
 
-__all__ = ["VectorizedLOptTruncatedStep"]
+__all__ = ["VectorizedLOptTruncatedStep", "SimpleVecLOptTruncatedStep"]
+
+
+def _looks_like_key(x: Any) -> bool:
+  if not hasattr(x, "dtype") or not hasattr(x, "shape"):
+    return False
+  return jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) or (x.dtype == np.uint32 and x.shape[-1:] == (2,))
+
+
+@functools.partial(jax.jit, static_argnames=("step", "theta_is_vector", "batched_data"))
+def _meta_losses(step, theta, lanes, key, data, theta_is_vector, batched_data):
+  def one(th, cfg, opt_state, k, batch):
+    opt = step.learned_opt.opt_fn(th)
+    task = step.family.task_fn(cfg)
+    loss, _ = task.loss_with_state(opt.get_params(opt_state), opt.get_state(opt_state), k, batch)
+    return loss
+
+  keys = jax.random.split(key, step.num_tasks)
+  return jax.vmap(one, in_axes=(0 if theta_is_vector else None, 0, 0, 0, 0 if batched_data else None))(
+      theta, lanes.cfg, lanes.opt_state, keys, data)
 
 
 class VectorizedLOptTruncatedStep(TruncatedStep):
@@ -42,11 +77,62 @@ class VectorizedLOptTruncatedStep(TruncatedStep):
                                 "split only.")
     if meta_loss_with_aux_key is not None:
       raise NotImplementedError("meta_loss_with_aux_key: metafam's meta-loss is the task's loss, not an aux value.")
+    metafam_kwargs.setdefault("donate", False)  # the reference's calls are pure: a state stays usable
     super().__init__(task_family, learned_opt, num_tasks, schedule=truncation_schedule.as_metafam_schedule(trunc_sched),
                      random_initial_iteration=offset > 0, meta_loss_split=meta_loss_split, **metafam_kwargs)
     self.task_family, self.trunc_sched = task_family, trunc_sched
     self.random_initial_iteration_offset = int(offset)
-    self.task_name = task_name if task_name else task_family.name
+    self._task_name = task_name if task_name else task_family.name
+
+  def task_name(self) -> str:
+    return self._task_name
 
   def cfg_name(self) -> str:
-    return self.task_name
+    return self._task_name
+
+  # -- the reference's lower-level calls --------------------------------------------------------------------------
+  def outer_init(self, key: jax.Array) -> Any:
+    return self.learned_opt.init(key)
+
+  def init_step_state(self, theta: Any, *args: Any, **kwargs: Any):
+    """LO: ``(theta, outer_state, key, theta_is_vector=False)``; metafam: ``(theta, key, theta_is_batched=False)``."""
+    if "outer_state" in kwargs or (args and not _looks_like_key(args[0])) or (not args and "key" in kwargs
+                                                                              and "theta_is_vector" in kwargs):
+      names = ("outer_state", "key", "theta_is_vector")
+      given = dict(zip(names, args), **kwargs)
+      return super().init_step_state(theta, given["key"], theta_is_batched=bool(given.get("theta_is_vector", False)))
+    return super().init_step_state(theta, *args, **kwargs)
+
+  def unroll_step(self, theta: Any, unroll_state: Any, key: jax.Array, data: Any = None, outer_state: Any = None,
+                  theta_is_vector: bool = False):
+    cfg = unroll_state.cfg
+    state, out = self.unroll(theta, unroll_state, key, 1, theta_is_batched=theta_is_vector)
+    first = lambda x: x[0]  # noqa: E731
+    return state, TruncatedUnrollOut(loss=first(out.loss), is_done=first(out.is_done), task_param=cfg,
+                                     iteration=first(out.iteration), mask=first(out.mask))
+
+  def meta_loss_batch(self, theta: Any, unroll_state: Any, key: jax.Array, data: Any, outer_state: Any = None,
+                      theta_is_vector: bool = False):
+    batched = bool(jax.tree.leaves(data))
+    return _meta_losses(self, theta, unroll_state, key, data, theta_is_vector=theta_is_vector,
+                        batched_data=batched)
+
+  def _get(self, split: str, steps: Optional[int]) -> Any:
+    shape = [self.num_tasks] if steps is None else [steps, self.num_tasks]
+    return training.get_batches(self.task_family, shape, split=split)
+
+  def get_batch(self, steps: Optional[int] = None) -> Any:
+    return self._get("train", steps)
+
+  def get_outer_batch(self, steps: Optional[int] = None) -> Any:
+    split = self.meta_loss_split if self.meta_loss_split not in (None, "same_batch") else "train"
+    return self._get(split, steps)
+
+
+class SimpleVecLOptTruncatedStep(VectorizedLOptTruncatedStep):
+  """``num_tasks`` copies of one ``task`` trained by ``lopt`` in trajectories of ``unroll_length`` steps."""
+
+  def __init__(self, task: Any, lopt: Any, num_tasks: int, unroll_length: int = 5, **kwargs: Any):
+    super().__init__(tasks_base.single_task_to_family(task), lopt,
+                     truncation_schedule.ConstantTruncationSchedule(unroll_length), num_tasks, **kwargs)
+    self.task, self.unroll_length = task, unroll_length
