@@ -38,6 +38,10 @@ class OptimizerState:
   iteration: jax.Array
   opt_state: Any
 
+  def replace(self, **changes: Any) -> "OptimizerState":
+    """A copy with ``changes`` applied (``dataclasses.replace``; the ``.replace`` of learned_optimization's states)."""
+    return dataclasses.replace(self, **changes)
+
 
 class Optimizer:
   """Base class. Subclasses implement `init` and `update`; both must be pure."""

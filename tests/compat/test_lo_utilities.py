@@ -1,7 +1,6 @@
 """The learned_optimization compat layer's helpers: test_utils smoke checks, fixed image-MLP tasks, truncation
 schedules' step-driven ``next_state``, learning-rate schedules, tree_utils and training.vec_get_batch."""
 
-import dataclasses
 import importlib
 
 import jax
@@ -51,7 +50,7 @@ def test_smoketest_optimizer_rejects_a_dtype_change():
   class Upcasting(optax_opts.SGD):
     def update(self, opt_state, grad, loss=None, model_state=None, key=None, **kwargs):
       state = super().update(opt_state, grad, loss=loss, model_state=model_state, key=key)
-      return dataclasses.replace(state, params=jax.tree.map(lambda p: p.astype(jnp.float32), state.params))
+      return state.replace(params=jax.tree.map(lambda p: p.astype(jnp.float32), state.params))
 
   with pytest.raises(AssertionError, match="dtypes"):
     opt_test_utils.smoketest_optimizer(Upcasting(0.1))
