@@ -7,6 +7,8 @@ Commands:
   benchmark            run the benchmark suite: tuned Adam baselines and the given optimizers, tables and plots.
   list                 list the registered tasks, families, optimizers, estimators and suites.
   convert-checkpoint   convert a legacy pickle checkpoint (``OLD NEW --trust_pickle``) into the current format.
+  launch               run meta-train as N local processes of one multi-process run (``--num_processes N --
+                       meta-train [flags]``); see `metafam.distributed`.
 
 ``metafam --help`` lists the commands; ``metafam COMMAND --help`` lists the command's flags with their defaults.
 
@@ -71,6 +73,14 @@ _int("seed", 0, "Random seed of the run (0 to 2**31 - 1).", lower=0)
 _int("devices", 1, "Spread the estimator's lanes over this many devices (on CPU: cores; JAX is asked for that many "
      "CPU devices), and the evaluation instances when --eval_tasks divides evenly. Same numbers up to float "
      "rounding, usually faster; the lanes must divide evenly.", upper=4096)
+_int("num_processes", 1, "Processes of a multi-process run (jax.distributed): the lanes are split over the devices "
+     "of all of them. Start one process per --process_id with the same flags, or use `metafam launch`.",
+     upper=MAX_LANES)
+_int("process_id", 0, "This process's index in [0, --num_processes); process 0 hosts the coordinator and writes "
+     "all files.", lower=0, upper=MAX_LANES)
+flags.DEFINE_string("coordinator", None, "HOST:PORT of process 0 (reachable from every process) for "
+                    "--num_processes > 1, or 'auto' to read the cluster's environment (SLURM, Open MPI, ...).",
+                    flag_values=FLAGS)
 flags.DEFINE_bool("tensorboard", False, "Also log to TensorBoard (needs tensorboardX: pip install 'metafam[tb]').",
                   flag_values=FLAGS)
 flags.DEFINE_bool("progress", True, "Show progress bars.", flag_values=FLAGS)
@@ -97,7 +107,7 @@ COMMANDS: Dict[str, Dict[str, Any]] = {
         args=(), flags=("family", "optimizer", "estimator", "num_steps", "num_pairs", "unroll_length",
                         "trajectory_length", "sigma", "meta_learning_rate", "clip_grad_norm", "output_dir",
                         "checkpoint_every", "eval_every", "eval_tasks", "eval_steps", "seed", "devices",
-                        "tensorboard", "progress")),
+                        "num_processes", "process_id", "coordinator", "tensorboard", "progress")),
     "evaluate": dict(summary="train a task or suite with one optimizer (hand-designed, or learned from a "
                              "checkpoint) and save the results", args=(), flags=_SUITE_FLAGS),
     "benchmark": dict(summary="tuned Adam and SGDM baselines (and optionally one more optimizer) on a suite: "
@@ -107,6 +117,9 @@ COMMANDS: Dict[str, Dict[str, Any]] = {
     "convert-checkpoint": dict(summary="convert a legacy pickle checkpoint into the current format (unpickling "
                                        "runs code: only for files you trust)", args=("OLD", "NEW"),
                                flags=("trust_pickle",)),
+    "launch": dict(summary="run a command as --num_processes local processes of one multi-process run: "
+                           "`metafam launch --num_processes 2 -- meta-train [flags]`", args=("COMMAND [ARGS]",),
+                   flags=("num_processes",)),
 }
 HELP_ARGS = ("--help", "-h", "--helpfull", "--helpshort", "-help")
 
@@ -342,23 +355,57 @@ def cmd_convert_checkpoint(old: str, new: str) -> None:
   print(f"converted {old} -> {new}")
 
 
-def cmd_meta_train() -> None:
+# Flags that need not agree across the processes of one run (everything else must, see cmd_meta_train).
+PER_PROCESS_FLAGS = ("process_id", "progress", "tensorboard", "output_dir")
+
+
+def process_group():
+  """The multi-process placement from --num_processes/--process_id/--coordinator (UsageError if inconsistent)."""
+  from metafam import distributed
+  try:
+    return distributed.ProcessGroup(FLAGS.num_processes, FLAGS.process_id, FLAGS.coordinator)
+  except ValueError as e:
+    raise UsageError(f"--num_processes={FLAGS.num_processes} --process_id={FLAGS.process_id} "
+                     f"--coordinator={FLAGS.coordinator}: {e}") from None
+
+
+def check_meta_train_flags() -> Dict[str, Any]:
+  """The cheap checks of meta-train's flags (names, output directory, lane split); returns the builders."""
   from metafam.taskfamilies.registry import FAMILIES
-  make_family = _lookup(FAMILIES, FLAGS.family, "family")
-  make_lopt = _lookup(learned_optimizers(), FLAGS.optimizer, "learned optimizer (--optimizer)")
+  found = dict(family=_lookup(FAMILIES, FLAGS.family, "family"),
+               lopt=_lookup(learned_optimizers(), FLAGS.optimizer, "learned optimizer (--optimizer)"))
   _lookup(dict.fromkeys(ESTIMATORS), FLAGS.estimator, "estimator")
-  out_dir = _output_dir("meta-train", FLAGS.output_dir)
-  config = run_config(FLAGS.flag_values_dict())
-  check_output_dir(out_dir)
+  group = process_group()
+  if group.process_id == 0:
+    check_output_dir(_output_dir("meta-train", FLAGS.output_dir))
+  total = FLAGS.num_processes * FLAGS.devices
+  if FLAGS.num_processes > 1 and FLAGS.num_pairs % total:
+    raise UsageError(f"--num_pairs {FLAGS.num_pairs} lanes cannot be split evenly over --num_processes "
+                     f"{FLAGS.num_processes} x --devices {FLAGS.devices} = {total} devices; use a multiple of {total}.")
   if FLAGS.tensorboard:
     _require_tensorboard()
+  return dict(found, group=group)
+
+
+def cmd_meta_train() -> None:
+  checked = check_meta_train_flags()
+  out_dir = _output_dir("meta-train", FLAGS.output_dir)
+  config = run_config(FLAGS.flag_values_dict())
+
+  from metafam import distributed
+  distributed.initialize(checked["group"])  # before JAX is used: joins the other processes (no-op for one)
+  distributed.check_same_everywhere(
+      {name: FLAGS[name].value for name in COMMANDS["meta-train"]["flags"] if name not in PER_PROCESS_FLAGS},
+      what="meta-train flags")
+  main_process = distributed.is_main_process()
 
   import jax
   import optax
   from metafam.outer_trainers import MetaTrainer
   from metafam.outer_trainers.meta_trainer import CHECKPOINT_NAME, METRICS_NAME
-  family, lopt = make_family(), make_lopt()
-  devices = FLAGS.devices if FLAGS.devices > 1 else None
+  family, lopt = checked["family"](), checked["lopt"]()
+  num_devices = jax.device_count() if checked["group"].distributed else FLAGS.devices
+  devices = num_devices if num_devices > 1 else None
   try:
     estimator = build_estimator(FLAGS.estimator, family, lopt, num_pairs=FLAGS.num_pairs,
                                 unroll_length=FLAGS.unroll_length, trajectory_length=FLAGS.trajectory_length,
@@ -370,21 +417,29 @@ def cmd_meta_train() -> None:
   trainer = MetaTrainer(lopt, [estimator], optax.adam(FLAGS.meta_learning_rate),
                         clip_grad_norm=FLAGS.clip_grad_norm or None, eval_family=family,
                         eval_num_tasks=FLAGS.eval_tasks, eval_steps=FLAGS.eval_steps, config=config)
-  make_output_dir(out_dir)
-  log_fn = _tensorboard_logger(out_dir) if FLAGS.tensorboard else None
+  if main_process:
+    make_output_dir(out_dir)
+  log_fn = _tensorboard_logger(out_dir) if FLAGS.tensorboard and main_process else None
   key = jax.random.key(FLAGS.seed)
   start = time.perf_counter()
   state, _ = trainer.train(FLAGS.num_steps, key=key, output_dir=out_dir,
                            checkpoint_every=FLAGS.checkpoint_every, eval_every=FLAGS.eval_every or None,
-                           progress=FLAGS.progress, log_fn=log_fn)
+                           progress=FLAGS.progress and main_process, log_fn=log_fn)
   train_seconds = time.perf_counter() - start
+  # Host copies of the thetas to compare: process 0 evaluates alone, so no array of a multi-process mesh may enter
+  # its programs (placing the initial theta on that mesh is itself a collective: every process takes part).
+  thetas = {"learned (init)": distributed.to_host(trainer.initial_theta(key)),
+            "learned (final)": distributed.to_host(state.theta)}
+  if not main_process:
+    print(f"process {jax.process_index()}/{jax.process_count()}: meta-training reached step {int(state.step)}; "
+          "process 0 evaluates and writes the results.")
+    return
 
   # The held-out report: fresh instances (test split), the learned optimizer before and after meta-training against
   # Adam at the learning rate tuned on inner_valid, with per-instance speedups and their bootstrap interval.
   from metafam.evaluation.comparison import compare_with_tuned_adam
   from metafam.evaluation.report import write_meta_train_report
   from metafam.outer_trainers.meta_trainer import read_metrics
-  thetas = {"learned (init)": trainer.initial_theta(key), "learned (final)": state.theta}
   comparison = compare_with_tuned_adam(trainer.evaluator, lopt, thetas, jax.random.key(FLAGS.seed + 1_000_003),
                                        min_tasks=1)
   metrics_path = os.path.join(out_dir, METRICS_NAME)
@@ -395,6 +450,21 @@ def cmd_meta_train() -> None:
   plots = [name for name in written if name.endswith(".png")]
   print(f"\nwrote {os.path.join(out_dir, written[0])}, {METRICS_NAME}, {CHECKPOINT_NAME}"
         + (", " + ", ".join(plots) if plots else " (install matplotlib for PNG plots: pip install 'metafam[plot]')"))
+
+
+def cmd_launch(*argv: str) -> int:
+  """Runs ``metafam ARGV`` as --num_processes local processes (127.0.0.1, a free port); returns their exit code."""
+  from metafam import distributed
+  num_processes = FLAGS.num_processes
+  if not argv or argv[0] != "meta-train":
+    raise UsageError(f"launch runs meta-train (`metafam launch --num_processes N -- meta-train [flags]`); got "
+                     f"{' '.join(argv) or 'nothing'}.")
+  taken = sorted({a.lstrip("-").split("=")[0] for a in argv[1:]} & {"num_processes", "process_id", "coordinator"})
+  if taken:
+    raise UsageError(f"launch sets --{', --'.join(taken)} itself; remove them from the command after `--`.")
+  _parse(["metafam", *argv, f"--num_processes={num_processes}", "--coordinator=127.0.0.1:1"])
+  check_meta_train_flags()  # one error line here rather than one per process
+  return distributed.launch_local(list(argv), num_processes)
 
 
 def _require_tensorboard() -> None:
@@ -453,7 +523,7 @@ def _parse(argv: List[str]) -> tuple:
     raise UsageError(f"expected one command from {', '.join(COMMANDS)}; got {got}. Try `metafam --help`.")
   command, args = words[0], words[1:]
   expected = COMMANDS[command]["args"]
-  if len(args) != len(expected):
+  if (len(args) != len(expected)) if command != "launch" else not args:
     want = " ".join(expected) or "no arguments"
     raise UsageError(f"{command} takes {want}; got {' '.join(args) or 'none'}. Try `metafam {command} --help`.")
   allowed = COMMANDS[command]["flags"]
@@ -479,6 +549,7 @@ def _one_line(message: str) -> str:
 
 def main(argv: List[str]) -> int:
   """Runs ``metafam`` with ``argv`` (program name first); returns the exit code."""
+  from metafam.distributed import DistributedError, PeerFailureError, exit_now
   from metafam.outer_trainers.checkpoint import CheckpointError
   text = _help(argv)
   if text is not None:
@@ -486,21 +557,23 @@ def main(argv: List[str]) -> int:
     return 0
   try:
     command, args = _parse(argv)
-    handlers: Dict[str, Callable[..., None]] = {
+    handlers: Dict[str, Callable[..., Optional[int]]] = {
         "meta-train": cmd_meta_train, "list": cmd_list, "evaluate": cmd_evaluate, "benchmark": cmd_benchmark,
-        "convert-checkpoint": cmd_convert_checkpoint}
+        "convert-checkpoint": cmd_convert_checkpoint, "launch": cmd_launch}
     if command in ("meta-train", "evaluate", "benchmark"):
       _enable_compilation_cache()
       _request_cpu_devices(FLAGS.devices)
-    handlers[command](*args)
-  except (UsageError, CheckpointError) as e:
+    return handlers[command](*args) or 0
+  except PeerFailureError as e:  # leave at once: JAX's exit hook would wait for the dead process, then abort
+    print(f"metafam: error: {_one_line(e)}", file=sys.stderr)
+    exit_now(1)
+  except (UsageError, CheckpointError, DistributedError) as e:
     print(f"metafam: error: {_one_line(e)}", file=sys.stderr)
     return 2
   except OSError as e:  # a file or directory that cannot be read or written
     where = f" ({e.filename})" if e.filename else ""
     print(f"metafam: error: {_one_line(e.strerror or e)}{where}", file=sys.stderr)
     return 2
-  return 0
 
 
 def run() -> None:

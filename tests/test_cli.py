@@ -63,7 +63,7 @@ def test_meta_train_writes_files_and_resumes(tmp_path, capsys):
     (["meta-train", "--devices=3"], r"--devices 3: devices=3, but 2 cpu device\(s\) are available"),
     (["meta-train", "--devices=2", "--estimator=tbptt", "--num_pairs=3"],
      "--devices 2: num_tasks=3 lanes cannot be split evenly over 2 devices"),
-    (["train"], "expected one command from meta-train, evaluate, benchmark, list, convert-checkpoint; got train"),
+    (["train"], "expected one command from meta-train, evaluate, benchmark, list, convert-checkpoint, launch; got train"),
 ])
 def test_bad_input_is_one_line_and_exit_code_2(args, message, capsys, tmp_path):
   code, out, err = run(args + [f"--output_dir={tmp_path / 'x'}"], capsys)

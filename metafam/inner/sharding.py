@@ -82,4 +82,32 @@ def place(tree: Any, mesh: Optional[Mesh], lane_major: Any = True) -> Any:
   shardings = layout_shardings(flags, mesh)
   if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(tree)):
     return jax.lax.with_sharding_constraint(tree, shardings)
+  if mesh.is_multi_process:
+    return jax.tree.map(_put_global, tree, shardings)
   return jax.device_put(tree, shardings)
+
+
+def is_multi_process(mesh: Optional[Mesh]) -> bool:
+  """Whether ``mesh`` spans the devices of several processes (`metafam.distributed`)."""
+  return mesh is not None and mesh.is_multi_process
+
+
+def local_devices(mesh: Mesh) -> list:
+  """The devices of ``mesh`` that belong to this process, in mesh order."""
+  return [d for d in mesh.devices.flat if d.process_index == jax.process_index()]
+
+
+def _put_global(x: Any, target: NamedSharding) -> Any:
+  """One leaf onto a mesh of several processes.
+
+  Arrays already laid out over that mesh (outputs of the jitted programs) are resharded if needed; a
+  process-local value (a numpy array, or a jax.Array on this process's device) goes through numpy, which every
+  process holds in full and `device_put` cuts into the shards this process owns, so every process must pass the
+  same value (SPMD). PRNG keys travel as their raw data.
+  """
+  if isinstance(x, jax.Array) and not x.is_fully_addressable:
+    return jax.device_put(x, target)
+  if hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+    data = jax.device_put(np.asarray(jax.random.key_data(x)), target)
+    return jax.random.wrap_key_data(data, impl=jax.random.key_impl(x))
+  return jax.device_put(np.asarray(x), target)

@@ -26,6 +26,7 @@ import numpy as np
 import optax
 from tqdm.auto import tqdm
 
+from metafam import distributed
 from metafam._checks import check_positive
 from metafam._pytree import DataPytree
 from metafam.evaluation.family_eval import FamilyEvaluator
@@ -111,9 +112,11 @@ class MetaTrainer(DataPytree):
     self._step = jax.jit(MetaTrainer.step_fn, donate_argnums=1)  # the trainer passes itself: see step_fn
     self.evaluator = None
     if eval_family is not None:
-      divides = self.mesh is not None and eval_num_tasks % self.mesh.size == 0
+      # Evaluation is not a collective: on a mesh of several processes each evaluates on its own devices.
+      devices = [] if self.mesh is None else sharding.local_devices(self.mesh)
+      divides = len(devices) > 1 and eval_num_tasks % len(devices) == 0
       self.evaluator = FamilyEvaluator(eval_family, eval_num_tasks, eval_steps, split=eval_split,
-                                       devices=list(self.mesh.devices.flat) if divides else None)
+                                       devices=devices if divides else None)
 
   @property
   def inner_steps_per_meta_step(self) -> int:
@@ -194,19 +197,52 @@ class MetaTrainer(DataPytree):
     """
     if self.evaluator is None:
       raise ValueError("MetaTrainer was built without eval_family; pass one to evaluate.")
+    if self.multi_process:  # each process evaluates on its own devices: a host copy of the replicated theta
+      theta = distributed.to_host(theta)
     curve = self.evaluator.evaluate(self.learned_opt, theta, key)
     return {"eval_final_loss": float(curve[-1]), "eval_mean_loss": float(np.mean(curve)), "eval_curve": curve}
 
   # -- checkpoints ------------------------------------------------------------------------------------------------
+  @property
+  def multi_process(self) -> bool:
+    """Whether the lanes are spread over the devices of several processes (`metafam.distributed`)."""
+    return sharding.is_multi_process(self.mesh)
+
+  @property
+  def writes_files(self) -> bool:
+    """Whether this process writes checkpoints and metrics: always, except on processes other than 0 of a
+    multi-process run."""
+    return not self.multi_process or distributed.is_main_process()
+
   def save(self, state: MetaTrainState, path: str) -> None:
-    checkpoint.save(path, state, {"step": int(state.step), "config": self.config})
+    """Writes ``state`` to ``path`` atomically. On several processes the lanes are gathered first (every process
+    must call this) and process 0 writes the global state: a checkpoint does not depend on the process count."""
+    tree = distributed.to_host(state) if self.multi_process else state
+    if self.writes_files:
+      checkpoint.save(path, tree, {"step": int(tree.step), "config": self.config})
 
   def restore(self, path: str, like: MetaTrainState) -> MetaTrainState:
     """Loads a checkpoint written by `save` for a run with the same config; ``like`` gives the expected structure.
 
     The config (stored as JSON) is checked first, then the state is rebuilt into ``like``'s types (structure, shapes
     and dtypes must match; see `checkpoint.load`). Legacy pickle checkpoints are refused without being unpickled.
+    On several processes (every one must call this) process 0 reads the file and broadcasts the state, which is
+    then split over this run's devices, whatever the process count of the run that wrote it; an error on process 0
+    stops every process.
     """
+    if not self.multi_process:
+      return self.place(jax.tree.map(jnp.asarray, self._read(path, like)))
+    like = distributed.to_host(like)
+    tree, error = like, None
+    if distributed.is_main_process():
+      try:
+        tree = self._read(path, like)
+      except (checkpoint.CheckpointError, OSError) as e:
+        error = e
+    distributed.raise_if_any(error)
+    return self.place(distributed.from_main_process(tree))
+
+  def _read(self, path: str, like: Any) -> Any:
     metadata = checkpoint.read_metadata(path)
     mine = json.loads(json.dumps(self.config, sort_keys=True))  # as stored: tuples become lists
     if metadata.get("config") != mine:
@@ -214,7 +250,7 @@ class MetaTrainer(DataPytree):
           f"{path} belongs to a different run: its config is {json.dumps(metadata.get('config'), sort_keys=True)}, "
           f"this run's is {json.dumps(mine, sort_keys=True)}.")
     tree, _ = checkpoint.load(path, like=like)
-    return self.place(jax.tree.map(jnp.asarray, tree))
+    return tree
 
   # -- the loop ---------------------------------------------------------------------------------------------------
   def train(self, num_steps: int, key: Optional[jax.Array] = None, state: Optional[MetaTrainState] = None,
@@ -237,24 +273,45 @@ class MetaTrainer(DataPytree):
       if self.evaluator is None:
         raise ValueError("eval_every needs an eval_family (MetaTrainer(..., eval_family=...)).")
     ckpt = os.path.join(output_dir, CHECKPOINT_NAME) if output_dir else None
-    if output_dir:
-      legacy = os.path.join(output_dir, LEGACY_CHECKPOINT_NAME)
-      if not os.path.exists(ckpt) and os.path.exists(legacy):  # refuse rather than silently start over
-        raise checkpoint.legacy_error(legacy, ckpt)
-      os.makedirs(output_dir, exist_ok=True)
+    writes = bool(output_dir) and self.writes_files  # on several processes only process 0 touches output_dir
+    had_checkpoint, error = False, None
+    if writes:
+      try:
+        legacy = os.path.join(output_dir, LEGACY_CHECKPOINT_NAME)
+        if not os.path.exists(ckpt) and os.path.exists(legacy):  # refuse rather than silently start over
+          raise checkpoint.legacy_error(legacy, ckpt)
+        os.makedirs(output_dir, exist_ok=True)
+        had_checkpoint = os.path.exists(ckpt)
+      except (checkpoint.CheckpointError, OSError) as e:
+        error = e
+    if self.multi_process:  # every process stops on process 0's error, and resumes when it does
+      distributed.raise_if_any(error)
+      had_checkpoint = distributed.broadcast_flag(had_checkpoint)
+    elif error is not None:
+      raise error
     if state is None:
       state = self.init(jax.random.key(0) if key is None else key)
-      if ckpt and os.path.exists(ckpt):
+      if had_checkpoint:
         state = self.restore(ckpt, state)
-        _truncate_metrics(os.path.join(output_dir, METRICS_NAME), int(state.step))
+        if writes:
+          _truncate_metrics(os.path.join(output_dir, METRICS_NAME), int(state.step))
     history: List[Dict[str, Any]] = []
-    start_step = int(state.step)
+    start_step = last_saved = int(state.step)
     bar = tqdm(total=num_steps, initial=start_step, desc="meta-train", unit="step", disable=not progress)
     try:
       while int(state.step) < num_steps:
         t0 = time.perf_counter()
-        state, metrics = self.step(state)
-        record = {k: float(v) for k, v in jax.device_get(metrics).items()}
+        try:
+          state, metrics = self.step(state)
+          record = {k: float(v) for k, v in jax.device_get(metrics).items()}
+        except jax.errors.JaxRuntimeError as e:
+          if not self.multi_process:
+            raise
+          where = f"the last checkpoint is at step {last_saved}" if output_dir else "nothing was checkpointed"
+          raise distributed.PeerFailureError(
+              f"process {jax.process_index()}: another process of this run stopped during meta-step "
+              f"{start_step + len(history) + 1} ({' '.join(str(e).split())[:160]}); {where}: start all "
+              f"{jax.process_count()} processes again to resume.") from None
         elapsed = time.perf_counter() - t0
         step = int(state.step)
         record.update(step=step, seconds=elapsed, inner_steps_per_s=self.inner_steps_per_meta_step / elapsed)
@@ -265,16 +322,17 @@ class MetaTrainer(DataPytree):
         history.append(record)
         bar.update(1)
         bar.set_postfix(meta_loss=f"{record['meta_loss']:.4f}", grad_norm=f"{record['grad_norm']:.3g}")
-        if output_dir:
+        if writes:
           with open(os.path.join(output_dir, METRICS_NAME), "a") as f:
             f.write(json.dumps(_finite_or_null(record), allow_nan=False) + "\n")
-          if step % checkpoint_every == 0 or step == num_steps:
-            self.save(state, ckpt)
+        if output_dir and (step % checkpoint_every == 0 or step == num_steps):
+          self.save(state, ckpt)
+          last_saved = step
         if log_fn is not None:
           log_fn(record)
     finally:
       bar.close()
-    if output_dir and int(state.step) == start_step and not os.path.exists(ckpt):
+    if output_dir and int(state.step) == start_step and not had_checkpoint:
       self.save(state, ckpt)
     return state, history
 
