@@ -128,8 +128,8 @@ def test_misconfiguration_raises_value_error():
     truncation_schedule.ConstantTruncationSchedule(0)
   with pytest.raises(ValueError):
     _truncated_step(offset=-1)
-  with pytest.raises(NotImplementedError):
-    full_es.FullES(step, loss_type="last_recompute")
+  with pytest.raises(ValueError, match="NeverEnding"):  # FullES decides the length: the step must never end
+    full_es.FullES(step, truncation_schedule.ConstantTruncationSchedule(10))
   with pytest.raises(NotImplementedError):
     lopt_truncated_step.VectorizedLOptTruncatedStep(
         quadratics.FixedDimQuadraticFamily(4), lopt_base.LearnableSGD(),
@@ -233,6 +233,9 @@ def test_compat_estimates_are_metafams_numbers():
     np.testing.assert_array_equal(out.grad["log_lr"], est.grad["log_lr"])
     np.testing.assert_array_equal(out.mean_loss, est.meta_loss)
   # FullES takes its trajectory length from the truncation schedule (or LO's early unroll_length).
-  assert full_es.FullES(step, truncation_schedule.ConstantTruncationSchedule(30)).trajectory_length == 30
+  never = lopt_truncated_step.VectorizedLOptTruncatedStep(
+      quadratics.FixedDimQuadraticFamily(4), lopt_base.LearnableSGD(),
+      truncation_schedule.NeverEndingTruncationSchedule(), num_tasks=2)
+  assert full_es.FullES(never, truncation_schedule.ConstantTruncationSchedule(30)).trajectory_length == 30
   assert full_es.FullES(step).trajectory_length == 20
   assert full_es.FullES(step, unroll_length=40).trajectory_length == 40

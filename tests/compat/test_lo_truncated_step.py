@@ -5,11 +5,13 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from metafam.compat.learned_optimization.learned_optimizers import base as lopt_base
 from metafam.compat.learned_optimization.outer_trainers import lopt_truncated_step
 from metafam.compat.learned_optimization.outer_trainers import truncated_step as ts
 from metafam.compat.learned_optimization.outer_trainers import truncation_schedule
+from metafam.compat.learned_optimization.tasks import base as tasks_base
 from metafam.compat.learned_optimization.tasks import quadratics
 
 
@@ -117,3 +119,68 @@ def test_vectorized_truncated_step_over_a_user_step():
   state = vec.init_step_state(per_task, None, jax.random.PRNGKey(0), theta_is_vector=True)
   state, _ = vec.unroll_step(per_task, state, jax.random.PRNGKey(1), data, None, theta_is_vector=True)
   np.testing.assert_allclose(state["p"][:, 0], [1.0, 0.5, 0.0])
+
+
+def _estimate(estimator, theta, key):
+  from metafam.compat.learned_optimization.outer_trainers import gradient_learner
+  weights = gradient_learner.WorkerWeights(theta, None, gradient_learner.OuterState(0))
+  state = estimator.init_worker_state(weights, key)
+  out, _ = estimator.compute_gradient_estimate(weights, key, state)
+  return out
+
+
+def test_full_es_last_recompute_equals_last_on_data_free_tasks():
+  from metafam.compat.learned_optimization.outer_trainers import full_es
+  never = lopt_truncated_step.VectorizedLOptTruncatedStep(
+      quadratics.FixedDimQuadraticFamily(4), lopt_base.LearnableSGD(initial_lr=0.05),
+      truncation_schedule.NeverEndingTruncationSchedule(), num_tasks=3, meta_loss_split="same_batch")
+  sched = truncation_schedule.ConstantTruncationSchedule(6)
+  theta = never.outer_init(jax.random.PRNGKey(0))
+  last = _estimate(full_es.FullES(never, sched, steps_per_jit=6, loss_type="last"), theta, jax.random.PRNGKey(3))
+  recompute = _estimate(full_es.FullES(never, sched, steps_per_jit=6, loss_type="last_recompute",
+                                       recompute_samples=3), theta, jax.random.PRNGKey(3))
+  # Without data, the recomputed loss of the final params is the last step's meta-loss.
+  np.testing.assert_allclose(recompute.mean_loss, last.mean_loss, rtol=1e-5)
+  np.testing.assert_allclose(recompute.grad["log_lr"], last.grad["log_lr"], rtol=1e-4)
+  with pytest.raises(ValueError):
+    full_es.FullES(never, sched, loss_type="last_recompute", recompute_samples=0)
+
+
+class _ShiftFamily(tasks_base.TaskFamily):
+  """Tasks with loss sum(p**2) and aux "shift" = 3 + the task's sampled offset (0 or 1)."""
+
+  def sample(self, key):
+    return jax.random.bernoulli(key).astype(jnp.float32)
+
+  def task_fn(self, cfg):
+    class _Task(tasks_base.Task):
+      datasets = None
+
+      def init(self, key):
+        return jnp.ones(2)
+
+      def loss_and_aux(self, params, key, batch):
+        return jnp.sum(params ** 2), {"shift": 3.0 + cfg + 0.0 * jnp.sum(params)}
+    return _Task()
+
+
+@pytest.mark.parametrize("loss_type", ["avg", "last_recompute"])
+def test_meta_loss_with_aux_key_scores_the_aux_value(loss_type):
+  from metafam.compat.learned_optimization.outer_trainers import full_es
+  family = _ShiftFamily()
+  step = lopt_truncated_step.VectorizedLOptTruncatedStep(
+      family, lopt_base.LearnableSGD(), truncation_schedule.NeverEndingTruncationSchedule(), num_tasks=4,
+      meta_loss_with_aux_key="shift")
+  assert step.task_family is family
+  key = jax.random.PRNGKey(0)
+  theta = step.outer_init(key)
+  est = full_es.FullES(step, truncation_schedule.ConstantTruncationSchedule(2), steps_per_jit=2, loss_type=loss_type,
+                       recompute_samples=2)
+  out = _estimate(est, theta, key)
+  # The meta-loss is 3 + offset per lane, whatever the params do; the gradient is exactly zero.
+  assert 3.0 <= float(out.mean_loss) <= 4.0 and float(out.mean_loss) * 4 == round(float(out.mean_loss) * 4)
+  np.testing.assert_array_equal(out.grad["log_lr"], 0.0)
+  # Training still follows the task's loss: the params move.
+  state = step.init_step_state(theta, None, key)
+  state, outs = step.unroll_step(theta, state, key, (), None)
+  np.testing.assert_allclose(outs.loss, 2.0)

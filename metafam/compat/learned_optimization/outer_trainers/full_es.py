@@ -2,20 +2,31 @@
 (antithetic ES over complete trajectories from fresh task instances) with the reference's arguments.
 
 The trajectory length is ``unroll_length`` if given (the reference's early signature), else the length of
-``truncation_schedule`` (or of ``truncated_step``'s schedule), which must be constant. ``loss_type``: "avg",
-"last" or "min" ("last_recompute" is not mirrored: NotImplementedError; anything else: ValueError, as in the
-reference). ``steps_per_jit`` must divide the length.
+``truncation_schedule`` (or of ``truncated_step``'s schedule), which must be constant. As in the reference, a
+``truncation_schedule`` needs a ``truncated_step`` whose own schedule never ends (ValueError otherwise).
+``loss_type``: "avg", "last", "min" (metafam's) or "last_recompute": the meta-loss of each perturbed trajectory is
+its final params' mean meta-loss (the loss, or the step's ``meta_loss_with_aux_key`` value) over
+``recompute_samples`` batches of ``recompute_split`` (drawn on the device, the same
+batches for every lane; normalized as metafam's loss kind says); anything else: ValueError, as in the reference.
+``steps_per_jit`` must divide the length.
 """
 
 from __future__ import annotations
 
 from typing import Any, Optional
 
+import jax
+import jax.numpy as jnp
+
 from metafam.compat.learned_optimization.outer_trainers import _adapter, gradient_learner, truncation_schedule
-from metafam.inner.schedules import ConstantSchedule
+from metafam.inner import pairs
+from metafam.inner.schedules import ConstantSchedule, NeverEndingSchedule
+from metafam.outer_trainers import base as _mf_base
 from metafam.outer_trainers import estimators as _estimators
 
 __all__ = ["FullES"]
+
+LOSS_TYPES = _estimators.FULL_ES_LOSS_TYPES + ("last_recompute",)
 
 
 def _constant_length(schedule: Any) -> int:
@@ -34,19 +45,76 @@ class FullES(_adapter.LOEstimatorFace, _estimators.FullES):
                stack_antithetic_samples: bool = False, sign_delta_loss_scalar: Optional[float] = None,
                unroll_length: Optional[int] = None, **metafam_kwargs: Any):
     _adapter.check_step(truncated_step, "FullES")
-    if loss_type == "last_recompute":
-      raise NotImplementedError("FullES loss_type='last_recompute' is not mirrored; use 'avg', 'last' or 'min'.")
-    if loss_type not in _estimators.FULL_ES_LOSS_TYPES:
+    if loss_type not in LOSS_TYPES:
       raise ValueError(f"Unsupported loss type {loss_type}.")
     _adapter.reject_sign_delta(sign_delta_loss_scalar, "FullES")
+    if truncation_schedule is not None and not isinstance(truncated_step.schedule, NeverEndingSchedule):
+      raise ValueError("FullES with a truncation_schedule needs a truncated_step whose trunc_sched is "
+                       "NeverEndingTruncationSchedule (FullES decides the trajectory length).")
     if unroll_length is None:
       unroll_length = _constant_length(truncated_step.schedule if truncation_schedule is None
                                        else truncation_schedule)
     _adapter.check_steps_per_jit(unroll_length, steps_per_jit, "unroll_length")
-    super().__init__(truncated_step, trajectory_length=unroll_length, sigma=std, loss_type=loss_type,
-                     clip_loss_diff=clip_loss_diff, stack_antithetic=stack_antithetic_samples, **metafam_kwargs)
+    recompute = loss_type == "last_recompute"
+    if recompute:
+      if isinstance(recompute_samples, bool) or not isinstance(recompute_samples, int) or recompute_samples < 1:
+        raise ValueError(f"recompute_samples must be a positive int, got {recompute_samples!r}.")
+      datasets = truncated_step.family.datasets
+      if datasets is not None:
+        datasets.split(recompute_split)  # ValueError for an unknown split
+    super().__init__(truncated_step, trajectory_length=unroll_length, sigma=std,
+                     loss_type="last" if recompute else loss_type, clip_loss_diff=clip_loss_diff,
+                     stack_antithetic=stack_antithetic_samples, **metafam_kwargs)
     self.truncated_step, self.std, self.steps_per_jit = truncated_step, std, steps_per_jit
     self.unroll_length = unroll_length
+    self.lo_loss_type = loss_type
+    self.recompute_samples, self.recompute_split = recompute_samples, recompute_split
+    self._recompute = recompute
+
+  def _recomputed_losses(self, thetas, lanes, key):
+    """``f32[2N]``: each lane's mean loss at its final params over ``recompute_samples`` shared batches."""
+    step = self.step
+    datasets = step.family.datasets
+    data = None if datasets is None else datasets.device_data(self.recompute_split)
+    normalized = self.loss_kind.startswith("normalized")
+
+    def lane_loss(theta, cfg, opt_state, k, batch):
+      opt = step.learned_opt.opt_fn(theta)
+      task = step.family.task_fn(cfg)
+      loss = task.loss_with_state_and_aux(opt.get_params(opt_state), opt.get_state(opt_state), k, batch)[0]
+      return task.normalizer(loss) if normalized else loss
+
+    def sample_loss(k):
+      k_data, k_loss = jax.random.split(k)
+      batch = None if data is None else data.sample(k_data)
+      return jax.vmap(lane_loss, in_axes=(0, 0, 0, None, None))(thetas, lanes.cfg, lanes.opt_state, k_loss, batch)
+
+    return jnp.mean(jax.lax.map(sample_loss, jax.random.split(key, self.recompute_samples)), axis=0)
+
+  def estimate_fn(self, theta, worker_state, key):
+    if not self._recompute:
+      return super().estimate_fn(theta, worker_state, key)
+    # metafam's FullES estimate with the per-lane meta-loss replaced by the recomputed final loss.
+    k_eps, k_init, k_unroll = jax.random.split(key, 3)
+    n = self.num_pairs
+    eps = _mf_base.sample_perturbations(theta, k_eps, n, self.sigma)
+    thetas = pairs.antithetic_thetas(theta, eps)
+    lanes = self.step.init_fn(thetas, k_init, theta_is_batched=True)
+    lanes, out = self.step.unroll_fn(thetas, lanes, self._unroll_keys(k_unroll, self.trajectory_length),
+                                     theta_is_batched=True)
+    _, mask = _mf_base.step_losses(out, self.loss_kind)
+    valid = jnp.all(mask > 0, axis=0)
+    pair_valid = valid[:n] & valid[n:]
+    per_lane = self._recomputed_losses(thetas, lanes, jax.random.fold_in(k_unroll, self.trajectory_length))
+    delta = jnp.where(pair_valid, per_lane[:n] - per_lane[n:], 0.0)
+    if self.clip_loss_diff is not None:
+      delta = jnp.clip(delta, -self.clip_loss_diff, self.clip_loss_diff)
+    num_valid = jnp.maximum(jnp.sum(pair_valid), 1)
+    grad = _mf_base.weighted_noise_sum(delta / (num_valid * 2 * self.sigma ** 2), eps)
+    mean_loss = pairs.masked_mean_or_nan(jnp.sum(jnp.where(pair_valid, 0.5 * (per_lane[:n] + per_lane[n:]), 0.0)),
+                                         jnp.sum(pair_valid))
+    metrics = {"num_nonfinite": jnp.sum(~pair_valid).astype(jnp.float32)}
+    return _mf_base.GradientEstimate(grad, mean_loss, metrics), worker_state
 
 
 gradient_learner.GradientEstimator.register(FullES)

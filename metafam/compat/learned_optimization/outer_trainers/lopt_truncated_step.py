@@ -10,7 +10,9 @@ The object *is* a `TruncatedStep` (a subclass that only translates the arguments
 * ``random_initial_iteration_offset``: 0 starts every lane at iteration 0; a positive value staggers the lanes'
   first trajectories. metafam draws each lane's start uniformly in ``[0, length)`` of its first trajectory; the
   reference draws it in ``[0, random_initial_iteration_offset)``.
-* ``outer_data_split``: only ``"train"`` (the inner training data); ``meta_loss_with_aux_key``: only None.
+* ``outer_data_split``: only ``"train"`` (the inner training data).
+* ``meta_loss_with_aux_key``: the meta-loss is that aux value of the task (unnormalized), scored on the updated
+  params with the step's own batch when ``meta_loss_split`` is None (the reference: the train batch's aux).
 
 Other keyword arguments (``devices``, ``lane_chunk``, ...) go to `TruncatedStep` unchanged; ``donate`` defaults to
 False (the reference's calls never consume their input state).
@@ -32,6 +34,7 @@ import functools
 from typing import Any, Optional
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from metafam.compat.learned_optimization import training
@@ -76,13 +79,16 @@ class VectorizedLOptTruncatedStep(TruncatedStep):
       raise NotImplementedError(f"outer_data_split={outer_data_split!r}: metafam's inner step trains on the train "
                                 "split only.")
     if meta_loss_with_aux_key is not None:
-      raise NotImplementedError("meta_loss_with_aux_key: metafam's meta-loss is the task's loss, not an aux value.")
+      task_family = _AuxMetaLossFamily(task_family, meta_loss_with_aux_key)
+      if meta_loss_split is None:
+        meta_loss_split = "same_batch"
     metafam_kwargs.setdefault("donate", False)  # the reference's calls are pure: a state stays usable
     super().__init__(task_family, learned_opt, num_tasks, schedule=truncation_schedule.as_metafam_schedule(trunc_sched),
                      random_initial_iteration=offset > 0, meta_loss_split=meta_loss_split, **metafam_kwargs)
-    self.task_family, self.trunc_sched = task_family, trunc_sched
+    self.task_family, self.trunc_sched = getattr(task_family, "family", task_family), trunc_sched
+    self.meta_loss_with_aux_key = meta_loss_with_aux_key
     self.random_initial_iteration_offset = int(offset)
-    self._task_name = task_name if task_name else task_family.name
+    self._task_name = task_name if task_name else self.task_family.name
 
   def task_name(self) -> str:
     return self._task_name
@@ -127,6 +133,45 @@ class VectorizedLOptTruncatedStep(TruncatedStep):
   def get_outer_batch(self, steps: Optional[int] = None) -> Any:
     split = self.meta_loss_split if self.meta_loss_split not in (None, "same_batch") else "train"
     return self._get(split, steps)
+
+
+class _AuxMetaLossTask(tasks_base.Task):
+  """Trains on ``task``'s loss; its meta-loss (``loss_with_state_and_aux``'s first value, what metafam's step scores
+  the updated params with) is the aux value ``key``, unnormalized."""
+
+  def __init__(self, task: Any, key: str):
+    self.task, self.key = task, key
+    self.datasets, self.name = task.datasets, task.name
+
+  def init_with_state(self, key):
+    return self.task.init_with_state(key)
+
+  def loss_with_state(self, params, state, key, batch):
+    loss, state, _ = self.task.loss_with_state_and_aux(params, state, key, batch)
+    return loss, state
+
+  def loss_with_state_and_aux(self, params, state, key, batch):
+    _, state, aux = self.task.loss_with_state_and_aux(params, state, key, batch)
+    return jnp.asarray(aux[self.key], jnp.float32), state, aux
+
+  def normalizer(self, loss):
+    return loss
+
+
+class _AuxMetaLossFamily(tasks_base.TaskFamily):
+  """``family`` whose tasks' meta-loss is the aux value ``key`` (`VectorizedLOptTruncatedStep`'s
+  ``meta_loss_with_aux_key``)."""
+
+  def __init__(self, family: Any, key: str):
+    super().__init__()
+    self.family, self.key = family, key
+    self.datasets, self.name = family.datasets, family.name
+
+  def sample(self, key):
+    return self.family.sample(key)
+
+  def task_fn(self, cfg):
+    return _AuxMetaLossTask(self.family.task_fn(cfg), self.key)
 
 
 class SimpleVecLOptTruncatedStep(VectorizedLOptTruncatedStep):
