@@ -141,3 +141,24 @@ def test_vec_get_batch_stacks_consecutive_batches():
   assert isinstance(batch["x"], np.ndarray) and batch["x"].shape == (2, 2, 2)
   np.testing.assert_array_equal(batch["x"][:, :, 0], [[0, 1], [2, 3]])
   assert training.vec_get_batch(quadratics.FixedDimQuadraticFamily(3), 4, split="train") == ()
+
+
+def test_sm3_on_scalar_params_equals_sm3_on_one_vectors():
+  opt = optax_opts.SM3(0.1)
+  scalar = opt.init({"a": jnp.asarray(1.0)})
+  vector = opt.init({"a": jnp.asarray([1.0])})
+  for g in (2.0, -1.0, 0.5):
+    scalar = opt.update(scalar, {"a": jnp.asarray(g)}, loss=0.0)
+    vector = opt.update(vector, {"a": jnp.asarray([g])}, loss=0.0)
+  assert opt.get_params(scalar)["a"].shape == ()
+  np.testing.assert_allclose(opt.get_params(scalar)["a"], opt.get_params(vector)["a"][0], rtol=1e-6)
+  assert float(opt.get_params(scalar)["a"]) != 1.0
+
+
+def test_same_data_meta_loss_split_is_metafams_same_batch():
+  from metafam.compat.learned_optimization.outer_trainers import lopt_truncated_step
+  step = lopt_truncated_step.VectorizedLOptTruncatedStep(
+      quadratics.FixedDimQuadraticFamilyData(3), lopt_base.LearnableSGD(),
+      truncation_schedule.ConstantTruncationSchedule(4), num_tasks=2, meta_loss_split="same_data")
+  assert step.meta_loss_split == "same_batch"
+  assert jax.tree.leaves(step.get_outer_batch())[0].shape[0] == 2

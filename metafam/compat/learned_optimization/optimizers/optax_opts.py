@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
+import jax
 import jax.numpy as jnp
 import optax
 
@@ -124,10 +125,28 @@ class RAdam(OptaxOptimizer):
                      name=_label("RAdam", lr=learning_rate, b1=b1, b2=b2, eps=eps))
 
 
+def _scalars_as_vectors(tx: optax.GradientTransformation) -> optax.GradientTransformation:
+  """``tx`` applied with every 0-d leaf viewed as shape ``(1,)`` (optax's SM3 indexes a missing accumulator for
+  scalar params); the updates come back in the params' shapes."""
+  lift = lambda tree: jax.tree.map(jnp.atleast_1d, tree)  # noqa: E731
+
+  def init(params):
+    return tx.init(lift(params))
+
+  def update(updates, state, params=None):
+    new, state = tx.update(lift(updates), state, None if params is None else lift(params))
+    return jax.tree.map(lambda n, u: jnp.reshape(n, jnp.shape(u)), new, updates), state
+
+  return optax.GradientTransformation(init, update)
+
+
 class SM3(OptaxOptimizer):
+  """optax's SM3 (scalar params handled as 1-vectors, where optax's own SM3 fails)."""
+
   def __init__(self, learning_rate: float = 0.01, momentum: float = 0.9):
     self.learning_rate = learning_rate
-    super().__init__(optax.sm3(learning_rate, momentum=momentum), name=_label("SM3", lr=learning_rate, m=momentum))
+    super().__init__(_scalars_as_vectors(optax.sm3(learning_rate, momentum=momentum)),
+                     name=_label("SM3", lr=learning_rate, m=momentum))
 
 
 class Yogi(OptaxOptimizer):

@@ -6,7 +6,8 @@ The object *is* a `TruncatedStep` (a subclass that only translates the arguments
 
 * ``trunc_sched``: a schedule of `truncation_schedule` (or a metafam schedule).
 * ``meta_loss_split=None``: the meta-loss is the train-batch loss of each step, as in the reference (metafam's
-  ``meta_loss_split=None``); a split name (e.g. ``"outer_valid"``) scores the updated params on that split.
+  ``meta_loss_split=None``); a split name (e.g. ``"outer_valid"``) scores the updated params on that split, and
+  ``"same_data"`` (metafam: ``"same_batch"``) on the step's own training batch.
 * ``random_initial_iteration_offset``: 0 starts every lane at iteration 0; a positive value staggers the lanes'
   first trajectories. metafam draws each lane's start uniformly in ``[0, length)`` of its first trajectory; the
   reference draws it in ``[0, random_initial_iteration_offset)``.
@@ -78,6 +79,8 @@ class VectorizedLOptTruncatedStep(TruncatedStep):
     if outer_data_split != "train":
       raise NotImplementedError(f"outer_data_split={outer_data_split!r}: metafam's inner step trains on the train "
                                 "split only.")
+    if meta_loss_split == "same_data":  # the reference's name for scoring on the step's own batch
+      meta_loss_split = "same_batch"
     if meta_loss_with_aux_key is not None:
       task_family = _AuxMetaLossFamily(task_family, meta_loss_with_aux_key)
       if meta_loss_split is None:
