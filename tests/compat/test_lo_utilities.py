@@ -162,3 +162,18 @@ def test_same_data_meta_loss_split_is_metafams_same_batch():
       truncation_schedule.ConstantTruncationSchedule(4), num_tasks=2, meta_loss_split="same_data")
   assert step.meta_loss_split == "same_batch"
   assert jax.tree.leaves(step.get_outer_batch())[0].shape[0] == 2
+
+
+def test_adafac_split_weights_layout_is_the_concatenated_one():
+  from metafam.compat.learned_optimization.learned_optimizers import adafac_mlp_lopt
+  full = adafac_mlp_lopt.AdafacMLPLOpt(step_mult=10, exp_mult=1)
+  split = adafac_mlp_lopt.AdafacMLPLOpt(concat_weights=False, split_weights=True, step_mult=10, exp_mult=1)
+  theta = full.init(jax.random.PRNGKey(0))
+  params, grads = {"w": jnp.ones((2, 3))}, {"w": jnp.full((2, 3), 0.5)}
+  state = full.opt_fn(theta).init(params, num_steps=10)
+  a = full.opt_fn(theta).update(state, grads, loss=1.0)
+  b = split.opt_fn(theta).update(state, grads, loss=1.0)
+  np.testing.assert_array_equal(a.params["w"], b.params["w"])
+  assert float(jnp.abs(a.params["w"] - 1.0).max()) > 0
+  with pytest.raises(NotImplementedError):
+    adafac_mlp_lopt.AdafacMLPLOpt(concat_weights=False, split_weights=False)

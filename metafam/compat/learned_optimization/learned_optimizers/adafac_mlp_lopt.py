@@ -3,7 +3,9 @@
 metafam's version learns one set of decays shared by the momenta and the (factored) second moments, so
 ``initial_adafactor_decays`` must equal ``initial_momentum_decays``; the weight-layout options
 (``concat_weights``, ``make_separate_weights``, ``split_weights``) and ``initial_rms_decays`` are supported at the
-reference's defaults only (other values raise NotImplementedError).
+reference's defaults only (other values raise NotImplementedError), except ``concat_weights=False,
+split_weights=True``: the reference applies the first layer to each feature group separately, the same numbers
+with the same theta as the concatenated layout metafam uses, so it is accepted.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ class AdafacMLPLOpt(LOOptFn, _adafac.AdafacMLPLOpt):
     reject_unsupported("AdafacMLPLOpt",
                        initial_adafactor_decays=(tuple(initial_adafactor_decays), tuple(initial_momentum_decays)),
                        initial_rms_decays=(tuple(initial_rms_decays), (0.999,)),
-                       concat_weights=(concat_weights, True), make_separate_weights=(make_separate_weights, False),
-                       split_weights=(split_weights, False))
+                       make_separate_weights=(make_separate_weights, False),
+                       concat_weights_split_weights=((bool(concat_weights), bool(split_weights)),
+                                                     (True, False) if concat_weights else (False, True)))
     super().__init__(hidden_sizes=(hidden_size,) * hidden_layers, decays=tuple(initial_momentum_decays),
                      step_mult=step_mult, exp_mult=exp_mult)
