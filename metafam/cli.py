@@ -81,6 +81,8 @@ _int("process_id", 0, "This process's index in [0, --num_processes); process 0 h
 flags.DEFINE_string("coordinator", None, "HOST:PORT of process 0 (reachable from every process) for "
                     "--num_processes > 1, or 'auto' to read the cluster's environment (SLURM, Open MPI, ...).",
                     flag_values=FLAGS)
+_int("coordinator_timeout", 60, "Seconds a process waits for the coordinator and for every process to join.",
+     upper=86400)
 flags.DEFINE_bool("tensorboard", False, "Also log to TensorBoard (needs tensorboardX: pip install 'metafam[tb]').",
                   flag_values=FLAGS)
 flags.DEFINE_bool("progress", True, "Show progress bars.", flag_values=FLAGS)
@@ -107,7 +109,8 @@ COMMANDS: Dict[str, Dict[str, Any]] = {
         args=(), flags=("family", "optimizer", "estimator", "num_steps", "num_pairs", "unroll_length",
                         "trajectory_length", "sigma", "meta_learning_rate", "clip_grad_norm", "output_dir",
                         "checkpoint_every", "eval_every", "eval_tasks", "eval_steps", "seed", "devices",
-                        "num_processes", "process_id", "coordinator", "tensorboard", "progress")),
+                        "num_processes", "process_id", "coordinator", "coordinator_timeout", "tensorboard",
+                        "progress")),
     "evaluate": dict(summary="train a task or suite with one optimizer (hand-designed, or learned from a "
                              "checkpoint) and save the results", args=(), flags=_SUITE_FLAGS),
     "benchmark": dict(summary="tuned Adam and SGDM baselines (and optionally one more optimizer) on a suite: "
@@ -363,7 +366,8 @@ def process_group():
   """The multi-process placement from --num_processes/--process_id/--coordinator (UsageError if inconsistent)."""
   from metafam import distributed
   try:
-    return distributed.ProcessGroup(FLAGS.num_processes, FLAGS.process_id, FLAGS.coordinator)
+    return distributed.ProcessGroup(FLAGS.num_processes, FLAGS.process_id, FLAGS.coordinator,
+                                    timeout_s=FLAGS.coordinator_timeout)
   except ValueError as e:
     raise UsageError(f"--num_processes={FLAGS.num_processes} --process_id={FLAGS.process_id} "
                      f"--coordinator={FLAGS.coordinator}: {e}") from None

@@ -99,6 +99,16 @@ class ProcessGroup:
     return self.num_processes > 1 or self.coordinator == "auto"
 
 
+def is_peer_failure(error: BaseException) -> bool:
+  """Whether ``error`` (raised by a collective of a multi-process program) says that another process is gone: the
+  transport lost its peer (Gloo on CPU, NCCL on GPU) or the coordination service reported a failed task."""
+  if not isinstance(error, (jax.errors.JaxRuntimeError, ValueError)):
+    return False
+  text = str(error)
+  return any(word in text for word in ("Gloo", "NCCL", "Connection reset", "Connection closed", "heartbeat",
+                                       "coordination service"))
+
+
 # -- starting ----------------------------------------------------------------------------------------------------------
 def check_coordinator(group: ProcessGroup) -> None:
   """Fails fast, before JAX starts its runtime: process 0 needs the coordinator port free on this host; the others

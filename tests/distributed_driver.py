@@ -9,6 +9,7 @@ THETA_NPZ. ``--sleep`` pauses after each meta-step (so a test can kill a process
 """
 
 import argparse
+import os
 import time
 
 import jax
@@ -32,6 +33,9 @@ def main():
 
   jax.config.update("jax_threefry_partitionable", False)  # the random streams of the test process (conftest.py)
   jax.config.update("jax_num_cpu_devices", args.devices)
+  if os.environ.get("METAFAM_TEST_JAX_CACHE"):  # the tests share compiled programs between their runs
+    jax.config.update("jax_compilation_cache_dir", os.environ["METAFAM_TEST_JAX_CACHE"])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
   distributed.initialize(distributed.ProcessGroup(args.num_processes, args.process_id, args.coordinator,
                                                   timeout_s=30, heartbeat_s=5))
   import optax

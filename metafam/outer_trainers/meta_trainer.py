@@ -301,17 +301,8 @@ class MetaTrainer(DataPytree):
     try:
       while int(state.step) < num_steps:
         t0 = time.perf_counter()
-        try:
-          state, metrics = self.step(state)
-          record = {k: float(v) for k, v in jax.device_get(metrics).items()}
-        except jax.errors.JaxRuntimeError as e:
-          if not self.multi_process:
-            raise
-          where = f"the last checkpoint is at step {last_saved}" if output_dir else "nothing was checkpointed"
-          raise distributed.PeerFailureError(
-              f"process {jax.process_index()}: another process of this run stopped during meta-step "
-              f"{start_step + len(history) + 1} ({' '.join(str(e).split())[:160]}); {where}: start all "
-              f"{jax.process_count()} processes again to resume.") from None
+        state, metrics = self.step(state)
+        record = {k: float(v) for k, v in jax.device_get(metrics).items()}
         elapsed = time.perf_counter() - t0
         step = int(state.step)
         record.update(step=step, seconds=elapsed, inner_steps_per_s=self.inner_steps_per_meta_step / elapsed)
@@ -330,6 +321,14 @@ class MetaTrainer(DataPytree):
           last_saved = step
         if log_fn is not None:
           log_fn(record)
+    except Exception as e:
+      if not (self.multi_process and distributed.is_peer_failure(e)):
+        raise
+      where = f"the last checkpoint is at step {last_saved}" if output_dir else "nothing was checkpointed"
+      raise distributed.PeerFailureError(
+          f"process {jax.process_index()}: another process of this run stopped after meta-step "
+          f"{start_step + len(history)} ({' '.join(str(e).split())[:160]}); {where}: start all "
+          f"{jax.process_count()} processes again to resume.") from None
     finally:
       bar.close()
     if output_dir and int(state.step) == start_step and not had_checkpoint:
