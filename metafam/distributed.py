@@ -34,6 +34,11 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import jax
 import numpy as np
 
+__all__ = ["ProcessGroup", "DistributedError", "PeerFailureError", "initialize", "is_main_process", "process_count",
+           "check_same_everywhere", "raise_if_any", "to_host", "from_main_process", "broadcast_flag",
+           "is_peer_failure", "launch_local", "local_commands", "free_port", "exit_now", "parse_coordinator",
+           "check_coordinator"]
+
 DEFAULT_TIMEOUT_S = 60
 DEFAULT_HEARTBEAT_S = 20
 SHUTDOWN_TIMEOUT_S = 24 * 3600
