@@ -94,7 +94,11 @@ class FullES(_adapter.LOEstimatorFace, _estimators.FullES):
   def estimate_fn(self, theta, worker_state, key):
     if not self._recompute:
       return super().estimate_fn(theta, worker_state, key)
-    # metafam's FullES estimate with the per-lane meta-loss replaced by the recomputed final loss.
+    # metafam's FullES estimate with the per-lane meta-loss replaced by the recomputed final loss, for the one-block
+    # pair layout (lanes [theta + eps | theta - eps]).
+    if getattr(self.step, "pair_blocks", 1) != 1:
+      raise NotImplementedError("FullES(loss_type='last_recompute') with antithetic pairs laid out in blocks over "
+                                "several devices; use one device or another loss_type.")
     k_eps, k_init, k_unroll = jax.random.split(key, 3)
     n = self.num_pairs
     eps = _mf_base.sample_perturbations(theta, k_eps, n, self.sigma)
