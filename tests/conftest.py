@@ -4,7 +4,7 @@ Compiling vmapped random initializers on CPU is several times faster with ``jax_
 (measured in tests/test_task_suite.py: `check_family` of the four conv/AE/LM families 86 s -> 35 s of CPU time).
 No test pins random numbers, so the suite uses the faster setting; the library itself never changes JAX's config.
 
-The suite also asks for two CPU devices (before JAX starts its backend) so that lane sharding is tested on any
+The suite also keeps the command line's persistent compilation cache off, and asks for two CPU devices (before JAX starts its backend) so that lane sharding is tested on any
 machine; computations not placed explicitly still run on the first device only.
 """
 
@@ -15,4 +15,7 @@ import jax
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # shared helpers: influence.py, meta_setup.py
 jax.config.update("jax_threefry_partitionable", False)
+# The CLI, called in-process by tests, would otherwise turn on JAX's persistent compilation cache in ~/.cache for the
+# rest of the test process (tests stay hermetic; serializing some multi-device programs into it crashed XLA).
+os.environ["METAFAM_JAX_CACHE"] = ""
 jax.config.update("jax_num_cpu_devices", 2)

@@ -118,9 +118,10 @@ def test_paired_step_layout():
   paired = step.paired()
   assert paired.num_tasks == 6 and paired.antithetic and paired.schedule is step.schedule
   lanes = paired.init_step_state(lopt.init(None), jax.random.key(0))
-  # Lanes i and i + 3 are the same task instance.
+  # Lanes 2i and 2i + 1 are the same task instance (metafam.inner.pairs), and pairs are different instances.
   for leaf in jax.tree.leaves(lanes.cfg):
-    np.testing.assert_array_equal(np.asarray(leaf[:3]), np.asarray(leaf[3:]))
+    np.testing.assert_array_equal(np.asarray(leaf[0::2]), np.asarray(leaf[1::2]))
+  assert any(not np.array_equal(np.asarray(leaf[0]), np.asarray(leaf[2])) for leaf in jax.tree.leaves(lanes.opt_state))
   with pytest.raises(ValueError, match="paired"):
     paired.paired()
   with pytest.raises(TypeError, match="unknown arguments"):

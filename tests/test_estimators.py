@@ -131,11 +131,12 @@ def _expected_pes_grad(pes, theta, ws, key):
   for i in range(n):
     weight = acc[i] + eps[i] if resample[i] else acc[i]
     total, count = np.zeros_like(eps[0]), 0
+    plus, minus = 2 * i, 2 * i + 1  # the pair's lanes (metafam.inner.pairs: interleaved)
     for t in range(pes.unroll_length):
-      if new[t, i]:
+      if new[t, plus]:
         weight = eps[i]  # from this step on the pair runs a new trajectory that only saw eps
-      if mask[t, i] and mask[t, i + n]:
-        total += weight * (loss[t, i] - loss[t, i + n])
+      if mask[t, plus] and mask[t, minus]:
+        total += weight * (loss[t, plus] - loss[t, minus])
         count += 1
     if count:
       grad += total / count

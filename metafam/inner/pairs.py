@@ -1,27 +1,47 @@
 """The antithetic pair layout, in one place.
 
-ES estimators train ``2N`` lanes in pairs: lane ``i`` runs ``theta + eps_i`` and lane ``i + N`` runs
-``theta - eps_i`` (the *stacked* layout: the positive half first, then the negative half). The two lanes of a pair
-draw the same keys (so the same task configs, initial params, trajectory lengths and batches) and reset together,
-so they differ only through their theta. Every piece of code that depends on this layout is here:
+ES estimators train ``2N`` lanes in pairs: pair ``i`` runs ``theta + eps_i`` on lane ``2i`` and ``theta - eps_i`` on
+lane ``2i + 1`` (the *interleaved* layout). The two lanes of a pair draw the same keys (so the same task configs,
+initial params, trajectory lengths and batches) and reset together, so they differ only through their theta.
+Because a pair is two neighbouring lanes, lanes split over D devices in contiguous shards keep every pair on one
+device whenever D divides N: the pair bookkeeping (resets, differences, per-pair accumulators) then needs no
+cross-device traffic, and the layout, hence a checkpoint, is the same for every device and process count. Every
+piece of code that depends on the layout is here:
 
-* `lane_keys`: one key per lane, repeated for every lane group (a pair is lane ``i`` of groups 0 and 1);
+* `lane_keys`: one key per lane; with ``paired``, both lanes of a pair get the same key;
 * `pair_done`: a pair resets when either of its lanes does;
-* `antithetic_thetas` / `tile_pairs`: the ``[2N]``-leading thetas and inner states of the pairs;
-* `first_half`: the per-pair view of a per-lane flag both lanes share;
+* `antithetic_thetas` / `tile_pairs` / `join`: the ``[2N]``-leading thetas and inner states of the pairs;
+* `halves` / `first_half`: the per-pair ``[N]`` views (positive lanes, negative lanes) of a per-lane value;
 * `pair_differences`: ``L+ - L-`` per pair and step, with the pair mask.
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
 
 
-def lane_keys(key: jax.Array, num_lanes: int, groups: int = 1) -> jax.Array:
-  """``[num_lanes]`` keys; with ``groups > 1``, lane ``i`` of every group gets the same key."""
+def halves(x: jax.Array, axis: int = 0) -> Tuple[jax.Array, jax.Array]:
+  """The per-pair views ``(positive lanes, negative lanes)``, each with ``N`` pairs along ``axis``, of a ``2N``-lane
+  value."""
+  x = jnp.moveaxis(x, axis, 0)
+  split = x.reshape((x.shape[0] // 2, 2) + x.shape[1:])
+  return jnp.moveaxis(split[:, 0], 0, axis), jnp.moveaxis(split[:, 1], 0, axis)
+
+
+def join(pos: Any, neg: Any) -> Any:
+  """The ``[2N]``-leading lanes of ``N`` pairs from their positive and negative ``[N]``-leading values (trees)."""
+  return jax.tree.map(lambda p, n: jnp.stack([p, n], axis=1).reshape((2 * p.shape[0],) + p.shape[1:]), pos, neg)
+
+
+def lane_keys(key: jax.Array, num_lanes: int, groups: int = 1, paired: bool = False) -> jax.Array:
+  """``[num_lanes]`` keys. With ``paired``, the two lanes of each antithetic pair get the same key; with
+  ``groups > 1``, lane ``i`` of each of ``groups`` consecutive groups does."""
+  if paired:
+    keys = jax.random.split(key, num_lanes // 2)
+    return join(keys, keys)
   if groups == 1:
     return jax.random.split(key, num_lanes)
   return jnp.concatenate([jax.random.split(key, num_lanes // groups)] * groups)
@@ -29,24 +49,24 @@ def lane_keys(key: jax.Array, num_lanes: int, groups: int = 1) -> jax.Array:
 
 def pair_done(is_done: jax.Array) -> jax.Array:
   """``[2N]`` flags: a lane is done when it or its partner is."""
-  n = is_done.shape[0] // 2
-  either = is_done[:n] | is_done[n:]
-  return jnp.concatenate([either, either])
+  pos, neg = halves(is_done)
+  either = pos | neg
+  return join(either, either)
 
 
 def antithetic_thetas(theta: Any, eps: Any) -> Any:
-  """``[2N]``-leading theta: ``theta + eps`` for lanes ``0..N-1`` and ``theta - eps`` for lanes ``N..2N-1``."""
-  return jax.tree.map(lambda t, e: jnp.concatenate([t[None] + e, t[None] - e]), theta, eps)
+  """``[2N]``-leading theta: ``theta + eps_i`` on pair ``i``'s positive lane, ``theta - eps_i`` on its partner."""
+  return jax.tree.map(lambda t, e: join(t[None] + e, t[None] - e), theta, eps)
 
 
 def tile_pairs(tree: Any) -> Any:
   """``[N]``-leading ``tree`` (e.g. unperturbed lane states) as the ``[2N]`` lanes of N pairs."""
-  return jax.tree.map(lambda x: jnp.concatenate([x, x]), tree)
+  return join(tree, tree)
 
 
 def first_half(x: jax.Array, axis: int = 0) -> jax.Array:
   """The per-pair view (positive lanes) of a per-lane value both lanes of a pair share."""
-  return jax.lax.slice_in_dim(x, 0, x.shape[axis] // 2, axis=axis)
+  return halves(x, axis)[0]
 
 
 def pair_differences(losses: jax.Array, mask: jax.Array, clip: Optional[float]):
@@ -55,12 +75,12 @@ def pair_differences(losses: jax.Array, mask: jax.Array, clip: Optional[float]):
   A step counts only when both particles are finite there; ``clip`` bounds ``|L+ - L-|``. ``mean_loss`` is the
   masked mean of the pairs' average loss (NaN when no step counts).
   """
-  n = losses.shape[1] // 2
-  pair_mask = mask[:, :n] * mask[:, n:]
-  delta = (losses[:, :n] - losses[:, n:]) * pair_mask
+  (pos, neg), (mask_pos, mask_neg) = halves(losses, 1), halves(mask, 1)
+  pair_mask = mask_pos * mask_neg
+  delta = (pos - neg) * pair_mask
   if clip is not None:
     delta = jnp.clip(delta, -clip, clip)
-  mean_loss = masked_mean_or_nan(jnp.sum(0.5 * (losses[:, :n] + losses[:, n:]) * pair_mask), jnp.sum(pair_mask))
+  mean_loss = masked_mean_or_nan(jnp.sum(0.5 * (pos + neg) * pair_mask), jnp.sum(pair_mask))
   return delta, pair_mask, mean_loss
 
 

@@ -126,9 +126,10 @@ class TruncatedStep(DataPytree):
     random_initial_iteration: stagger lanes by starting each at a random iteration of its first trajectory.
     meta_loss_split: data for ``meta_loss``: "same_batch" (the step's training batch), a split name, or None to
       skip it (then ``meta_loss`` repeats ``loss`` at no extra cost).
-    antithetic: lanes ``i`` and ``i + num_tasks // 2`` form a pair: they draw the same keys (same configs, inits,
-      lengths and batches) and reset together (a non-finite step in either ends the trajectory of both), so they
-      differ only through their theta. ``num_tasks`` must be even.
+    antithetic: the lanes form pairs that draw the same keys (same configs, inits, lengths and batches) and reset
+      together (a non-finite step in either ends the trajectory of both), so they differ only through their theta.
+      ``num_tasks`` must be even. Lanes ``2i`` and ``2i + 1`` are a pair (build per-lane thetas and read per-pair
+      values with `metafam.inner.pairs`), so on several devices no pair spans two of them when the pairs divide.
     stack_antithetic: with ``antithetic``, run both halves as one vmap of ``num_tasks`` lanes (True) or as two
       vmaps of ``num_tasks // 2`` (False); the numbers are the same, only the batching differs.
     lane_groups: split the lanes into this many equal groups whose lane ``i`` draws the same keys (same instances
@@ -198,7 +199,7 @@ class TruncatedStep(DataPytree):
 
   def paired(self, stack: bool = True) -> "TruncatedStep":
     """The antithetic version of this step for ES: ``2 * num_tasks`` lanes in pairs (see `metafam.inner.pairs`):
-    lane ``i`` and lane ``i + num_tasks`` see the same instances, batches and resets. ``stack``: run both halves
+    lanes ``2i`` and ``2i + 1`` see the same instances, batches and resets. ``stack``: run both halves
     as one vmap (True) or as two (False); the numbers are the same. Never donates (estimators call the pure
     `unroll_fn`)."""
     if self.antithetic or self.lane_groups != 1:
@@ -303,10 +304,16 @@ class TruncatedStep(DataPytree):
   # -- public API ---------------------------------------------------------------------------------------------
   def _lane_keys(self, key: jax.Array) -> jax.Array:
     """One key per lane; lane ``i`` of every lane group gets the same key."""
-    return pairs.lane_keys(key, self.num_tasks, self.lane_groups)
+    return pairs.lane_keys(key, self.num_tasks, self.lane_groups, paired=self.antithetic)
 
   def _pair_done(self, is_done: jax.Array) -> jax.Array:
     return pairs.pair_done(is_done) if self.antithetic else is_done
+
+  @property
+  def whole_pairs_per_device(self) -> bool:
+    """Whether every device holds whole antithetic pairs (the pairs divide evenly over the devices), so the pair
+    bookkeeping needs no cross-device traffic."""
+    return self.antithetic and self.mesh is not None and (self.num_tasks // 2) % self.mesh.size == 0
 
   def init_fn(self, theta: Any, key: jax.Array, theta_is_batched: bool = False) -> LaneState:
     """Pure: fresh lanes (``[num_tasks]``-leading leaves); see `init_step_state`."""
@@ -354,20 +361,21 @@ class TruncatedStep(DataPytree):
         return keys
       return jax.lax.dynamic_slice_in_dim(keys, jax.lax.axis_index(sharding.LANE_AXIS) * num_local, num_local)
 
-    def pair_done(is_done):  # only antithetic pairs (lanes i and i + num_tasks / 2) need each other's flags
+    def pair_done(is_done):  # only the two lanes of an antithetic pair need each other's flags
       if not local or not self.antithetic:
         return self._pair_done(is_done)
+      if self.whole_pairs_per_device:  # neighbouring lanes are pairs: no other device is needed
+        return pairs.pair_done(is_done)
       everyone = self._pair_done(jax.lax.all_gather(is_done, sharding.LANE_AXIS, tiled=True))
       return jax.lax.dynamic_slice_in_dim(everyone, jax.lax.axis_index(sharding.LANE_AXIS) * num_local, num_local)
 
     def train(lanes, keys):
       if not self.antithetic or self.stack_antithetic or local:
         return train_vmap(theta, lanes, keys, data)
-      h = self.num_tasks // 2
-      halves = [jax.tree.map(lambda x: x[sl], (theta if theta_is_batched else None, lanes, keys))
-                for sl in (slice(None, h), slice(h, None))]
+      both = (theta if theta_is_batched else None, lanes, keys)
+      halves = [jax.tree.map(lambda x: pairs.halves(x)[i], both) for i in (0, 1)]
       results = [train_vmap(theta if th is None else th, ln, ks, data) for th, ln, ks in halves]
-      return jax.tree.map(lambda a, b: jnp.concatenate([a, b]), *results)
+      return pairs.join(*results)
 
     def step(lanes, step_key):
       k_train, k_reset = jax.random.split(step_key)

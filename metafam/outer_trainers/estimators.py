@@ -141,26 +141,31 @@ class FullES(_OnTruncatedStep):
     eps = sample_perturbations(theta, k_eps, n, self.sigma)
     thetas = pairs.antithetic_thetas(theta, eps)
     lanes = self.step.init_fn(thetas, k_init, theta_is_batched=True)
-    _, out = self.step.unroll_fn(thetas, lanes, self._unroll_keys(k_unroll, self.trajectory_length),
-                                 theta_is_batched=True)
+    lanes, out = self.step.unroll_fn(thetas, lanes, self._unroll_keys(k_unroll, self.trajectory_length),
+                                     theta_is_batched=True)
     losses, mask = step_losses(out, self.loss_kind)
-    valid = jnp.all(mask > 0, axis=0)
-    pair_valid = valid[:n] & valid[n:]
-    if self.loss_type == "avg":
-      per_lane = jnp.mean(losses, axis=0)
-    elif self.loss_type == "last":
-      per_lane = losses[-1]
-    else:
-      per_lane = jnp.min(losses, axis=0)
-    delta = jnp.where(pair_valid, per_lane[:n] - per_lane[n:], 0.0)
+    valid_pos, valid_neg = pairs.halves(jnp.all(mask > 0, axis=0))
+    pair_valid = valid_pos & valid_neg
+    per_lane = self.trajectory_losses(losses, thetas, lanes, jax.random.fold_in(k_unroll, self.trajectory_length))
+    pos, neg = pairs.halves(per_lane)
+    delta = jnp.where(pair_valid, pos - neg, 0.0)
     if self.clip_loss_diff is not None:
       delta = jnp.clip(delta, -self.clip_loss_diff, self.clip_loss_diff)
     num_valid = jnp.maximum(jnp.sum(pair_valid), 1)
     grad = weighted_noise_sum(delta / (num_valid * 2 * self.sigma ** 2), eps)
-    mean_loss = pairs.masked_mean_or_nan(jnp.sum(jnp.where(pair_valid, 0.5 * (per_lane[:n] + per_lane[n:]), 0.0)),
-                                   jnp.sum(pair_valid))
+    mean_loss = pairs.masked_mean_or_nan(jnp.sum(jnp.where(pair_valid, 0.5 * (pos + neg), 0.0)), jnp.sum(pair_valid))
     metrics = {"num_nonfinite": jnp.sum(~pair_valid).astype(jnp.float32)}
     return GradientEstimate(grad, mean_loss, metrics), worker_state
+
+
+  def trajectory_losses(self, losses, thetas, lanes, key):
+    """``[2N]``: each lane's meta-loss for its whole trajectory, from its ``[T, 2N]`` step ``losses`` by
+    ``loss_type`` (a subclass may use the per-lane ``thetas``, the final ``lanes`` and ``key`` instead)."""
+    if self.loss_type == "avg":
+      return jnp.mean(losses, axis=0)
+    if self.loss_type == "last":
+      return losses[-1]
+    return jnp.min(losses, axis=0)
 
 
 class TruncatedES(_OnTruncatedStep):
@@ -267,10 +272,13 @@ class PES(_OnTruncatedStep):
     return 2 * self.num_pairs * self.unroll_length
 
   def lane_major(self, worker_state: PESWorkerState) -> PESWorkerState:
-    """The lanes are split over the devices; the small per-pair accumulators, perturbations and ages replicated."""
+    """The lanes are split over the devices; so are the per-pair accumulators, perturbations and ages when every
+    device holds whole pairs (each device keeps its own pairs' bookkeeping, and the estimate needs one
+    cross-device sum), else they are replicated."""
     flags = lambda tree, value: jax.tree.map(lambda _: value, tree)
-    return PESWorkerState(lanes=flags(worker_state.lanes, True), accumulator=flags(worker_state.accumulator, False),
-                          eps=flags(worker_state.eps, False), age=False)
+    per_pair = self.step.whole_pairs_per_device
+    return PESWorkerState(lanes=flags(worker_state.lanes, True), accumulator=flags(worker_state.accumulator, per_pair),
+                          eps=flags(worker_state.eps, per_pair), age=per_pair)
 
   def init_worker_state(self, theta, key):
     zeros = lambda: jax.tree.map(lambda t: jnp.zeros((self.num_pairs,) + jnp.shape(t), jnp.result_type(t)), theta)

@@ -19,9 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from metafam.compat.learned_optimization.outer_trainers import _adapter, gradient_learner, truncation_schedule
-from metafam.inner import pairs
 from metafam.inner.schedules import ConstantSchedule, NeverEndingSchedule
-from metafam.outer_trainers import base as _mf_base
 from metafam.outer_trainers import estimators as _estimators
 
 __all__ = ["FullES"]
@@ -91,34 +89,10 @@ class FullES(_adapter.LOEstimatorFace, _estimators.FullES):
 
     return jnp.mean(jax.lax.map(sample_loss, jax.random.split(key, self.recompute_samples)), axis=0)
 
-  def estimate_fn(self, theta, worker_state, key):
+  def trajectory_losses(self, losses, thetas, lanes, key):
     if not self._recompute:
-      return super().estimate_fn(theta, worker_state, key)
-    # metafam's FullES estimate with the per-lane meta-loss replaced by the recomputed final loss, for the one-block
-    # pair layout (lanes [theta + eps | theta - eps]).
-    if getattr(self.step, "pair_blocks", 1) != 1:
-      raise NotImplementedError("FullES(loss_type='last_recompute') with antithetic pairs laid out in blocks over "
-                                "several devices; use one device or another loss_type.")
-    k_eps, k_init, k_unroll = jax.random.split(key, 3)
-    n = self.num_pairs
-    eps = _mf_base.sample_perturbations(theta, k_eps, n, self.sigma)
-    thetas = pairs.antithetic_thetas(theta, eps)
-    lanes = self.step.init_fn(thetas, k_init, theta_is_batched=True)
-    lanes, out = self.step.unroll_fn(thetas, lanes, self._unroll_keys(k_unroll, self.trajectory_length),
-                                     theta_is_batched=True)
-    _, mask = _mf_base.step_losses(out, self.loss_kind)
-    valid = jnp.all(mask > 0, axis=0)
-    pair_valid = valid[:n] & valid[n:]
-    per_lane = self._recomputed_losses(thetas, lanes, jax.random.fold_in(k_unroll, self.trajectory_length))
-    delta = jnp.where(pair_valid, per_lane[:n] - per_lane[n:], 0.0)
-    if self.clip_loss_diff is not None:
-      delta = jnp.clip(delta, -self.clip_loss_diff, self.clip_loss_diff)
-    num_valid = jnp.maximum(jnp.sum(pair_valid), 1)
-    grad = _mf_base.weighted_noise_sum(delta / (num_valid * 2 * self.sigma ** 2), eps)
-    mean_loss = pairs.masked_mean_or_nan(jnp.sum(jnp.where(pair_valid, 0.5 * (per_lane[:n] + per_lane[n:]), 0.0)),
-                                         jnp.sum(pair_valid))
-    metrics = {"num_nonfinite": jnp.sum(~pair_valid).astype(jnp.float32)}
-    return _mf_base.GradientEstimate(grad, mean_loss, metrics), worker_state
+      return super().trajectory_losses(losses, thetas, lanes, key)
+    return self._recomputed_losses(thetas, lanes, key)
 
 
 gradient_learner.GradientEstimator.register(FullES)
