@@ -9,6 +9,10 @@ Estimators built with ``devices`` (all with the same devices) spread their lanes
 then keeps theta and the meta-optimizer state replicated there and each worker state split by lane (`place`), from
 `init` and after `restore`. Evaluation (`evaluate`) spreads its ``eval_num_tasks`` instances over the same devices
 when they divide evenly, and runs on one device otherwise (the numbers are the same up to float rounding).
+
+When the devices belong to several processes (`metafam.distributed`), every process runs the same meta-steps;
+checkpoints hold the global state and are written by process 0, which alone also writes ``metrics.jsonl`` and
+evaluates (on its own devices); a resumed run may use another process count.
 """
 
 from __future__ import annotations
@@ -209,16 +213,15 @@ class MetaTrainer(DataPytree):
     return sharding.is_multi_process(self.mesh)
 
   @property
-  def writes_files(self) -> bool:
-    """Whether this process writes checkpoints and metrics: always, except on processes other than 0 of a
-    multi-process run."""
+  def is_main_process(self) -> bool:
+    """True except on processes other than 0 of a multi-process run."""
     return not self.multi_process or distributed.is_main_process()
 
   def save(self, state: MetaTrainState, path: str) -> None:
     """Writes ``state`` to ``path`` atomically. On several processes the lanes are gathered first (every process
     must call this) and process 0 writes the global state: a checkpoint does not depend on the process count."""
     tree = distributed.to_host(state) if self.multi_process else state
-    if self.writes_files:
+    if self.is_main_process:
       checkpoint.save(path, tree, {"step": int(tree.step), "config": self.config})
 
   def restore(self, path: str, like: MetaTrainState) -> MetaTrainState:
@@ -273,7 +276,7 @@ class MetaTrainer(DataPytree):
       if self.evaluator is None:
         raise ValueError("eval_every needs an eval_family (MetaTrainer(..., eval_family=...)).")
     ckpt = os.path.join(output_dir, CHECKPOINT_NAME) if output_dir else None
-    writes = bool(output_dir) and self.writes_files  # on several processes only process 0 touches output_dir
+    writes = bool(output_dir) and self.is_main_process  # on several processes only process 0 touches output_dir
     had_checkpoint, error = False, None
     if writes:
       try:
@@ -306,7 +309,8 @@ class MetaTrainer(DataPytree):
         elapsed = time.perf_counter() - t0
         step = int(state.step)
         record.update(step=step, seconds=elapsed, inner_steps_per_s=self.inner_steps_per_meta_step / elapsed)
-        if eval_every and (step % eval_every == 0 or step == num_steps):
+        # On several processes only process 0 evaluates (on its own devices); the others go on to the next step.
+        if eval_every and (step % eval_every == 0 or step == num_steps) and self.is_main_process:
           result = self.evaluate(state.theta, jax.random.fold_in(jax.random.key(12345), step))
           record.update(eval_final_loss=float(result["eval_final_loss"]),
                         eval_mean_loss=float(result["eval_mean_loss"]))
