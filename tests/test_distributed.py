@@ -244,8 +244,11 @@ def test_cli_launch_runs_meta_train_on_two_processes(tmp_path):
   proc = subprocess.run([sys.executable, "-m", "metafam", "launch", "--num_processes=2", "--", "meta-train",
                          "--family=quadratic_family_10", "--num_steps=3", "--num_pairs=2", "--unroll_length=5",
                          "--trajectory_length=10", "--eval_tasks=2", "--eval_steps=10", f"--output_dir={out}",
-                         "--noprogress"], env=_env(), capture_output=True, text=True, timeout=600)
+                         "--eval_every=3", "--noprogress"], env=_env(), capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert "process 1/2: meta-training reached step 3" in proc.stdout
   assert proc.stdout.count("held-out comparison") == 1
   assert {"checkpoint.npz", "metrics.jsonl", "summary.json"} <= set(os.listdir(out))
+  with open(out / "metrics.jsonl") as f:  # written once, with process 0's evaluation at the last step
+    records = [json.loads(line) for line in f]
+  assert [r["step"] for r in records] == [1, 2, 3] and "eval_final_loss" in records[-1]
