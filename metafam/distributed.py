@@ -138,8 +138,8 @@ def check_coordinator(group: ProcessGroup) -> None:
         return
     except OSError as e:
       if time.monotonic() >= deadline:
-        raise DistributedError(f"coordinator {group.coordinator} unreachable for {group.timeout_s} s ({e.strerror or e}); "
-                               "start process 0 there, or check the address.") from None
+        raise DistributedError(f"coordinator {group.coordinator} unreachable for {group.timeout_s} s "
+                               f"({e.strerror or e}); start process 0 there, or check the address.") from None
       time.sleep(0.25)
 
 

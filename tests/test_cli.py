@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from metafam import cli
@@ -64,6 +65,9 @@ def test_meta_train_writes_files_and_resumes(tmp_path, capsys):
     (["meta-train", "--devices=2", "--estimator=tbptt", "--num_pairs=3"],
      "--devices 2: num_tasks=3 lanes cannot be split evenly over 2 devices"),
     (["train"], "expected one command from meta-train, evaluate, benchmark, list, convert-checkpoint, launch; got train"),
+    (["meta-train", "--optimizer=learnable_sgd", "--step_mult=0.1"],
+     "--step_mult: --optimizer=learnable_sgd has no step_mult; it applies to adafac_mlp_lopt, mlp_lopt"),
+    (["meta-train", "--step_mult=0"], "flag --step_mult=0"),
 ])
 def test_bad_input_is_one_line_and_exit_code_2(args, message, capsys, tmp_path):
   code, out, err = run(args + [f"--output_dir={tmp_path / 'x'}"], capsys)
@@ -122,3 +126,28 @@ def test_evaluate_a_saved_learned_optimizer_and_its_bad_inputs(tmp_path, capsys)
     import re
     assert re.search(message, err), err
   assert not os.path.exists(tmp_path / "bad")
+
+
+def test_step_mult_is_recorded_and_evaluate_rebuilds_the_optimizer_with_it(tmp_path, capsys):
+  """A learned optimizer meta-trained with --step_mult must be evaluated with the same step_mult: the checkpoint
+  records it and `evaluate --checkpoint` passes it back (a wrong scale would silently change every update)."""
+  from metafam.optimizers import MLPLOpt
+  from metafam.outer_trainers import checkpoint
+  run_dir = str(tmp_path / "run")
+  args = ["meta-train", "--num_steps=2", f"--output_dir={run_dir}", "--optimizer=mlp_lopt", "--step_mult=0.05"]
+  assert run(args + [a for a in TINY if not a.startswith("--optimizer")], capsys)[0] == 0
+  ckpt = os.path.join(run_dir, "checkpoint.npz")
+  assert checkpoint.read_metadata(ckpt)["config"]["step_mult"] == 0.05
+  (opt,) = cli.build_optimizers("mlp_lopt", learning_rate=1.0, checkpoint=ckpt).values()
+  # The same theta under step_mult 0.05 (as trained) and 0.005 (the wrong scale): the CLI's must be the first.
+  step = {}
+  new = opt.update(opt.init({"w": np.ones(3, np.float32)}, num_steps=10), {"w": np.full(3, 0.5, np.float32)})
+  step["cli"] = np.asarray(opt.get_params(new)["w"]) - 1.0
+  from metafam.benchmark.runner import learned_optimizer
+  for mult in (0.05, 0.005):
+    ref = learned_optimizer(MLPLOpt(step_mult=mult), ckpt)
+    new = ref.update(ref.init({"w": np.ones(3, np.float32)}, num_steps=10), {"w": np.full(3, 0.5, np.float32)})
+    step[mult] = np.asarray(ref.get_params(new)["w"]) - 1.0
+  np.testing.assert_array_equal(step["cli"], step[0.05])
+  assert np.all(np.abs(step[0.005]) < np.abs(step[0.05]))
+  assert cli.learned_optimizer_kwargs("learnable_sgd", 0.05) == {}  # optimizers without a step_mult
