@@ -494,6 +494,7 @@ def cmd_launch(*argv: str) -> int:
   taken = sorted({a.lstrip("-").split("=")[0] for a in argv[1:]} & {"num_processes", "process_id", "coordinator"})
   if taken:
     raise UsageError(f"launch sets --{', --'.join(taken)} itself; remove them from the command after `--`.")
+  # Parse the command as process 0 will see it (launch_local adds these flags, with a free port).
   _parse(["metafam", *argv, f"--num_processes={num_processes}", "--coordinator=127.0.0.1:1"])
   check_meta_train_flags()  # one error line here rather than one per process
   return distributed.launch_local(list(argv), num_processes)
