@@ -3,8 +3,9 @@
     python benchmarks/distributed.py
     python benchmarks/distributed.py --steps 40 --num_pairs 16 --layouts 1x1,1x2,2x1
 
-Workload: the default `metafam meta-train` job (the 8x8 image-MLP family, MLPLOpt, PES with ``--num_pairs``
-antithetic pairs, ``--unroll`` inner steps per estimate within trajectories of 50, Adam meta-optimizer, clipping).
+Workload: PES meta-steps on the 8x8 image-MLP family with MLPLOpt (``--num_pairs`` antithetic pairs, ``--unroll``
+inner steps per estimate within trajectories of 50, Adam meta-optimizer, clipping), as in
+`benchmarks/outer_training.py`.
 Each layout ``PxD`` is P processes with D CPU devices each, started fresh by this script; the lanes are split over
 all P*D devices. After ``--warmup`` meta-steps (compilation), ``--steps`` jitted meta-steps (`MetaTrainer.step`,
 blocking on each) are timed; process 0 reports meta-steps/s and inner steps/s. "vs first" is the ratio to the first
