@@ -34,7 +34,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import jax
 import numpy as np
 
-__all__ = ["ProcessGroup", "DistributedError", "PeerFailureError", "initialize", "is_main_process", "process_count",
+__all__ = ["ProcessGroup", "DistributedError", "PeerFailureError", "initialize", "is_main_process",
            "check_same_everywhere", "raise_if_any", "to_host", "from_main_process", "broadcast_flag",
            "is_peer_failure", "launch_local", "local_commands", "free_port", "exit_now", "parse_coordinator",
            "check_coordinator"]
@@ -171,10 +171,6 @@ def initialize(group: ProcessGroup) -> None:
 def is_main_process() -> bool:
   """True on process 0 (and in a single-process run): the process that writes files and prints reports."""
   return jax.process_index() == 0
-
-
-def process_count() -> int:
-  return jax.process_count()
 
 
 # -- agreeing ----------------------------------------------------------------------------------------------------------
