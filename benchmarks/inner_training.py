@@ -6,8 +6,9 @@
 
 Workload: the image-MLP family at 8x8 (64 -> 32 ReLU -> 10, 2,410 params per task, per-instance sampled init scale),
 batch 128 of embedded Fashion-MNIST, truncation length 50, one 50-step unroll per call, inner optimizer the per-
-parameter MLP learned optimizer (`MLPLOpt`) or Adam. Printed per lane count, in inner steps per second summed over
-lanes:
+parameter MLP learned optimizer (`MLPLOpt`), Adam, or (``--optimizers adafac_mlp_lopt``) `AdafacMLPLOpt`, which the
+reference library's 0.0.1 release lacks (no LO columns). Printed per lane count, in inner steps per second summed
+over lanes:
 
   * metafam: `TruncatedStep.unroll` on one device (resets, masks, on-device batches, non-finite checks included);
   * minimal: a hand-written ``jit(scan(vmap(step)))`` of the same math (same model, loss and optimizer update, data
@@ -28,7 +29,9 @@ The timed programs run round-robin, ``--rounds`` calls each, and the median call
 drifts by tens of percent over minutes; interleaving keeps the ratios fair). Ratios: metafam/minimal time on one
 device (target <= 1.25 at 64+ lanes); the best metafam configuration against naive (target >= 20x at 256 lanes),
 against ref-style, and against the reference library (target >= 1.5x): measured in this run with ``--reference_src``,
-otherwise its published figures. Memory: the compiled program's argument + output + temporary bytes (XLA's memory
+otherwise its published figures. FLOP rate: XLA's cost analysis of one lane's inner step (the task's loss and
+gradient plus the optimizer's update) times the best inner steps/s, against the fp32 matmul peak measured at the
+start of the run (a 2048 x 2048 product on one device, all cores; target >= 50% at 8+ lanes). Memory: the compiled program's argument + output + temporary bytes (XLA's memory
 analysis) and the process's peak resident set size.
 Run it alone: a concurrent job skews timings.
 """
@@ -47,6 +50,7 @@ import numpy as np
 from metafam.inner import ConstantSchedule, TruncatedStep
 from metafam.optimizers.base import Adam
 from metafam.optimizers.learned import HandDesigned
+from metafam.optimizers.adafac_mlp_lopt import AdafacMLPLOpt
 from metafam.optimizers.mlp_lopt import MLPLOpt
 from metafam.taskfamilies.image_mlp import ImageMLPFamily
 
@@ -59,7 +63,7 @@ UNROLL = 50
 def make_optimizer(name):
   if name == "adam":
     return None, Adam(3e-3)
-  lopt = MLPLOpt()
+  lopt = AdafacMLPLOpt() if name == "adafac_mlp_lopt" else MLPLOpt()
   theta = lopt.init(jax.random.key(42))
   return theta, lopt
 
@@ -95,6 +99,36 @@ def fresh_state(family, opt, theta, key):
   k1, k2 = jax.random.split(key)
   params = family.task_fn(family.sample(k1)).init(k2)
   return opt.opt_fn(theta).init(params, num_steps=UNROLL)
+
+
+def lane_step_flops(family, opt, theta) -> float:
+  """Floating-point operations of one inner step of one lane (batch gather, the task's loss and gradient, the
+  optimizer's update), from XLA's cost analysis of that step compiled alone (no loop: XLA counts a loop body once)."""
+  data = family.datasets.device_data("train")
+
+  def one(theta, state, data, k):
+    inner = opt.opt_fn(theta)
+    loss, grad = jax.value_and_grad(loss_fn, argnums=1)(family.net, inner.get_params(state), data.sample(k))
+    return inner.update(state, grad, loss=loss)
+
+  state = jax.jit(lambda th, k: fresh_state(family, opt, th, k))(theta, jax.random.key(0))
+  cost = jax.jit(one).lower(theta, state, data, jax.random.key(1)).compile().cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  return float(cost.get("flops", float("nan")))
+
+
+def matmul_peak(size: int = 2048, calls: int = 7) -> float:
+  """The machine's fp32 matrix-multiply rate in FLOP/s: the best of ``calls`` ``[size, size] @ [size, size]``
+  products (all cores of one device), measured now, in this run."""
+  a = jax.random.normal(jax.random.key(0), (size, size), jnp.float32)
+  mm = jax.jit(lambda a: a @ a)
+  mm(a).block_until_ready()
+  best = float("inf")
+  for _ in range(calls):
+    start = time.perf_counter()
+    mm(a).block_until_ready()
+    best = min(best, time.perf_counter() - start)
+  return 2 * size ** 3 / best
 
 
 def setup_minimal(family, opt, theta, lanes):
@@ -210,7 +244,8 @@ def round_robin(runs, rounds):
 def main():
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--lanes", type=int, nargs="+", default=[1, 8, 64, 256])
-  parser.add_argument("--optimizers", nargs="+", default=["mlp_lopt", "adam"], choices=["mlp_lopt", "adam"])
+  parser.add_argument("--optimizers", nargs="+", default=["mlp_lopt", "adam"],
+                      choices=["mlp_lopt", "adam", "adafac_mlp_lopt"])
   parser.add_argument("--rounds", type=int, default=7, help="timed calls per program (the median is reported)")
   parser.add_argument("--naive_steps", type=int, default=10, help="steps timed for the naive per-task loop")
   parser.add_argument("--devices", type=int, default=2,
@@ -227,6 +262,8 @@ def main():
   family = ImageMLPFamily((32,), image_size=8, batch_size=128, activations=("relu",), label_noise_range=(0.0, 0.0))
   print(f"jax {jax.__version__}, {len(jax.devices())} {jax.devices()[0].platform} device(s); {family.name}, batch 128,"
         f" unroll {UNROLL}; median of {args.rounds} interleaved calls; inner steps/s summed over lanes")
+  peak = matmul_peak()
+  print(f"measured fp32 matmul peak (2048 x 2048 product, best of 7, one device, all cores): {peak / 1e9:.1f} GFLOP/s")
   cols = ["metafam", "minimal", "sharded", "ref_style"] + (["lo", "lo_dev"] if lo else []) + ["naive"]
   heads = {"sharded": f"mf x{devices}", "ref_style": "ref-style", "lo": "LO", "lo_dev": "LO dev"}
   ratios = ["best/naive", "best/ref-style"] + (["best/LO", "best/LO dev"] if lo else ["best/published"])
@@ -234,9 +271,11 @@ def main():
     theta, opt = make_optimizer(name)
     if theta is None:  # a plain Optimizer: wrap it for the baselines as well
       opt, theta = HandDesigned(opt), {}
-    print(f"\n== inner optimizer: {name}")
+    flops = lane_step_flops(family, opt, theta)
+    print(f"\n== inner optimizer: {name}; XLA cost analysis: {flops / 1e6:.2f} MFLOP per lane per inner step")
     print(f"{'lanes':>5} " + " ".join(f"{heads.get(c, c):>9}" for c in cols) + f" | {'mf/min time':>11} "
-          + " ".join(f"{r:>{max(len(r), 6)}}" for r in ratios) + f" | {'mf MB':>6} {'min MB':>6}")
+          + " ".join(f"{r:>{max(len(r), 6)}}" for r in ratios) + f" | {'GFLOP/s':>7} {'% peak':>6}"
+          + f" | {'mf MB':>6} {'min MB':>6}")
     for lanes in args.lanes:
       runs, mems = {}, {}
       runs["metafam"], mems["metafam"] = setup_metafam(family, opt, theta, lanes, None)
@@ -244,21 +283,23 @@ def main():
       if devices > 1 and lanes % devices == 0:
         runs["sharded"], _ = setup_metafam(family, opt, theta, lanes, devices)
       runs["ref_style"], _ = setup_ref_style(family, opt, theta, lanes)
-      if lo:
+      if lo and name in REFERENCE:  # LO 0.0.1 has no AdafacMLPLOpt: its columns stay empty
         runs["lo"], runs["lo_dev"] = reference_lo.setup_inner(lo, family, name, lanes, UNROLL)
       times = round_robin(runs, args.rounds)
       times["naive"] = bench_naive(family, opt, theta, lanes, args.naive_steps)
       rate = {k: UNROLL * lanes / t for k, t in times.items()}
       best = max(rate.get("sharded", 0.0), rate["metafam"])
       baselines = {"best/naive": rate["naive"], "best/ref-style": rate["ref_style"], "best/LO": rate.get("lo"),
-                   "best/LO dev": rate.get("lo_dev"), "best/published": REFERENCE[name].get(lanes)}
+                   "best/LO dev": rate.get("lo_dev"), "best/published": REFERENCE.get(name, {}).get(lanes)}
       print(f"{lanes:>5} " + " ".join(f"{rate[c]:>9,.0f}" if c in rate else f"{'-':>9}" for c in cols)
             + f" | {times['metafam'] / times['minimal']:>11.2f} "
             + " ".join(f"{best / baselines[r]:>{max(len(r), 6)}.2f}" if baselines[r] else f"{'-':>{max(len(r), 6)}}"
                        for r in ratios)
+            + f" | {best * flops / 1e9:>7.1f} {best * flops / peak:>6.0%}"
             + f" | {mems['metafam'] / 2**20:>6.1f} {mems['minimal'] / 2**20:>6.1f}", flush=True)
-  peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-  print(f"\nprocess peak RSS: {peak:,.0f} MB. 'mf/min time' = metafam time / minimal time on one device (1.00 = no "
+  rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+  print(f"\nprocess peak RSS: {rss:,.0f} MB. 'GFLOP/s' = best inner steps/s x XLA's FLOPs per lane step; '% peak' "
+        f"= that / the measured matmul peak. 'mf/min time' = metafam time / minimal time on one device (1.00 = no "
         f"overhead); 'best' = the faster of metafam on one device and metafam x{devices}.")
 
 

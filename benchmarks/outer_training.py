@@ -45,11 +45,12 @@ META_LOSSES = {  # setting -> (metafam estimator arguments, LO's TruncatedPES tr
 }
 
 
-def build(name, family, lopt, devices, **kwargs):
+def build(name, family, lopt, devices, num_pairs=8, **kwargs):
   if name == "pes":
-    return make_estimator("pes", family, lopt, num_tasks=8, unroll_length=10, schedule=ConstantSchedule(50),
+    return make_estimator("pes", family, lopt, num_tasks=num_pairs, unroll_length=10, schedule=ConstantSchedule(50),
                           sigma=0.01, devices=devices, **kwargs)
-  return make_estimator("full_es", family, lopt, num_tasks=8, trajectory_length=200, sigma=0.01, devices=devices)
+  return make_estimator("full_es", family, lopt, num_tasks=num_pairs, trajectory_length=200, sigma=0.01,
+                        devices=devices, **kwargs)
 
 
 def time_round_robin(runs, steps, rounds=5):
@@ -77,6 +78,8 @@ def main():
   parser.add_argument("--estimators", nargs="+", default=["pes", "full_es"], choices=["pes", "full_es"])
   parser.add_argument("--steps", type=int, default=30, help="meta-steps timed per estimator")
   parser.add_argument("--devices", type=int, default=2, help="also time the estimators with devices=N (1: skip)")
+  parser.add_argument("--pairs", type=int, nargs="+", default=[8, 64],
+                      help="antithetic pair counts of the PES comparison with the reference library")
   parser.add_argument("--reference_src", metavar="DIR",
                       help="unpacked learned_optimization source: time its TruncatedPES in this run")
   args = parser.parse_args()
@@ -109,42 +112,86 @@ def main():
     print(f"{name:>10} {devices:>7} {1 / loop:>11.2f} {inner / loop:>13,.0f} {loop:>11.4f} {bare:>10.4f} "
           f"{max(0.0, 1 - bare / loop):>7.1%} {speedup:>6.2f}x")
   if lo:
-    compare_reference(lo, family, lopt, placements, args.steps)
+    compare_reference(lo, family, lopt, placements, args.steps, args.pairs)
 
 
-def compare_reference(lo, family, lopt, placements, steps, rounds=5):
-  """PES estimates/s: LO's TruncatedPES against metafam's `PES.estimate`, blocks of calls interleaved, for each
-  meta-loss definition of `META_LOSSES` (the same one on both sides: same data, same loss, normalized)."""
+def compare_reference(lo, family, lopt, placements, steps, pairs_list, rounds=5):
+  """Estimates/s of metafam's estimators alone (``estimate``, no meta-update) against the reference library's,
+  blocks of calls interleaved: PES vs LO's `TruncatedPES` at each pair count of ``pairs_list`` for each meta-loss
+  definition of `META_LOSSES` (the same one on both sides), and FullES vs LO's `FullES` (8 pairs)."""
   import reference_lo
+  print_settings()
   runs = {}
+  for num_pairs in pairs_list:
+    for setting, (kwargs, train_and_meta) in META_LOSSES.items():
+      group = (f"PES, {num_pairs} pairs", setting)
+      runs[group, "LO"] = reference_lo.setup_pes(lo, family, num_pairs=num_pairs, unroll_length=10,
+                                                 trajectory_length=50, sigma=0.01, train_and_meta=train_and_meta)
+      for devices in placements:
+        est = build("pes", family, lopt, devices, num_pairs=num_pairs, **kwargs)
+        runs[group, f"metafam x{devices or 1}"] = estimate_call(est, lopt)
   for setting, (kwargs, train_and_meta) in META_LOSSES.items():
-    runs[setting, "LO TruncatedPES"] = reference_lo.setup_pes(lo, family, num_pairs=8, unroll_length=10,
-                                                              trajectory_length=50, sigma=0.01,
-                                                              train_and_meta=train_and_meta)
+    group = ("FullES, 8 pairs", setting)
+    runs[group, "LO"] = reference_lo.setup_full_es(lo, family, num_pairs=8, trajectory_length=200, sigma=0.01,
+                                                   train_and_meta=train_and_meta)
     for devices in placements:
-      est = build("pes", family, lopt, devices, **kwargs)
-      box = {"theta": lopt.init(jax.random.key(0)), "key": jax.random.key(2)}
-      box["state"] = est.init_worker_state(box["theta"], jax.random.key(1))
-
-      def run(est=est, box=box):
-        box["key"], key = jax.random.split(box["key"])
-        out, box["state"] = est.estimate(box["theta"], box["state"], key)
-        jax.block_until_ready(out)
-      runs[setting, f"metafam PES x{devices or 1}"] = run
+      runs[group, f"metafam x{devices or 1}"] = estimate_call(build("full_es", family, lopt, devices, **kwargs), lopt)
   for run in runs.values():
     run()  # compile
-  per_block = max(1, steps // rounds)
+  groups = list(dict.fromkeys(group for group, _ in runs))
   times = {name: [] for name in runs}
   for _ in range(rounds):
-    for name, run in runs.items():
-      start = time.perf_counter()
-      for _ in range(per_block):
-        run()
-      times[name].append((time.perf_counter() - start) / per_block)
-  print(f"\n{'PES, estimate only':>20} {'meta-loss':>12} {'estimates/s':>11} {'vs LO':>6}")
-  for (setting, name), t in times.items():
-    lo_time = statistics.median(times[setting, "LO TruncatedPES"])
-    print(f"{name:>20} {setting:>12} {1 / statistics.median(t):>11.2f} {lo_time / statistics.median(t):>5.2f}x")
+    for group in groups:
+      # FullES estimates take ~10x longer than PES ones: fewer calls per block keep the rounds comparable.
+      per_block = max(1, (steps if group[0].startswith("PES") else steps // 5) // rounds)
+      for name in [n for n in runs if n[0] == group]:
+        start = time.perf_counter()
+        for _ in range(per_block):
+          runs[name]()
+        times[name].append((time.perf_counter() - start) / per_block)
+  print(f"\n{'estimate only':>18} {'meta-loss':>12} {'LO est/s':>9} " +
+        " ".join(f"{f'metafam x{d or 1}':>12} {'vs LO':>6}" for d in placements))
+  for group in groups:
+    lo_time = statistics.median(times[group, "LO"])
+    cells = []
+    for devices in placements:
+      t = statistics.median(times[group, f"metafam x{devices or 1}"])
+      cells.append(f"{1 / t:>12.2f} {lo_time / t:>5.2f}x")
+    print(f"{group[0]:>18} {group[1]:>12} {1 / lo_time:>9.2f} " + " ".join(cells))
+
+
+def estimate_call(est, lopt):
+  """A blocking call of ``est.estimate`` (worker state carried over between calls, a fresh key per call)."""
+  box = {"theta": lopt.init(jax.random.key(0)), "key": jax.random.key(2)}
+  box["state"] = est.init_worker_state(box["theta"], jax.random.key(1))
+
+  def run():
+    box["key"], key = jax.random.split(box["key"])
+    out, box["state"] = est.estimate(box["theta"], box["state"], key)
+    jax.block_until_ready(out)
+  return run
+
+
+def print_settings():
+  """The compared settings, side by side (what makes the comparison exact)."""
+  rows = [
+      ("task", "8x8 image MLP 64-32-10, ReLU, batch 128", "the same model and data (a twin written on LO's Task)"),
+      ("learned optimizer", "MLPLOpt 19-32-32-2 (LOLv2 features)", "its MLPLOpt, summaries off"),
+      ("PES truncation", "10 inner steps per estimate, trajectories of 50, staggered",
+       "trunc_length=10, steps_per_jit=10, ConstantTruncationSchedule(50), random offsets"),
+      ("antithetic pairs", "N pairs = 2N lanes in one vmap (interleaved)", "num_tasks=N, halves as two unrolls"),
+      ("sigma", "0.01", "std=0.01"),
+      ("meta-loss 'outer_valid'", "normalized loss of the updated params, outer_valid batch",
+       "train_and_meta=True (the same)"),
+      ("meta-loss 'train batch'", "meta_loss_split=None, loss_kind='normalized_loss'",
+       "train_and_meta=False: normalized train loss before the update"),
+      ("FullES", "8 pairs, trajectories of 200 from fresh instances, loss_type 'avg'",
+       "num_tasks=8, unroll_length=200, steps_per_jit=10, loss_type='avg'"),
+      ("data", "sampled on the device inside the program", "assembled on the host per steps_per_jit, copied"),
+  ]
+  print(f"\n{'setting':>24} | {'metafam':<62} | LO")
+  for name, ours, theirs in rows:
+    print(f"{name:>24} | {ours:<62} | {theirs}")
 
 
 if __name__ == "__main__":

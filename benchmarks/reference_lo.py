@@ -113,7 +113,8 @@ def load(src: str) -> types.SimpleNamespace:
   try:
     mods = {name: importlib.import_module(f"learned_optimization.{path}") for name, path in [
         ("common", "outer_trainers.common"), ("schedules", "outer_trainers.truncation_schedule"),
-        ("pes", "outer_trainers.truncated_pes"), ("learner", "outer_trainers.gradient_learner"),
+        ("pes", "outer_trainers.truncated_pes"), ("full_es", "outer_trainers.full_es"),
+        ("learner", "outer_trainers.gradient_learner"),
         ("mlp_lopt", "learned_optimizers.mlp_lopt"), ("lopt_base", "learned_optimizers.base"),
         ("opt_base", "optimizers.base"), ("tasks", "tasks.base")]}
   finally:
@@ -224,5 +225,22 @@ def setup_pes(lo, family, num_pairs, unroll_length, trajectory_length, sigma, tr
     box["key"], key = jax.random.split(box["key"])
     out, _ = est.compute_gradient_estimate(weights, key, box["state"], with_summary=False)
     box["state"] = out.unroll_state
+    jax.block_until_ready(out.grad)
+  return run
+
+
+def setup_full_es(lo, family, num_pairs, trajectory_length, sigma, train_and_meta=False, steps_per_jit=10):
+  """A blocking call computing one LO `FullES` gradient estimate (its MLPLOpt, ``num_pairs`` antithetic pairs of
+  complete ``trajectory_length``-step trajectories from fresh instances, meta-loss averaged over the trajectory:
+  ``loss_type="avg"``), its data assembled on the host per ``steps_per_jit`` steps as LO does."""
+  lo_family, lopt = image_mlp_family(lo, family), learned_optimizer(lo, "mlp_lopt")
+  est = lo.full_es.FullES(lo_family, lopt, num_tasks=num_pairs, unroll_length=trajectory_length, std=sigma,
+                          steps_per_jit=steps_per_jit, train_and_meta=train_and_meta, loss_type="avg")
+  weights = lo.learner.WorkerWeights(theta=lopt.init(jax.random.key(0)), theta_model_state=None, outer_state=None)
+  box = {"state": est.init_worker_state(weights, jax.random.key(1)), "key": jax.random.key(2)}
+
+  def run():
+    box["key"], key = jax.random.split(box["key"])
+    out, _ = est.compute_gradient_estimate(weights, key, box["state"], with_summary=False)
     jax.block_until_ready(out.grad)
   return run

@@ -133,3 +133,19 @@ def test_vmapped_family_of_32_trains_with_adam_and_mean_loss_decreases():
   assert float(after.mean()) < 1.2
   assert float(losses[-10:].mean()) < float(losses[:10].mean()) - 0.8
   assert int(jnp.sum(after < before)) == n  # every instance improved
+
+
+def test_image_mlp_family_without_label_noise_sees_the_labels_a_zero_noise_draw_gives():
+  """A family whose label_noise_range is (0, 0) skips the per-example draw; its loss equals the loss a noisy family
+  computes for an instance whose label_noise is 0 (same params, batch and key)."""
+  from metafam.taskfamilies.image_mlp import ImageMLPFamily
+  clean, noisy = (ImageMLPFamily((4,), image_size=8, batch_size=16, label_noise_range=r)
+                  for r in [(0.0, 0.0), (0.0, 0.5)])
+  cfg = clean.sample(jax.random.key(0))
+  params = clean.task_fn(cfg).init(jax.random.key(1))
+  batch = clean.datasets.device_data("train").sample(jax.random.key(2))
+  for key in jax.random.split(jax.random.key(3), 3):
+    assert float(clean.task_fn(cfg).loss(params, key, batch)) == float(noisy.task_fn(cfg).loss(params, key, batch))
+  flipped = dict(cfg, label_noise=jnp.asarray(0.5, jnp.float32))  # and the noisy path does flip labels
+  losses = {float(noisy.task_fn(flipped).loss(params, k, batch)) for k in jax.random.split(jax.random.key(4), 3)}
+  assert len(losses) > 1

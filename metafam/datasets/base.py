@@ -69,8 +69,16 @@ class DeviceData:
     return jax.tree.leaves(self.arrays)[0].shape[0]
 
   def sample(self, key: jax.Array) -> Any:
-    """A batch of ``batch_size`` examples drawn uniformly with replacement (i.i.d. per key)."""
-    idx = jax.random.randint(key, (self.batch_size,), 0, self.num_examples)
+    """A batch of ``batch_size`` examples drawn uniformly with replacement (i.i.d. per key):
+    ``take(indices(key))``."""
+    return self.take(self.indices(key))
+
+  def indices(self, key: jax.Array) -> jax.Array:
+    """int32 ``[batch_size]``: the examples `sample` draws for ``key`` (the random part, to draw many at once)."""
+    return jax.random.randint(key, (self.batch_size,), 0, self.num_examples)
+
+  def take(self, idx: jax.Array) -> Any:
+    """The batch of examples ``idx`` (the gather part of `sample`)."""
     return jax.tree.map(lambda x: jnp.take(x, idx, axis=0), self.arrays)
 
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -47,6 +47,7 @@ from metafam.optimizers.learned import HandDesigned
 from metafam.taskfamilies.base import TaskFamily
 
 META_LOSS_SPLITS = ("same_batch",) + SPLITS
+DRAW_BLOCK = 50  # inner steps whose random draws are made together before their loop (see `_unroll_lanes`)
 
 
 @functools.partial(jax.tree_util.register_dataclass,
@@ -97,6 +98,16 @@ class UnrollOutput:
   iteration: jax.Array
   is_new_trajectory: jax.Array
   is_done: jax.Array
+
+
+class _StepDraws(NamedTuple):
+  """One inner step's random draws, per lane (leading lane axis): the `step_lib.StepKeys`, the train batch's example
+  indices (None without data), the meta-loss batch's (None unless ``meta_loss_split`` names a split) and the key a
+  lane resets with."""
+  keys: step_lib.StepKeys
+  batch: Optional[jax.Array]
+  meta_batch: Optional[jax.Array]
+  reset: jax.Array
 
 
 def _map_lanes(fn, in_axes, args, chunk: Optional[int]):
@@ -229,8 +240,9 @@ class TruncatedStep(DataPytree):
       iteration = jax.random.randint(k_off, (), 0, jnp.maximum(length, 1), jnp.int32)
     return LaneState(cfg=cfg, opt_state=opt_state, iteration=iteration, length=length)
 
-  def _train_lanes(self, theta, lanes: LaneState, keys, data, theta_axis):
-    """One step of every lane in ``lanes`` (leading lane axis); theta is shared, or per lane with ``theta_axis=0``.
+  def _train_lanes(self, theta, lanes: LaneState, draws: "_StepDraws", data, theta_axis):
+    """One step of every lane in ``lanes`` (leading lane axis) with the step's per-lane random ``draws``; theta is
+    shared, or per lane with ``theta_axis=0``.
 
     Per-lane pieces (`jax.vmap`) around the two theta-free computations that may go non-finite, which are wrapped
     in `masking.cut_unless_finite` over all lanes; see the module docstring for the step's timeline.
@@ -238,18 +250,15 @@ class TruncatedStep(DataPytree):
     per_lane = lambda fn, *in_axes: jax.vmap(fn, in_axes=in_axes)
     opt_of = self.learned_opt.opt_fn
 
-    def inputs(th, lane, key):
+    def inputs(th, lane, draw):
       opt = opt_of(th)
-      keys = step_lib.split_step_key(key, with_meta_loss=True)
-      split = lambda name: None if data is None else data[name]  # data-free tasks get batch None
-      batch = step_lib.sample_batch(split("train"), keys.batch)
-      meta_batch = batch
-      if self.meta_loss_split not in (None, "same_batch"):
-        meta_batch = step_lib.sample_batch(split(self.meta_loss_split), keys.meta_batch)
+      take = lambda name, idx: None if data is None else data[name].take(idx)  # data-free tasks get batch None
+      batch = take("train", draw.batch)
+      meta_batch = batch if draw.meta_batch is None else take(self.meta_loss_split, draw.meta_batch)
       diff = (opt.get_params(lane.opt_state), opt.get_state(lane.opt_state))
-      return diff, (keys.loss, batch), (keys.meta, meta_batch), keys.opt
+      return diff, (draw.keys.loss, batch), (draw.keys.meta, meta_batch), draw.keys.opt
 
-    params_and_state, loss_data, meta_data, k_opt = per_lane(inputs, theta_axis, 0, 0)(theta, lanes, keys)
+    params_and_state, loss_data, meta_data, k_opt = per_lane(inputs, theta_axis, 0, 0)(theta, lanes, draws)
 
     def loss_and_grad(diff, rest):
       (p, s), (cfg, (k, b)) = diff, rest
@@ -369,29 +378,53 @@ class TruncatedStep(DataPytree):
       everyone = self._pair_done(jax.lax.all_gather(is_done, sharding.LANE_AXIS, tiled=True))
       return jax.lax.dynamic_slice_in_dim(everyone, jax.lax.axis_index(sharding.LANE_AXIS) * num_local, num_local)
 
-    def train(lanes, keys):
+    def draws_of(step_key):
+      """Every random number a step draws outside a reset: its per-lane keys and batch indices."""
+      k_train, k_reset = jax.random.split(step_key)
+      keys = jax.vmap(functools.partial(step_lib.split_step_key, with_meta_loss=True))(lane_keys(k_train))
+      indices = lambda name, ks: None if data is None else jax.vmap(data[name].indices)(ks)
+      meta = None if self.meta_loss_split in (None, "same_batch") else indices(self.meta_loss_split, keys.meta_batch)
+      return _StepDraws(keys=keys, batch=indices("train", keys.batch), meta_batch=meta, reset=lane_keys(k_reset))
+
+    def train(lanes, draws):
       if not self.antithetic or self.stack_antithetic or local:
-        return train_vmap(theta, lanes, keys, data)
-      both = (theta if theta_is_batched else None, lanes, keys)
+        return train_vmap(theta, lanes, draws, data)
+      both = (theta if theta_is_batched else None, lanes, draws)
       halves = [jax.tree.map(lambda x: pairs.halves(x)[i], both) for i in (0, 1)]
-      results = [train_vmap(theta if th is None else th, ln, ks, data) for th, ln, ks in halves]
+      results = [train_vmap(theta if th is None else th, ln, dr, data) for th, ln, dr in halves]
       return pairs.join(*results)
 
-    def step(lanes, step_key):
-      k_train, k_reset = jax.random.split(step_key)
-      lanes, out, is_done = train(lanes, lane_keys(k_train))
+    def step(lanes, draws):
+      lanes, out, is_done = train(lanes, draws)
       is_done = pair_done(is_done)
       out = dataclasses.replace(out, is_done=is_done)
 
       def reset(lanes):
         return jax.vmap(lambda done, new, old: jax.tree.map(lambda a, b: jnp.where(done, a, b), new, old))(
-            is_done, fresh(theta, lane_keys(k_reset)), lanes)
+            is_done, fresh(theta, draws.reset), lanes)
 
       # A scalar predicate: the (batched) reset runs only in steps where some lane (of this device) finishes.
       lanes = jax.lax.cond(jnp.any(is_done), reset, lambda l: l, lanes)
       return lanes, out
 
-    return jax.lax.scan(step, state, step_keys)
+    def steps(lanes, keys):
+      return jax.lax.scan(step, lanes, jax.vmap(draws_of)(keys))
+
+    # The steps' random numbers are drawn before the loop, for blocks of up to DRAW_BLOCK steps at once: the same
+    # numbers as drawing them step by step (counter-based keys), in a few large threefry calls instead of ~10 small
+    # ones per step (on CPU each is a loop of small kernels, which cost more than the draws themselves); the blocks
+    # bound the memory of the drawn batch indices for long unrolls.
+    num_steps = step_keys.shape[0]
+    num_blocks, rest = divmod(num_steps, DRAW_BLOCK)
+    if num_blocks <= 1 and rest == 0 or num_blocks == 0:
+      return steps(state, step_keys)
+    blocked = step_keys[:num_blocks * DRAW_BLOCK].reshape((num_blocks, DRAW_BLOCK) + step_keys.shape[1:])
+    state, out = jax.lax.scan(steps, state, blocked)
+    out = jax.tree.map(lambda x: x.reshape((num_blocks * DRAW_BLOCK,) + x.shape[2:]), out)
+    if rest:
+      state, tail = steps(state, step_keys[num_blocks * DRAW_BLOCK:])
+      out = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), out, tail)
+    return state, out
 
   def unroll(self, theta: Any, state: LaneState, key: jax.Array, num_steps: int,
              theta_is_batched: bool = False):

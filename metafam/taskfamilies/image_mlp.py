@@ -34,13 +34,17 @@ class _ImageMLPInstance(Task):
     labels = batch["label"]
     # One uniform draw per example: u < p flips the label, and given a flip u / p is uniform on [0, 1), which
     # picks the replacement class (half the random numbers of a separate bernoulli + randint).
-    p, k = self.cfg["label_noise"], self.family.num_classes
-    u = jax.random.uniform(key, labels.shape)
-    random_labels = jnp.minimum((u / jnp.maximum(p, 1e-12) * k).astype(jnp.int32), k - 1)
-    noisy = jnp.where(u < p, random_labels, labels)
+    # A family without label noise draws nothing (the same labels as a draw with p = 0, without its cost).
+    noisy = labels if self.family.label_noise_range[1] == 0 else self._noisy_labels(labels, key)
     loss, accuracy = cross_entropy_and_accuracy(self.family.net.apply(params, batch["image"],
                                                                      self.cfg["activation"]), noisy)
     return loss, {"accuracy": accuracy}
+
+  def _noisy_labels(self, labels, key):
+    p, k = self.cfg["label_noise"], self.family.num_classes
+    u = jax.random.uniform(key, labels.shape)
+    random_labels = jnp.minimum((u / jnp.maximum(p, 1e-12) * k).astype(jnp.int32), k - 1)
+    return jnp.where(u < p, random_labels, labels)
 
   def normalizer(self, loss):
     return loss / jnp.log(self.family.num_classes)
