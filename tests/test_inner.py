@@ -63,51 +63,41 @@ def test_losses_belong_to_their_trajectory():
         np.testing.assert_allclose(loss[t, lane], meta[t - 1, lane], rtol=1e-5)
 
 
+def _check_one_call_equals_calls(ts, state0, keys, num_calls):
+  """One `unroll_with_keys` over ``keys`` equals ``num_calls`` consecutive calls over parts of them; returns the
+  single call's outputs."""
+  fused_state, fused = ts.unroll_with_keys({}, _copy(state0), keys)
+  state, outs = state0, []
+  for part in np.array_split(np.arange(len(keys)), num_calls):
+    state, out = ts.unroll_with_keys({}, state, keys[part[0]:part[-1] + 1])
+    outs.append(out)
+  parts = jax.tree.map(lambda *xs: jnp.concatenate(xs), *outs)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7), fused, parts)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7), fused_state, state)
+  return fused
+
+
 def test_k_steps_in_one_call_equal_k_calls_of_one_step():
   ts = TruncatedStep(QuadraticFamily(3, scale_range=(0.5, 2.0)), SGD(0.3), 4, ConstantSchedule(3),
                      random_initial_iteration=True, donate=False)
-  state0 = ts.init_step_state({}, jax.random.key(0))
-  keys = jax.random.split(jax.random.key(1), 7)
-  fused_state, fused = ts.unroll_with_keys({}, _copy(state0), keys)
-  state, outs = state0, []
-  for i in range(7):
-    state, out = ts.unroll_with_keys({}, state, keys[i:i + 1])
-    outs.append(out)
-  stepwise = jax.tree.map(lambda *xs: jnp.concatenate(xs), *outs)
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7), fused, stepwise)
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7), fused_state, state)
+  _check_one_call_equals_calls(ts, ts.init_step_state({}, jax.random.key(0)), jax.random.split(jax.random.key(1), 7),
+                               7)
 
 
 def test_draws_made_before_the_loop_match_a_call_per_step_with_data_and_a_meta_split():
-  """The unroll draws every step's batch indices before its loop; with a dataset, a separate meta-loss split and
-  resets, one 7-step call still equals 7 one-step calls with the same keys."""
+  """The unroll draws its steps' batch indices before its loop, in blocks of DRAW_BLOCK steps; with a dataset, a
+  separate meta-loss split and resets, one 7-step call equals 7 one-step calls with the same keys, and one call of
+  2 blocks + 7 steps equals 5 calls short enough to draw all at once."""
+  from metafam.inner.truncated_step import DRAW_BLOCK
   from metafam.optimizers.base import Adam
   from metafam.taskfamilies.image_mlp import ImageMLPFamily
   family = ImageMLPFamily((4,), image_size=8, batch_size=8)
   ts = TruncatedStep(family, Adam(1e-2), 4, ConstantSchedule(3), meta_loss_split="outer_valid",
                      random_initial_iteration=True, donate=False)
   state0 = ts.init_step_state({}, jax.random.key(0))
-  keys = jax.random.split(jax.random.key(1), 7)
-  fused_state, fused = ts.unroll_with_keys({}, _copy(state0), keys)
-  state, outs = state0, []
-  for i in range(7):
-    state, out = ts.unroll_with_keys({}, state, keys[i:i + 1])
-    outs.append(out)
-  stepwise = jax.tree.map(lambda *xs: jnp.concatenate(xs), *outs)
+  fused = _check_one_call_equals_calls(ts, state0, jax.random.split(jax.random.key(1), 7), 7)
   assert np.asarray(fused.is_new_trajectory).any()  # resets happened inside the call
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7), fused, stepwise)
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7), fused_state, state)
-  # Longer than one block of draws (2 blocks + 7 steps) equals calls short enough to draw all at once.
-  from metafam.inner.truncated_step import DRAW_BLOCK
-  keys = jax.random.split(jax.random.key(2), 2 * DRAW_BLOCK + 7)
-  long_state, long = ts.unroll_with_keys({}, _copy(state0), keys)
-  state, outs = state0, []
-  for part in np.array_split(np.arange(len(keys)), 5):
-    state, out = ts.unroll_with_keys({}, state, keys[part[0]:part[-1] + 1])
-    outs.append(out)
-  parts = jax.tree.map(lambda *xs: jnp.concatenate(xs), *outs)
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7), long, parts)
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7), long_state, state)
+  _check_one_call_equals_calls(ts, state0, jax.random.split(jax.random.key(2), 2 * DRAW_BLOCK + 7), 5)
 
 
 def test_per_lane_theta_equals_shared_theta():
