@@ -229,6 +229,21 @@ def test_vectorized_family_samples_equal_separate_runs_on_device_data():
   assert not np.allclose(vec.eval_losses["train"], vec.eval_losses["test"])
 
 
+def test_long_chunks_draw_in_blocks_with_the_same_numbers():
+  """A training chunk draws its steps' keys and batch indices before its loop, DRAW_BLOCK steps at a time: one
+  110-step chunk (2 blocks + 10 steps) trains exactly like eleven 10-step chunks, per member and with shared
+  batches."""
+  from metafam.inner.step import DRAW_BLOCK
+  family = NoisyQuadraticFamily(dim=4, batch_size=8, scale_range=(0.5, 2.0))
+  num_steps = 2 * DRAW_BLOCK + 10
+  for shared in (False, True):
+    runs = [train_and_evaluate_vectorized(family, SGD_OPT, num_steps, every, 1, 2, key=jax.random.key(6),
+                                          splits=("test",), shared_batches=shared) for every in (num_steps, 10)]
+    np.testing.assert_array_equal(runs[0].train_losses, runs[1].train_losses)
+    jax.tree.map(np.testing.assert_array_equal, runs[0].params, runs[1].params)
+    np.testing.assert_array_equal(runs[0].eval_losses["test"][:, -1], runs[1].eval_losses["test"][:, -1])
+
+
 # -- ensemble helpers ---------------------------------------------------------------------------------------------
 def test_ensemble_init_take_stack_unstack():
   init_fn = lambda k: {"w": jax.random.normal(k, (2, 3)), "b": jnp.zeros(3), "n": jnp.asarray(1)}

@@ -88,7 +88,7 @@ def test_draws_made_before_the_loop_match_a_call_per_step_with_data_and_a_meta_s
   """The unroll draws its steps' batch indices before its loop, in blocks of DRAW_BLOCK steps; with a dataset, a
   separate meta-loss split and resets, one 7-step call equals 7 one-step calls with the same keys, and one call of
   2 blocks + 7 steps equals 5 calls short enough to draw all at once."""
-  from metafam.inner.truncated_step import DRAW_BLOCK
+  from metafam.inner.step import DRAW_BLOCK
   from metafam.optimizers.base import Adam
   from metafam.taskfamilies.image_mlp import ImageMLPFamily
   family = ImageMLPFamily((4,), image_size=8, batch_size=8)
@@ -98,6 +98,22 @@ def test_draws_made_before_the_loop_match_a_call_per_step_with_data_and_a_meta_s
   fused = _check_one_call_equals_calls(ts, state0, jax.random.split(jax.random.key(1), 7), 7)
   assert np.asarray(fused.is_new_trajectory).any()  # resets happened inside the call
   _check_one_call_equals_calls(ts, state0, jax.random.split(jax.random.key(2), 2 * DRAW_BLOCK + 7), 5)
+
+
+@pytest.mark.parametrize("num_steps", [0, 7, 50, 107])
+def test_scan_with_draws_equals_drawing_inside_the_loop(num_steps):
+  """`scan_with_draws` (draws made before the loop, 50 steps at a time) gives the same carry and outputs as a scan
+  that draws inside its body, for lengths below, at and above a block."""
+  from metafam.inner.step import scan_with_draws
+  keys = jax.random.split(jax.random.key(7), num_steps)
+  draw = lambda k: jax.random.normal(k, (3,))
+
+  def body(c, d):
+    return 0.9 * c + d, jnp.sum(c * d)
+
+  expected = jax.lax.scan(lambda c, k: body(c, draw(k)), jnp.zeros(3), keys)
+  got = scan_with_draws(lambda c, kd: body(c, kd[1]), jnp.zeros(3), keys, draw)
+  jax.tree.map(np.testing.assert_array_equal, got, expected)
 
 
 def test_per_lane_theta_equals_shared_theta():

@@ -31,7 +31,7 @@ import optax
 from metafam._checks import check_positive_int
 from metafam._identity import IdentityKey as _ByIdentity
 from metafam.datasets.base import SPLITS, DeviceData
-from metafam.inner.step import train_step
+from metafam.inner.step import draw_train_step, scan_with_draws, train_step_drawn
 from metafam.optimizers.base import OptaxOptimizer, Optimizer
 from metafam.taskfamilies.base import TaskFamily
 from metafam.tasks.base import Task
@@ -153,21 +153,31 @@ def _train_program(obj, opt, vmapped, data_kind, shared, opt_state, cfg, keys, s
   """
   obj, opt = obj.value, opt.value
   per_member_device = data_kind == "device" and not (vmapped and shared)
+  member_data = device_data if per_member_device else None
 
-  def member(opt_state, cfg, train_key, step, batch):
-    return train_step(_task_of(obj, cfg), opt, opt_state, jax.random.fold_in(train_key, step),
-                      device_data if per_member_device else None, batch)
-
-  def body(opt_state, xs):
-    step, batch = xs
+  def draws(xs):
+    """A step's random draws: each member's keys (and batch indices), or the shared batch's indices."""
+    step = xs[0]
+    member_draws = lambda train_key: draw_train_step(jax.random.fold_in(train_key, step), member_data)
+    shared_batch = None
     if data_kind == "device" and not per_member_device:
-      batch = device_data.sample(jax.random.split(jax.random.fold_in(keys.shared_train, step), 3)[0])
-    if not vmapped:
-      return member(opt_state, cfg, keys.train, step, batch)
-    batch_axis = 0 if data_kind == "host" and not shared else None
-    return jax.vmap(member, in_axes=(0, 0, 0, None, batch_axis))(opt_state, cfg, keys.train, step, batch)
+      shared_batch = device_data.indices(jax.random.split(jax.random.fold_in(keys.shared_train, step), 3)[0])
+    return (jax.vmap(member_draws) if vmapped else member_draws)(keys.train), shared_batch
 
-  return jax.lax.scan(body, opt_state, (steps, host_batches))
+  def member(opt_state, cfg, member_draws, batch):
+    return train_step_drawn(_task_of(obj, cfg), opt, opt_state, member_draws, member_data, batch)
+
+  def body(opt_state, xs_and_draws):
+    (_, batch), (member_draws, shared_batch) = xs_and_draws
+    if shared_batch is not None:
+      batch = device_data.take(shared_batch)
+    if not vmapped:
+      return member(opt_state, cfg, member_draws, batch)
+    batch_axis = 0 if data_kind == "host" and not shared else None
+    return jax.vmap(member, in_axes=(0, 0, 0, batch_axis))(opt_state, cfg, member_draws, batch)
+
+  # The steps' random numbers are drawn before the loop, a block of steps at once (the same numbers).
+  return scan_with_draws(body, opt_state, (steps, host_batches), draws)
 
 
 def _eval_keys(eval_key, step, splits, num_batches):

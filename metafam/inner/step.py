@@ -3,12 +3,13 @@
 Every inner-training engine composes these pure pieces: `metafam.inner.TruncatedStep` maps them over lanes (with
 NaN-safe masking around `loss_and_grad` and `meta_loss`), and `metafam.evaluation.Runner` (fixed-length training
 with evaluation points, used by `train_and_evaluate`, the learning-rate sweeps and the benchmark) runs `train_step`
-in its scans. A step with key ``k`` draws its randomness from `split_step_key`.
+in its scans. A step with key ``k`` draws its randomness from `split_step_key`; both engines make many steps' draws
+at once before their loops (`scan_with_draws`).
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -60,13 +61,60 @@ def meta_loss(task: Any, params: Any, model_state: Any, key: jax.Array, batch: A
   return task.loss_with_state_and_aux(params, model_state, key, batch)[0]
 
 
+class TrainDraws(NamedTuple):
+  """The random draws of one `train_step`: its `StepKeys` (no meta keys) and, with device data, the batch's example
+  indices (else None)."""
+  keys: StepKeys
+  batch: Optional[jax.Array]
+
+
+def draw_train_step(key: jax.Array, split_data: Any = None) -> TrainDraws:
+  """The draws `train_step` makes from ``key``: made apart from the step, many steps' draws can be made at once."""
+  keys = split_step_key(key, with_meta_loss=False)
+  return TrainDraws(keys, None if split_data is None else split_data.indices(keys.batch))
+
+
 def train_step(task: Any, opt: Any, opt_state: Any, key: jax.Array, split_data: Any = None, batch: Any = None):
   """One update of one lane without a meta-loss: ``(new opt_state, loss before the update)``.
 
   The batch is drawn from ``split_data`` (a `DeviceData`) when given, else ``batch`` is used as is.
   """
-  keys = split_step_key(key, with_meta_loss=False)
-  if split_data is not None:
-    batch = sample_batch(split_data, keys.batch)
-  loss, model_state, grad = loss_and_grad(task, opt.get_params(opt_state), opt.get_state(opt_state), keys.loss, batch)
-  return apply_update(opt, opt_state, grad, loss, model_state, keys.opt), loss
+  return train_step_drawn(task, opt, opt_state, draw_train_step(key, split_data), split_data, batch)
+
+
+def train_step_drawn(task: Any, opt: Any, opt_state: Any, draws: TrainDraws, split_data: Any = None,
+                     batch: Any = None):
+  """`train_step` with its random draws made already (`draw_train_step`)."""
+  if draws.batch is not None:
+    batch = split_data.take(draws.batch)
+  loss, model_state, grad = loss_and_grad(task, opt.get_params(opt_state), opt.get_state(opt_state),
+                                          draws.keys.loss, batch)
+  return apply_update(opt, opt_state, grad, loss, model_state, draws.keys.opt), loss
+
+
+DRAW_BLOCK = 50  # steps whose random draws `scan_with_draws` makes together
+
+
+def scan_with_draws(body: Callable, carry: Any, xs: Any, draw: Callable, block: int = DRAW_BLOCK):
+  """``lax.scan(body, carry, xs)`` where ``body(carry, (x, d))`` also gets ``d = draw(x)``, the step's random draws,
+  made before the loop for blocks of up to ``block`` steps at once (``vmap(draw)`` over the block's ``xs``).
+
+  The numbers are those of drawing inside the loop (counter-based keys), but a step's ~5-10 small threefry calls
+  become a few large ones per block: on CPU every call is a loop of small kernels that costs far more than its
+  draws. The blocks bound the memory of the drawn values (e.g. batch indices) for long loops.
+  """
+  num_steps = jax.tree.leaves(xs)[0].shape[0]
+
+  def run(carry, xs):
+    return jax.lax.scan(body, carry, (xs, jax.vmap(draw)(xs)))
+
+  num_blocks, rest = divmod(num_steps, block)
+  if num_blocks == 0 or (num_blocks == 1 and rest == 0):
+    return run(carry, xs)
+  head = jax.tree.map(lambda x: x[:num_blocks * block].reshape((num_blocks, block) + x.shape[1:]), xs)
+  carry, ys = jax.lax.scan(run, carry, head)
+  ys = jax.tree.map(lambda y: y.reshape((num_blocks * block,) + y.shape[2:]), ys)
+  if rest:
+    carry, tail = run(carry, jax.tree.map(lambda x: x[num_blocks * block:], xs))
+    ys = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), ys, tail)
+  return carry, ys

@@ -47,7 +47,6 @@ from metafam.optimizers.learned import HandDesigned
 from metafam.taskfamilies.base import TaskFamily
 
 META_LOSS_SPLITS = ("same_batch",) + SPLITS
-DRAW_BLOCK = 50  # inner steps whose random draws are made together before their loop (see `_unroll_lanes`)
 
 
 @functools.partial(jax.tree_util.register_dataclass,
@@ -407,24 +406,9 @@ class TruncatedStep(DataPytree):
       lanes = jax.lax.cond(jnp.any(is_done), reset, lambda l: l, lanes)
       return lanes, out
 
-    def steps(lanes, keys):
-      return jax.lax.scan(step, lanes, jax.vmap(draws_of)(keys))
-
-    # The steps' random numbers are drawn before the loop, for blocks of up to DRAW_BLOCK steps at once: the same
-    # numbers as drawing them step by step (counter-based keys), in a few large threefry calls instead of ~10 small
-    # ones per step (on CPU each is a loop of small kernels, which cost more than the draws themselves); the blocks
-    # bound the memory of the drawn batch indices for long unrolls.
-    num_steps = step_keys.shape[0]
-    num_blocks, rest = divmod(num_steps, DRAW_BLOCK)
-    if num_blocks <= 1 and rest == 0 or num_blocks == 0:
-      return steps(state, step_keys)
-    blocked = step_keys[:num_blocks * DRAW_BLOCK].reshape((num_blocks, DRAW_BLOCK) + step_keys.shape[1:])
-    state, out = jax.lax.scan(steps, state, blocked)
-    out = jax.tree.map(lambda x: x.reshape((num_blocks * DRAW_BLOCK,) + x.shape[2:]), out)
-    if rest:
-      state, tail = steps(state, step_keys[num_blocks * DRAW_BLOCK:])
-      out = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), out, tail)
-    return state, out
+    # Each step's random numbers are drawn before the loop, for a block of steps at once (same numbers).
+    return step_lib.scan_with_draws(lambda lanes, key_and_draws: step(lanes, key_and_draws[1]), state, step_keys,
+                                    draws_of)
 
   def unroll(self, theta: Any, state: LaneState, key: jax.Array, num_steps: int,
              theta_is_batched: bool = False):
