@@ -25,8 +25,9 @@ Quadratic anchor (``--only quadratic`` or part of the default run): the referenc
 * 2 * ||x - target||^2``: the same loss), `MLPLOpt`, `PES`. The reference reports a held-out final loss going from
 19.49 to 0.305 in about 7 s on this machine class; we print ours (mean final loss over ``--eval_tasks`` fresh
 instances after 1000 inner steps, before and after) and the wall time beside them.
-Timings on a shared machine vary by up to 2x: compare rows of one run, not across runs. Measured budgets (1 and 3
-minutes, 2026-11-23): README "Performance" and experiments/results/benchmark_budgets_1_3.txt; single-setting runs
+Timings on a shared machine vary by up to 2x: compare rows of one run, not across runs. Measured budgets (2026-11-23):
+1 and 3 minutes, experiments/results/benchmark_budgets_1_3.txt; 1, 3 and 10 minutes for adafac_mlp_lopt,
+experiments/results/benchmark_budgets_1_3_10.txt (README, "Meta-training against tuned Adam"); single-setting runs
 with keep-best and generalization: experiments/ablation.py.
 """
 
