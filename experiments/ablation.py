@@ -18,7 +18,11 @@ With ``--keep_best_every N`` theta is scored every N meta-steps on 16 *validatio
 test instances, ``outer_valid`` split, the same 200-step horizon; the mean loss over the last 10% of steps), and the
 best one is kept ("best" row) beside the last one ("final" row).
 
-Every theta (init, final, best) is then scored by `compare_with_tuned_adam` on 16 fresh instances of the family
+With ``--theta_ema D`` the exponential moving average of theta over meta-steps (Polyak averaging,
+``ema = D * ema + (1 - D) * theta`` after every meta-step, accumulated on the host in float64, from 0 with bias
+correction ``ema / (1 - D ** t)``) is scored too ("ema" row): it averages out the jitter of theta at the ES noise floor.
+
+Every theta (init, final, best, ema) is then scored by `compare_with_tuned_adam` on 16 fresh instances of the family
 (evaluation key ``seed + 1_000_003``, the same instances as `metafam meta-train --seed S`), test split, 200 steps,
 and, with ``--generalize``, on other families it was not trained on (registered family names, or ``mlp_16x16_64``:
 the 16x16 image-MLP family with 64 hidden units, 17,098 params, like the task ``fmnist_mlp_16x16_64_gelu``).
@@ -85,6 +89,7 @@ def main():
   p.add_argument("--minutes", type=float, default=3.0)
   p.add_argument("--max_steps", type=int, default=10 ** 9)
   p.add_argument("--keep_best_every", type=int, default=0)
+  p.add_argument("--theta_ema", type=float, default=0.0, help="EMA decay of theta over meta-steps (0: off)")
   p.add_argument("--eval_steps", type=int, default=200)
   p.add_argument("--generalize", nargs="*", default=[])
   p.add_argument("--seed", type=int, default=0)
@@ -114,11 +119,15 @@ def main():
   state = trainer.init(jax.random.key(args.seed))
   theta0 = jax.tree.map(np.asarray, state.theta)
   best = (np.inf, -1, theta0)
+  decay = args.theta_ema
+  ema = jax.tree.map(lambda x: np.zeros(x.shape, np.float64), theta0)
   losses = []
   while time.perf_counter() - start < args.minutes * 60 and int(state.step) < args.max_steps:
     state, metrics = trainer.step(state)
     losses.append(float(metrics["meta_loss"]) if "meta_loss" in metrics else float("nan"))
     step = int(state.step)
+    if decay:
+      ema = jax.tree.map(lambda e, x: decay * e + (1 - decay) * np.asarray(x, np.float64), ema, state.theta)
     if valid is not None and step % args.keep_best_every == 0:
       score = float(np.mean(valid.evaluate(lopt, state.theta, valid_key)[-tail:]))
       if score < best[0]:
@@ -128,6 +137,8 @@ def main():
   thetas = {"init": theta0, "final": jax.tree.map(np.asarray, state.theta)}
   if valid is not None and best[1] > 0:
     thetas["best"] = best[2]
+  if decay and steps > 0:
+    thetas["ema"] = jax.tree.map(lambda e, x: (e / (1 - decay ** steps)).astype(x.dtype), ema, theta0)
   print(f"[{args.name}] {steps} meta-steps in {seconds:.0f} s; meta-loss first/last 50: "
         f"{np.nanmean(losses[:50]):.4f} / {np.nanmean(losses[-50:]):.4f}"
         + (f"; best validation {best[0]:.4f} at step {best[1]}" if valid is not None else ""), flush=True)
@@ -143,7 +154,8 @@ def main():
                  lopt=args.lopt, lopt_kwargs=json.loads(args.lopt_kwargs), estimator=args.estimator,
                  pairs=args.pairs, unroll=args.unroll, trajectory=args.trajectory, schedule=args.schedule,
                  loss_kind=args.loss_kind, loss_type=args.loss_type, sigma=args.sigma, meta_lr=args.meta_lr,
-                 cosine=args.cosine, meta_steps=steps, train_seconds=round(seconds, 1),
+                 cosine=args.cosine, theta_ema=args.theta_ema or None, meta_steps=steps,
+                 train_seconds=round(seconds, 1),
                  best_step=best[1] if label == "best" else None,
                  final_loss=r.final_loss, adam_final_loss=res.adam_final_loss, adam_lr=res.adam_lr,
                  speedup=r.speedup.value, low=r.speedup.low, high=r.speedup.high,
