@@ -32,11 +32,6 @@ def split_step_key(key: jax.Array, with_meta_loss: bool) -> StepKeys:
   return StepKeys(k_batch, k_loss, None, None, k_opt)
 
 
-def sample_batch(split_data: Any, key: jax.Array) -> Any:
-  """A batch from a split's `DeviceData` (None for data-free tasks)."""
-  return None if split_data is None else split_data.sample(key)
-
-
 def all_finite(tree: Any) -> jax.Array:
   """True when every floating entry of ``tree`` is finite (True for a tree without floating leaves)."""
   leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
