@@ -6,8 +6,9 @@
 
 Workload: the image-MLP family at 8x8 (64 -> 32 ReLU -> 10, 2,410 params per task, per-instance sampled init scale),
 batch 128 of embedded Fashion-MNIST, truncation length 50, one 50-step unroll per call, inner optimizer the per-
-parameter MLP learned optimizer (`MLPLOpt`), Adam, or (``--optimizers adafac_mlp_lopt``) `AdafacMLPLOpt`, which the
-reference library's 0.0.1 release lacks (no LO columns). Printed per lane count, in inner steps per second summed
+parameter MLP learned optimizer (`MLPLOpt`), Adam, or (``--optimizers adafac_mlp_lopt adafac_muon_mlp_lopt``)
+`AdafacMLPLOpt` without and with its orthogonalized-momentum feature, which the reference library's 0.0.1 release
+lacks (no LO columns). Printed per lane count, in inner steps per second summed
 over lanes:
 
   * metafam: `TruncatedStep.unroll` on one device (resets, masks, on-device batches, non-finite checks included);
@@ -50,8 +51,7 @@ import numpy as np
 from metafam.inner import ConstantSchedule, TruncatedStep
 from metafam.optimizers.base import Adam
 from metafam.optimizers.learned import HandDesigned
-from metafam.optimizers.adafac_mlp_lopt import AdafacMLPLOpt
-from metafam.optimizers.mlp_lopt import MLPLOpt
+from metafam.optimizers.registry import get_learned_optimizer
 from metafam.taskfamilies.image_mlp import ImageMLPFamily
 
 # google/learned_optimization on this machine class, inner steps/s (../shared/README.md, section 3).
@@ -63,7 +63,7 @@ UNROLL = 50
 def make_optimizer(name):
   if name == "adam":
     return None, Adam(3e-3)
-  lopt = AdafacMLPLOpt() if name == "adafac_mlp_lopt" else MLPLOpt()
+  lopt = get_learned_optimizer(name)
   theta = lopt.init(jax.random.key(42))
   return theta, lopt
 
@@ -245,7 +245,7 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--lanes", type=int, nargs="+", default=[1, 8, 64, 256])
   parser.add_argument("--optimizers", nargs="+", default=["mlp_lopt", "adam"],
-                      choices=["mlp_lopt", "adam", "adafac_mlp_lopt"])
+                      choices=["mlp_lopt", "adam", "adafac_mlp_lopt", "adafac_muon_mlp_lopt"])
   parser.add_argument("--rounds", type=int, default=7, help="timed calls per program (the median is reported)")
   parser.add_argument("--naive_steps", type=int, default=10, help="steps timed for the naive per-task loop")
   parser.add_argument("--devices", type=int, default=2,

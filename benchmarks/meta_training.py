@@ -44,14 +44,6 @@ import optax
 LO_QUADRATIC = {"initial_loss": 19.49, "final_loss": 0.305, "seconds": 7.0}
 
 
-def meta_optimizer(lr: float, warmup: int, total: int, end_fraction: float = 0.1):
-  """Adam with a linear warmup over ``warmup`` steps and a cosine decay to ``end_fraction * lr`` at ``total``."""
-  if warmup <= 0 and total <= 0:
-    return optax.adam(lr)
-  schedule = optax.warmup_cosine_decay_schedule(0.0, lr, max(warmup, 1), max(total, warmup + 1), lr * end_fraction)
-  return optax.adam(schedule)
-
-
 def build_lopt(name: str, step_mult: float):
   from metafam.optimizers.registry import get_learned_optimizer
   return get_learned_optimizer(name, step_mult=step_mult)
@@ -71,11 +63,11 @@ def steps_per_minute_guess(args) -> int:
 
 def run_budgets(family, lopt_name: str, est_name: str, args):
   """One meta-training run; theta snapshots at each budget: ``[(minutes, meta_steps, seconds, theta)]``."""
-  from metafam.outer_trainers import MetaTrainer
+  from metafam.outer_trainers import MetaTrainer, meta_optimizer
   lopt = build_lopt(lopt_name, args.step_mult)
   est = build_estimator(est_name, family, lopt, args)
   total = steps_per_minute_guess(args)
-  tx = meta_optimizer(args.meta_lr, args.warmup, total) if args.cosine else optax.adam(args.meta_lr)
+  tx = meta_optimizer(args.meta_lr, total if args.cosine else 0, args.warmup if args.cosine else None)
   trainer = MetaTrainer(lopt, [est], tx, clip_grad_norm=args.clip)
   start = time.perf_counter()
   state = trainer.init(jax.random.key(args.seed))

@@ -39,7 +39,6 @@ import time
 
 import jax
 import numpy as np
-import optax
 
 
 def get_family(name: str):
@@ -61,6 +60,10 @@ def build_estimator(args, family, lopt):
     return make_estimator("full_es", family, lopt, num_tasks=args.pairs, schedule=schedule,
                           trajectory_length=args.trajectory, sigma=args.sigma, loss_type=args.loss_type,
                           loss_kind=args.loss_kind)
+  if args.estimator == "tbptt":
+    # unroll == trajectory with lanes starting together: each meta-step backpropagates through whole trajectories
+    return make_estimator("tbptt", family, lopt, num_tasks=args.pairs, unroll_length=args.unroll, schedule=schedule,
+                          loss_kind=args.loss_kind, random_initial_iteration=args.unroll < args.trajectory)
   return make_estimator(args.estimator, family, lopt, num_tasks=args.pairs, unroll_length=args.unroll,
                         schedule=schedule, sigma=args.sigma, loss_kind=args.loss_kind,
                         random_initial_iteration=True)
@@ -72,7 +75,7 @@ def main():
   p.add_argument("--family", default="fmnist_mlp_family_8x8_32")
   p.add_argument("--lopt", default="mlp_lopt")
   p.add_argument("--lopt_kwargs", default='{"step_mult": 0.01}', help="JSON keyword arguments of the optimizer")
-  p.add_argument("--estimator", default="pes", choices=["pes", "nres", "full_es"])
+  p.add_argument("--estimator", default="pes", choices=["pes", "nres", "full_es", "tbptt"])
   p.add_argument("--pairs", type=int, default=8)
   p.add_argument("--unroll", type=int, default=10)
   p.add_argument("--trajectory", type=int, default=200)
@@ -93,6 +96,7 @@ def main():
   p.add_argument("--eval_steps", type=int, default=200)
   p.add_argument("--generalize", nargs="*", default=[])
   p.add_argument("--seed", type=int, default=0)
+  p.add_argument("--save_thetas", default="", help="directory for each scored theta (<name>_s<seed>_<theta>.npz)")
   p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
                                                "ablation.jsonl"))
   args = p.parse_args()
@@ -100,16 +104,12 @@ def main():
   from metafam.evaluation.comparison import compare_with_tuned_adam
   from metafam.evaluation.family_eval import FamilyEvaluator
   from metafam.optimizers.registry import get_learned_optimizer
-  from metafam.outer_trainers import MetaTrainer
+  from metafam.outer_trainers import MetaTrainer, meta_optimizer
 
   family = get_family(args.family)
   lopt = get_learned_optimizer(args.lopt, **json.loads(args.lopt_kwargs))
   est = build_estimator(args, family, lopt)
-  if args.cosine:
-    tx = optax.adam(optax.warmup_cosine_decay_schedule(0.0, args.meta_lr, args.warmup, args.cosine_steps,
-                                                       0.1 * args.meta_lr))
-  else:
-    tx = optax.adam(args.meta_lr)
+  tx = meta_optimizer(args.meta_lr, args.cosine_steps, args.warmup) if args.cosine else meta_optimizer(args.meta_lr)
   trainer = MetaTrainer(lopt, [est], tx, clip_grad_norm=args.clip or None)
   valid = FamilyEvaluator(family, 16, args.eval_steps, split="outer_valid") if args.keep_best_every else None
   valid_key = jax.random.key(args.seed + 2_000_003)
@@ -144,6 +144,12 @@ def main():
         + (f"; best validation {best[0]:.4f} at step {best[1]}" if valid is not None else ""), flush=True)
 
   os.makedirs(os.path.dirname(args.out), exist_ok=True)
+  if args.save_thetas:
+    from metafam.outer_trainers import checkpoint
+    os.makedirs(args.save_thetas, exist_ok=True)
+    for label, theta in thetas.items():
+      checkpoint.save(os.path.join(args.save_thetas, f"{args.name}_s{args.seed}_{label}.npz"), theta,
+                      {"lopt": args.lopt, "lopt_kwargs": json.loads(args.lopt_kwargs), "meta_steps": steps})
   for fam_name in [args.family] + list(args.generalize):
     fam = family if fam_name == args.family else get_family(fam_name)
     ev = FamilyEvaluator(fam, 16, args.eval_steps)

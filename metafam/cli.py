@@ -52,7 +52,7 @@ def _float(name: str, default: float, help_text: str, lower: float) -> None:
 
 # meta-train
 flags.DEFINE_string("family", "fmnist_mlp_family_8x8_32", "Registered task family to meta-train on.", flag_values=FLAGS)
-flags.DEFINE_string("optimizer", "adafac_mlp_lopt", "Optimizer: a registered learned optimizer, or for "
+flags.DEFINE_string("optimizer", "adafac_muon_mlp_lopt", "Optimizer: a registered learned optimizer, or for "
                     "evaluate/benchmark a hand-designed one (`metafam list` names both).", flag_values=FLAGS)
 flags.DEFINE_string("estimator", "nres", f"Meta-gradient estimator, one of {ESTIMATORS}.", flag_values=FLAGS)
 _int("num_steps", 4000, "Meta-training steps (total; a resumed run continues to this count).")
@@ -62,9 +62,12 @@ _int("trajectory_length", 200, "Inner steps per trajectory (full_es: per estimat
      "evaluate on (--eval_steps).")
 _float("sigma", 0.01, "ES perturbation standard deviation.", lower=1e-12)
 _float("step_mult", 1e-2, "Scale of the learned optimizer's steps, for the optimizers that have one (mlp_lopt, "
-       "adafac_mlp_lopt, mlp_nom_lopt, rnn_mlp_lopt; their library default is 1e-3, and 1e-2 meta-trains faster "
-       "here); recorded in the checkpoint, and `evaluate --checkpoint` rebuilds the optimizer with it.", lower=1e-12)
+       "adafac_mlp_lopt, adafac_muon_mlp_lopt, mlp_nom_lopt, rnn_mlp_lopt; their library default is 1e-3, and 1e-2 "
+       "meta-trains faster here); recorded in the checkpoint, and `evaluate --checkpoint` rebuilds the optimizer with "
+       "it.", lower=1e-12)
 _float("meta_learning_rate", 3e-3, "Adam learning rate of the meta-optimizer.", lower=1e-12)
+_int("meta_lr_decay_steps", 4000, "Meta-learning-rate schedule: linear warmup over the first min(100, N // 10) "
+     "meta-steps, cosine decay to 0.1x at meta-step N, constant after (0: a constant rate).", lower=0)
 _float("clip_grad_norm", 1.0, "Clip meta-gradients to this global norm (0: no clipping).", lower=0.0)
 flags.DEFINE_string("output_dir", None, "Output directory (default runs/<command>): checkpoints, logs, tables, plots.",
                     flag_values=FLAGS)
@@ -111,10 +114,10 @@ COMMANDS: Dict[str, Dict[str, Any]] = {
         summary="meta-train a learned optimizer on a task family, then compare it with tuned Adam on held-out "
                 "instances; run it again to resume",
         args=(), flags=("family", "optimizer", "estimator", "num_steps", "num_pairs", "unroll_length",
-                        "trajectory_length", "sigma", "step_mult", "meta_learning_rate", "clip_grad_norm",
-                        "output_dir", "checkpoint_every", "eval_every", "eval_tasks", "eval_steps", "seed", "devices",
-                        "num_processes", "process_id", "coordinator", "coordinator_timeout", "tensorboard",
-                        "progress")),
+                        "trajectory_length", "sigma", "step_mult", "meta_learning_rate", "meta_lr_decay_steps",
+                        "clip_grad_norm", "output_dir", "checkpoint_every", "eval_every", "eval_tasks", "eval_steps",
+                        "seed", "devices", "num_processes", "process_id", "coordinator", "coordinator_timeout",
+                        "tensorboard", "progress")),
     "evaluate": dict(summary="train a task or suite with one optimizer (hand-designed, or learned from a "
                              "checkpoint) and save the results", args=(), flags=_SUITE_FLAGS),
     "benchmark": dict(summary="tuned Adam and SGDM baselines (and optionally one more optimizer) on a suite: "
@@ -191,7 +194,7 @@ def build_estimator(name: str, family, lopt, *, num_pairs: int, unroll_length: i
 
 
 RUN_CONFIG_KEYS = ("family", "optimizer", "estimator", "num_pairs", "unroll_length", "trajectory_length", "sigma",
-                   "meta_learning_rate", "clip_grad_norm", "seed", "step_mult")
+                   "meta_learning_rate", "meta_lr_decay_steps", "clip_grad_norm", "seed", "step_mult")
 
 
 def run_config(values: Mapping[str, Any]) -> Dict[str, Any]:
@@ -432,8 +435,7 @@ def cmd_meta_train() -> None:
   main_process = distributed.is_main_process()
 
   import jax
-  import optax
-  from metafam.outer_trainers import MetaTrainer
+  from metafam.outer_trainers import MetaTrainer, meta_optimizer
   from metafam.outer_trainers.meta_trainer import CHECKPOINT_NAME, METRICS_NAME
   family, lopt = checked["family"](), checked["lopt"](**learned_optimizer_kwargs(FLAGS.optimizer, FLAGS.step_mult))
   num_devices = jax.device_count() if checked["group"].distributed else FLAGS.devices
@@ -446,7 +448,7 @@ def cmd_meta_train() -> None:
     if devices is None:  # not about devices: the flags are validated, so this is a bug worth a traceback
       raise
     raise UsageError(f"--devices {FLAGS.devices}: {e}") from None  # lanes do not split evenly, or too few devices
-  trainer = MetaTrainer(lopt, [estimator], optax.adam(FLAGS.meta_learning_rate),
+  trainer = MetaTrainer(lopt, [estimator], meta_optimizer(FLAGS.meta_learning_rate, FLAGS.meta_lr_decay_steps),
                         clip_grad_norm=FLAGS.clip_grad_norm or None, eval_family=family,
                         eval_num_tasks=FLAGS.eval_tasks, eval_steps=FLAGS.eval_steps, config=config)
   if main_process:

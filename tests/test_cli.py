@@ -57,7 +57,8 @@ def test_meta_train_writes_files_and_resumes(tmp_path, capsys):
     (["meta-train", "--family=nope"], "unknown family 'nope'; valid names: .*fmnist_mlp_family_8x8_32"),
     (["meta-train", "--estimator=es"], "unknown estimator 'es'; valid names: full_es, nres, pes"),
     (["meta-train", "--optimizer=adam"],
-     "unknown learned optimizer .*'adam'; valid names: adafac_mlp_lopt, learnable_adam"),
+     "unknown learned optimizer .*'adam'; valid names: adafac_mlp_lopt, adafac_muon_mlp_lopt, "
+     "learnable_adam"),
     (["meta-train", "--num_steps=0"], r"flag --num_steps=0: 0 is not an integer in the range \[1, 2147483647\]"),
     (["meta-train", "--sigma=-1"], "flag --sigma=-1.*"),
     (["meta-train", "--num_pairs=many"], "num_pairs"),
@@ -66,7 +67,8 @@ def test_meta_train_writes_files_and_resumes(tmp_path, capsys):
      "--devices 2: num_tasks=3 lanes cannot be split evenly over 2 devices"),
     (["train"], "expected one command from meta-train, evaluate, benchmark, list, convert-checkpoint, launch; got train"),
     (["meta-train", "--optimizer=learnable_sgd", "--step_mult=0.1"],
-     "--step_mult: --optimizer=learnable_sgd has no step_mult; it applies to adafac_mlp_lopt, mlp_lopt"),
+     "--step_mult: --optimizer=learnable_sgd has no step_mult; it applies to adafac_mlp_lopt, "
+     "adafac_muon_mlp_lopt, mlp_lopt"),
     (["meta-train", "--step_mult=0"], "flag --step_mult=0"),
 ])
 def test_bad_input_is_one_line_and_exit_code_2(args, message, capsys, tmp_path):
@@ -118,7 +120,8 @@ def test_evaluate_a_saved_learned_optimizer_and_its_bad_inputs(tmp_path, capsys)
       (["--optimizer=adam", "--suite=huge"], "unknown suite 'huge'; valid names: .*tiny"),
       (["--optimizer=adam", "--suite=tiny", "--task=quadratic_10"], "give --task or --suite, not both"),
       (["--optimizer=adam", "--task=resnet"], "unknown task 'resnet'; valid names: .*fmnist_mlp_8x8_32"),
-      (["--optimizer=adamw"], "unknown optimizer 'adamw'; valid names: adafac_mlp_lopt, adam, learnable_adam"),
+      (["--optimizer=adamw"],
+       "unknown optimizer 'adamw'; valid names: adafac_mlp_lopt, adafac_muon_mlp_lopt, adam, learnable_adam"),
       (["--optimizer=learnable_sgd", f"--checkpoint={tmp_path / 'missing.npz'}"], "is not a file"),
   ]:
     code, _, err = run(["evaluate", f"--output_dir={tmp_path / 'bad'}"] + args, capsys)

@@ -22,7 +22,7 @@ import pytest
 from metafam import outer_trainers
 from metafam.inner import ConstantSchedule, TruncatedStep
 from metafam.optimizers import SGDM, Adam, LearnedOptimizer, num_meta_params
-from metafam.optimizers.adafac_mlp_lopt import AdafacMLPLOpt
+from metafam.optimizers.adafac_mlp_lopt import AdafacMLPLOpt, orthogonalize
 from metafam.optimizers.learnable_sgdm import LearnableSGDM
 from metafam.optimizers.mlp_nom_lopt import MLPNomLOpt
 from metafam.optimizers.nn_adam import NNAdam
@@ -70,7 +70,7 @@ def _all_finite(tree):
 # -- registry -------------------------------------------------------------------------------------------------------
 def test_registry_lists_every_optimizer_and_builds_with_kwargs():
   assert NAMES == sorted(LEARNED_OPTIMIZERS) and {"mlp_lopt", "learnable_adam", "learnable_sgd", "learnable_sgdm",
-                                                   "adafac_mlp_lopt", "nn_adam", "rnn_mlp_lopt",
+                                                   "adafac_mlp_lopt", "adafac_muon_mlp_lopt", "nn_adam", "rnn_mlp_lopt",
                                                    "mlp_nom_lopt"} <= set(NAMES)
   for name in NAMES:
     assert isinstance(get_learned_optimizer(name), LearnedOptimizer)
@@ -85,6 +85,7 @@ def test_registry_lists_every_optimizer_and_builds_with_kwargs():
     (lambda: AdafacMLPLOpt(hidden_sizes=(1,)), "hidden_sizes must be a non-empty sequence of ints >= 2"),
     (lambda: AdafacMLPLOpt(decays=(0.9, float("nan"))), r"decays\[1\] must lie in \(0, 1\), got nan"),
     (lambda: AdafacMLPLOpt(step_mult=0.0), "step_mult must be a finite number > 0"),
+    (lambda: AdafacMLPLOpt(orthogonal_momentum="yes"), "orthogonal_momentum must be True or False, got 'yes'"),
     (lambda: NNAdam(beta2=0.0), "beta2 must lie in"),
     (lambda: NNAdam(lstm_hidden=True), "lstm_hidden must be an int >= 1, got True"),
     (lambda: RNNMLPLOpt(lstm_hidden=0), "lstm_hidden must be an int >= 1"),
@@ -103,7 +104,9 @@ def test_theta_is_float32_with_the_documented_size(zoo):
   assert jax.tree.leaves(theta) and all(isinstance(x, jax.Array) and x.dtype == jnp.float32
                                         for x in jax.tree.leaves(theta))
   docs = (type(lopt).__doc__ or "") + (sys.modules[type(lopt).__module__].__doc__ or "")
-  found = [m.group(1) for p in COUNT_PATTERNS for m in [re.search(p, docs)] if m]
+  # A registry entry that configures a class (e.g. a functools.partial) states its own count as "(``name``): N".
+  patterns = (r"\(``%s``\): ([\d,]+)" % re.escape(name),) + COUNT_PATTERNS
+  found = [m.group(1) for p in patterns for m in [re.search(p, docs)] if m]
   assert found or name in LISTED_COUNTS, f"{name}: document 'Meta-parameters (default config): N' in its docstring"
   documented = int(found[0].replace(",", "")) if found else LISTED_COUNTS[name]
   assert num_meta_params(theta) == documented
@@ -410,6 +413,49 @@ def test_adafac_accumulators_are_factored_and_features_normalized():
   step = np.asarray(params["w"] - state.params["w"])
   np.testing.assert_allclose(np.sqrt(np.mean(np.square(step))), lopt.step_mult, rtol=0.1)
   assert np.corrcoef(step.ravel(), np.asarray(g["w"]).ravel())[0, 1] > 0.5
+
+
+def test_orthogonalize_is_the_polar_factor_and_nan_safe():
+  rng = np.random.default_rng(0)
+  m = rng.standard_normal((24, 6))
+  u, _, vt = np.linalg.svd(m, full_matrices=False)
+  o = np.asarray(orthogonalize(jnp.asarray(m, jnp.float32)), np.float64)
+  # Muon's quintic iteration trades exactness for speed: singular values land in about [0.5, 1.5] (optax's docs),
+  # with the singular vectors of m, so o is close to the polar factor U V^T.
+  sv = np.linalg.svd(o, compute_uv=False)
+  assert sv.min() > 0.5 and sv.max() < 1.5
+  polar = u @ vt
+  assert np.sum(o * polar) / (np.linalg.norm(o) * np.linalg.norm(polar)) > 0.97
+  # Invariant to the scale of m; a rank-3 tensor is the matrix [prod(shape[:-1]), shape[-1]].
+  np.testing.assert_allclose(np.asarray(orthogonalize(jnp.asarray(1e-3 * m, jnp.float32))), o, rtol=1e-4, atol=1e-5)
+  t = orthogonalize(jnp.asarray(m.reshape(4, 6, 6), jnp.float32))
+  np.testing.assert_allclose(np.asarray(t).reshape(24, 6), o, rtol=1e-5, atol=1e-6)
+  # All-zero momentum (a layer with no gradient yet): zero direction, and a zero, finite derivative.
+  zero = jnp.zeros((5, 3))
+  assert not np.any(np.asarray(orthogonalize(zero)))
+  d = jax.grad(lambda x: jnp.sum(orthogonalize(x) * jnp.arange(15.0).reshape(5, 3)))(zero)
+  assert np.all(np.isfinite(np.asarray(d)))
+
+
+def test_adafac_muon_starts_as_muon_on_matrices_and_normalized_momentum_on_vectors():
+  lopt = get_learned_optimizer("adafac_muon_mlp_lopt")
+  assert lopt.orthogonal_momentum and lopt.name == "AdafacMLPLOpt(4x4, orthogonal)"
+  theta = lopt.init(jax.random.key(0))
+  params, (g,) = _params(), _grads(1)
+  state = _run(lopt.opt_fn(theta), params, [g])
+  step = jax.tree.map(lambda a, b: np.asarray(a - b, np.float64), params, state.params)
+  # First step: m = (1 - b) g, so the matrix's direction is orthogonalize(g), RMS-normalized over the tensor; the
+  # vector's Adafactor-normalized momentum (1 - b) g / sqrt((1 - b) g^2) is sign(g) up to a constant. The other two
+  # hidden units add output weights ~N(0, 1e-4 / 4): a few percent of the step.
+  want = np.asarray(orthogonalize(g["w"]), np.float64)
+  want *= lopt.step_mult / np.sqrt(np.mean(np.square(want)))
+  np.testing.assert_allclose(step["w"], want, rtol=0, atol=0.1 * lopt.step_mult)
+  np.testing.assert_allclose(step["b"], lopt.step_mult * np.sign(np.asarray(g["b"])), rtol=0,
+                             atol=0.1 * lopt.step_mult)
+  # The feature is only in the orthogonal variant: the default takes a different first step on the matrix.
+  plain = AdafacMLPLOpt()
+  other = _run(plain.opt_fn(plain.init(jax.random.key(0))), params, [g])
+  assert not np.allclose(np.asarray(params["w"] - other.params["w"]), step["w"], rtol=0, atol=0.2 * lopt.step_mult)
 
 
 def test_rnn_mlp_lopt_context_reaches_the_steps():

@@ -88,3 +88,41 @@ def test_evaluate_reports_a_learning_curve():
   assert good["eval_curve"].shape == (20,)
   assert good["eval_final_loss"] < 0.01 * bad["eval_final_loss"]  # lr 0.5 vs 0.01 after 20 steps
   assert np.all(np.diff(good["eval_curve"]) < 0)
+
+
+def test_meta_optimizer_schedule_warms_up_decays_and_holds():
+  from metafam.outer_trainers import meta_optimizer
+  lr, decay = 1e-2, 1000
+  tx = meta_optimizer(lr, decay)  # warmup min(100, 1000 // 10) = 100
+  ones = jnp.ones(3)
+
+  @jax.jit
+  def rates(state):
+    def step(state, _):
+      update, state = tx.update(ones, state)
+      return state, -update[0]  # Adam's step on a constant gradient is the learning rate (eps 1e-8 aside)
+    return jax.lax.scan(step, state, None, length=2001)[1]
+
+  got = np.asarray(rates(tx.init(ones)))
+  # Linear warmup from 0 over 100 steps, cosine from lr to 0.1 lr over steps 100..1000, then 0.1 lr for good.
+  want = {0: 0.0, 50: 0.5 * lr, 100: lr, 550: lr * (0.1 + 0.9 * 0.5), 1000: 0.1 * lr, 2000: 0.1 * lr}
+  for t, rate in want.items():
+    np.testing.assert_allclose(got[t], rate, rtol=1e-4, atol=1e-9)
+  assert np.all(np.diff(got[100:1001]) <= 1e-9) and np.all(np.diff(got[:101]) >= 0)
+  # decay_steps=0: Adam at a constant rate.
+  const = meta_optimizer(lr)
+  update, _ = const.update(ones, const.init(ones))
+  np.testing.assert_allclose(-np.asarray(update), lr, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(learning_rate=float("nan")), "learning_rate must be a positive number"),
+    (dict(learning_rate=1e-3, decay_steps=-1), r"decay_steps must be an int >= 0 \(0: constant learning rate\), got -1"),
+    (dict(learning_rate=1e-3, decay_steps=2.5), "decay_steps must be an int >= 0"),
+    (dict(learning_rate=1e-3, decay_steps=100, warmup_steps=100), r"warmup_steps must be an int in \[0, decay_steps"),
+    (dict(learning_rate=1e-3, end_fraction=1.5), r"end_fraction must lie in \[0, 1\], got 1.5"),
+])
+def test_meta_optimizer_bad_arguments_are_named(kwargs, message):
+  from metafam.outer_trainers import meta_optimizer
+  with pytest.raises(ValueError, match=message):
+    meta_optimizer(**kwargs)

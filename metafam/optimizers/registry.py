@@ -11,6 +11,7 @@ nothing.
 
 from __future__ import annotations
 
+import functools
 from typing import Callable, Dict, List
 
 import optax
@@ -31,6 +32,8 @@ LEARNED_OPTIMIZERS: Dict[str, Callable[..., LearnedOptimizer]] = {
     "learnable_sgd": LearnableSGD,      # SGD, learned lr (1)
     "learnable_sgdm": LearnableSGDM,    # heavy-ball SGD, learned lr / momentum (2)
     "adafac_mlp_lopt": AdafacMLPLOpt,   # tiny MLP on momenta + factored second moments (149)
+    # ... plus Muon's orthogonalized momentum as a feature and its initial direction (153)
+    "adafac_muon_mlp_lopt": functools.partial(AdafacMLPLOpt, orthogonal_momentum=True),
     "nn_adam": NNAdam,                  # Adam with per-tensor hyper-parameters from an LSTM (2,504)
     "rnn_mlp_lopt": RNNMLPLOpt,         # per-tensor LSTM context + per-parameter MLP (5,802)
     "mlp_nom_lopt": MLPNomLOpt,         # Adam + learned per-parameter correction (1,764)

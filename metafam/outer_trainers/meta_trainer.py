@@ -44,6 +44,28 @@ LEGACY_CHECKPOINT_NAME = "checkpoint.pkl"  # v1 pickles: refused, see checkpoint
 METRICS_NAME = "metrics.jsonl"
 
 
+def meta_optimizer(learning_rate: float, decay_steps: int = 0, warmup_steps: Optional[int] = None,
+                   end_fraction: float = 0.1) -> optax.GradientTransformation:
+  """Adam for the meta-parameters, at a constant ``learning_rate`` (``decay_steps=0``) or on a schedule.
+
+  With ``decay_steps > 0``: a linear warmup from 0 over ``warmup_steps`` meta-steps (default ``min(100,
+  decay_steps // 10)``), then a cosine decay to ``end_fraction * learning_rate`` at meta-step ``decay_steps``, constant
+  after (`optax.warmup_cosine_decay_schedule`), so a run continued past ``decay_steps`` keeps the final rate. ES
+  meta-gradients are noisy; the decay lets theta settle instead of jittering at the noise floor of a constant rate.
+  """
+  lr = check_positive("learning_rate", learning_rate)
+  if isinstance(decay_steps, bool) or not isinstance(decay_steps, (int, np.integer)) or decay_steps < 0:
+    raise ValueError(f"decay_steps must be an int >= 0 (0: constant learning rate), got {decay_steps!r}.")
+  if not 0 <= end_fraction <= 1:
+    raise ValueError(f"end_fraction must lie in [0, 1], got {end_fraction!r}.")
+  if decay_steps == 0:
+    return optax.adam(lr)
+  warmup = min(100, decay_steps // 10) if warmup_steps is None else warmup_steps
+  if isinstance(warmup, bool) or not isinstance(warmup, (int, np.integer)) or not 0 <= warmup < decay_steps:
+    raise ValueError(f"warmup_steps must be an int in [0, decay_steps={decay_steps}), got {warmup_steps!r}.")
+  return optax.adam(optax.warmup_cosine_decay_schedule(0.0, lr, int(warmup), int(decay_steps), end_fraction * lr))
+
+
 @functools.partial(jax.tree_util.register_dataclass,
                    data_fields=["theta", "opt_state", "worker_states", "key_data", "step"], meta_fields=[])
 @dataclasses.dataclass(frozen=True)
