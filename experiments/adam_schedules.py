@@ -1,4 +1,5 @@
-"""How fast can a hand-designed schedule go? Adam (fine lr grid, constant and decayed) on the held-out instances.
+"""How fast can a hand-designed optimizer go? Adam (fine lr grid, constant and decayed), and Muon, on the held-out
+instances.
 
     python experiments/adam_schedules.py [--family fmnist_mlp_family_8x8_32] [--seed 0] [--steps 200]
 
@@ -6,7 +7,10 @@ Uses the exact held-out instances/batches of `metafam meta-train --seed S` (eval
 instances, ``--steps`` (200) steps, test split) and `compare_with_tuned_adam`'s smoothing, and prints, per
 optimizer, the smoothed mean loss at T/4, T/2, 3T/4 and T and the median per-instance speedup over tuned Adam (grid
 1e-4..1e-1).
-It answers "what loss does 2x need at step 100, and does any simple schedule reach it?"
+It answers "what loss does 2x need at step 100, and does any simple schedule reach it?" With ``--muon_lrs``:
+optax's Muon (`optax.contrib.muon`: Newton-Schulz-orthogonalized Nesterov momentum 0.95 for the weight matrices, Adam
+at ``--muon_adam_lr`` for biases), constant and cosine-decayed to 0 over T, the hand-designed counterpart of
+``adafac_muon_mlp_lopt``'s orthogonalized-momentum feature.
 """
 import argparse
 
@@ -27,6 +31,8 @@ def main():
   p.add_argument("--steps", type=int, default=200, help="inner steps T (decays end at T/2 and at T)")
   p.add_argument("--constant_lrs", type=float, nargs="+", default=[0.01, 0.02, 0.03, 0.05, 0.07, 0.1])
   p.add_argument("--decay_lrs", type=float, nargs="+", default=[0.03, 0.05, 0.1, 0.2])
+  p.add_argument("--muon_lrs", type=float, nargs="*", default=[], help="e.g. 0.02 0.05 0.1 0.2")
+  p.add_argument("--muon_adam_lr", type=float, default=0.03)
   a = p.parse_args()
   fam = get_family(a.family)
   ev = FamilyEvaluator(fam, 16, a.steps)
@@ -38,6 +44,11 @@ def main():
     for lr in a.decay_lrs:
       opts[f"adam {lr:g} cos->0 @{horizon}"] = optax.adam(optax.cosine_decay_schedule(lr, horizon, 0.0))
       opts[f"adam {lr:g} lin->0 @{horizon}"] = optax.adam(optax.linear_schedule(lr, 0.0, horizon))
+  for lr in a.muon_lrs:
+    opts[f"muon {lr:g}"] = optax.contrib.muon(lr, adam_learning_rate=a.muon_adam_lr)
+    opts[f"muon {lr:g} cos->0 @{a.steps}"] = optax.contrib.muon(
+        optax.cosine_decay_schedule(lr, a.steps, 0.0),
+        adam_learning_rate=optax.cosine_decay_schedule(a.muon_adam_lr, a.steps, 0.0))
   for name, tx in opts.items():
     lopt = HandDesigned(OptaxOptimizer(tx, name=name))
     res = compare_with_tuned_adam(ev, lopt, {name: {}}, key)

@@ -55,7 +55,7 @@ flags.DEFINE_string("family", "fmnist_mlp_family_8x8_32", "Registered task famil
 flags.DEFINE_string("optimizer", "adafac_muon_mlp_lopt", "Optimizer: a registered learned optimizer, or for "
                     "evaluate/benchmark a hand-designed one (`metafam list` names both).", flag_values=FLAGS)
 flags.DEFINE_string("estimator", "nres", f"Meta-gradient estimator, one of {ESTIMATORS}.", flag_values=FLAGS)
-_int("num_steps", 4000, "Meta-training steps (total; a resumed run continues to this count).")
+_int("num_steps", 6000, "Meta-training steps (total; a resumed run continues to this count).")
 _int("num_pairs", 8, "Antithetic pairs (ES estimators) or lanes (tbptt).", upper=MAX_LANES)
 _int("unroll_length", 10, "Inner steps per truncation.")
 _int("trajectory_length", 200, "Inner steps per trajectory (full_es: per estimate); train on the horizon you "
@@ -66,7 +66,7 @@ _float("step_mult", 1e-2, "Scale of the learned optimizer's steps, for the optim
        "meta-trains faster here); recorded in the checkpoint, and `evaluate --checkpoint` rebuilds the optimizer with "
        "it.", lower=1e-12)
 _float("meta_learning_rate", 3e-3, "Adam learning rate of the meta-optimizer.", lower=1e-12)
-_int("meta_lr_decay_steps", 4000, "Meta-learning-rate schedule: linear warmup over the first min(100, N // 10) "
+_int("meta_lr_decay_steps", 6000, "Meta-learning-rate schedule: linear warmup over the first min(100, N // 10) "
      "meta-steps, cosine decay to 0.1x at meta-step N, constant after (0: a constant rate).", lower=0)
 _float("clip_grad_norm", 1.0, "Clip meta-gradients to this global norm (0: no clipping).", lower=0.0)
 flags.DEFINE_string("output_dir", None, "Output directory (default runs/<command>): checkpoints, logs, tables, plots.",
