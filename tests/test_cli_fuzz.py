@@ -203,7 +203,8 @@ def test_help_lists_commands_and_each_commands_flags_with_defaults(capsys):
       assert re.search(rf"^  {command} ", out, re.M), out
   code, out, _ = _call(["meta-train", "--help"], capsys)
   assert code == 0
-  assert "--num_steps=4000" in out and "--sigma=0.01" in out and "--seed=0" in out and "--task" not in out
+  assert "--num_steps=6000" in out and "--meta_lr_decay_steps=6000" in out and "--sigma=0.01" in out
+  assert "--seed=0" in out and "--task" not in out
   code, out, _ = _call(["evaluate", "--help"], capsys)
   assert code == 0 and "--overwrite=false" in out and "--inner_steps=200" in out and "--num_pairs" not in out
   code, out, _ = _call(["convert-checkpoint", "--help"], capsys)
