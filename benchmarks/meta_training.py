@@ -27,8 +27,9 @@ Quadratic anchor (``--only quadratic`` or part of the default run): the referenc
 instances after 1000 inner steps, before and after) and the wall time beside them.
 Timings on a shared machine vary by up to 2x: compare rows of one run, not across runs. Measured budgets (2026-11-23):
 1 and 3 minutes, experiments/results/benchmark_budgets_1_3.txt; 1, 3 and 10 minutes for adafac_mlp_lopt,
-experiments/results/benchmark_budgets_1_3_10.txt (README, "Meta-training against tuned Adam"); single-setting runs
-with keep-best and generalization: experiments/ablation.py.
+experiments/results/benchmark_budgets_1_3_10.txt, and for adafac_muon_mlp_lopt (the main job's),
+experiments/results/benchmark_budgets_muon_1_3_10.txt (README, "Meta-training against tuned Adam"); single-setting
+runs with keep-best and generalization: experiments/ablation.py.
 """
 
 from __future__ import annotations
@@ -175,7 +176,7 @@ def _format(rows) -> str:
 def main():
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--budgets", default="1,3,10", help="comma-separated training budgets in minutes")
-  parser.add_argument("--lopts", nargs="+", default=["mlp_lopt", "adafac_mlp_lopt"])
+  parser.add_argument("--lopts", nargs="+", default=["mlp_lopt", "adafac_mlp_lopt", "adafac_muon_mlp_lopt"])
   parser.add_argument("--estimators", nargs="+", default=["pes", "nres"], choices=["pes", "nres"])
   parser.add_argument("--only", choices=["image", "quadratic"], help="run one part only")
   parser.add_argument("--family", default="fmnist_mlp_family_8x8_32")

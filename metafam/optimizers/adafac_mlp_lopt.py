@@ -29,10 +29,11 @@ Newton-Schulz iteration (`optax.contrib.scale_by_muon` without its own momentum;
 ``[prod(shape[:-1]), shape[-1]]``), and for vectors and scalars the Adafactor-normalized momentum ``m_k /
 sqrt(v_k + eps)`` of that decay, as Muon pairs with Adam for those. It is the direction of steepest descent under
 the spectral norm, a non-diagonal preconditioner no per-element feature can express: on the 8x8 image-MLP family the
-descent init below on it alone (no meta-training) reaches tuned Adam's step-200 loss 1.6x sooner.
+descent init below on it alone (no meta-training, ``step_mult=1e-2``) reaches tuned Adam's step-200 loss 1.6x
+sooner.
 
-plus the 11 step features ``tanh(t / tau - 1)`` of `metafam.optimizers.mlp_lopt.time_features` (not normalized).
-The MLP outputs a direction ``d`` and log-magnitude ``s``; ``p <- p - d * exp(exp_mult * s) * step_mult``.
+The per-element features are joined by the 11 step features ``tanh(t / tau - 1)`` of
+`metafam.optimizers.mlp_lopt.time_features` (not normalized). The MLP outputs a direction ``d`` and log-magnitude ``s``; ``p <- p - d * exp(exp_mult * s) * step_mult``.
 
 Meta-parameters (default config): 149 = MLP ``28 -> 4 -> 4 -> 2`` (146) + 3 decay logits; with
 ``orthogonal_momentum=True`` (``adafac_muon_mlp_lopt``): 153 (MLP ``29 -> 4 -> 4 -> 2``). ``theta = {"mlp": {"w0",
@@ -47,7 +48,9 @@ Per-step cost (8x8 MLP, 2,410 params, CPU, jitted; medians on a shared, noisy ma
 update inside a jitted loop (the feature construction dominates; the width-4 MLP is cheap) and 1.7x per single
 jitted call, where dispatch dominates at this size. The state holds ``K`` momenta plus the factors (``K`` full
 second moments only for vectors and scalars). ``orthogonal_momentum`` adds 5 Newton-Schulz iterations (small
-matrix products) per matrix and step: a vectorized inner step costs about 1.4x the default's (8x8 MLP, 16 lanes).
+matrix products) per matrix and step: about 1.9x the default's update time alone (one lane: 152 against 79 us, 33x
+against 17x Adam's, measured beside a test run), 1.4x per meta-step of the main job (4,000 NRES meta-steps of 16
+lanes: 104-112 s against 77 s).
 """
 
 from __future__ import annotations
