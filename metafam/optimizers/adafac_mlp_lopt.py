@@ -33,7 +33,8 @@ descent init below on it alone (no meta-training, ``step_mult=1e-2``) reaches tu
 sooner.
 
 The per-element features are joined by the 11 step features ``tanh(t / tau - 1)`` of
-`metafam.optimizers.mlp_lopt.time_features` (not normalized). The MLP outputs a direction ``d`` and log-magnitude ``s``; ``p <- p - d * exp(exp_mult * s) * step_mult``.
+`metafam.optimizers.mlp_lopt.time_features` (not normalized). The MLP outputs a direction ``d`` and log-magnitude
+``s``; ``p <- p - d * exp(exp_mult * s) * step_mult``.
 
 Meta-parameters (default config): 149 = MLP ``28 -> 4 -> 4 -> 2`` (146) + 3 decay logits; with
 ``orthogonal_momentum=True`` (``adafac_muon_mlp_lopt``): 153 (MLP ``29 -> 4 -> 4 -> 2``). ``theta = {"mlp": {"w0",
