@@ -434,7 +434,7 @@ def test_orthogonalize_is_the_polar_factor_and_nan_safe():
   zero = jnp.zeros((5, 3))
   assert not np.any(np.asarray(orthogonalize(zero)))
   d = jax.grad(lambda x: jnp.sum(orthogonalize(x) * jnp.arange(15.0).reshape(5, 3)))(zero)
-  assert np.all(np.isfinite(np.asarray(d)))
+  assert np.all(np.isfinite(np.asarray(d))) and not np.any(np.asarray(d))  # the documented zero, not only finite
 
 
 def test_adafac_muon_starts_as_muon_on_matrices_and_normalized_momentum_on_vectors():
