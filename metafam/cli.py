@@ -13,9 +13,15 @@ Commands:
 ``metafam --help`` lists the commands; ``metafam COMMAND --help`` lists the command's flags with their defaults.
 
 Bad input (unknown names, non-finite or out-of-range numbers, flags that the command does not take, an output
-directory that cannot be written or that holds another run's results, a corrupted or legacy checkpoint) gets a
-one-line ``metafam: error: ...`` naming what was wrong and what is accepted, and exit code 2, before any expensive
-work; no existing file is changed. The CLI only parses, calls the library and prints.
+directory that cannot be written, that holds another run's results or that a live run is using, a corrupted,
+legacy or non-finite checkpoint, a run too large for the machine's memory) gets a one-line ``metafam: error: ...``
+naming what was wrong and what is accepted, and exit code 2, before any expensive work; no existing file is
+changed. The CLI only parses, calls the library and prints.
+
+Exit codes (``EXIT_CODES``): 0 done; 1 an unexpected error (with its traceback); 2 bad input or refused; 3 the
+meta-training run went bad (``--max_skipped_steps`` consecutive skipped updates); 74 a file could not be written
+(full disk, quota, file-size limit, I/O error: the last checkpoint is intact); 75 stopped by SIGTERM / SIGINT after
+writing a checkpoint (run the same command again to resume).
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ from absl import flags
 from metafam._registry import UnknownNameError, lookup
 
 FLAGS = flags.FlagValues()
+
+EXIT_CODES = {"done": 0, "error": 1, "bad input": 2, "diverged": 3, "write failed": 74, "preempted": 75}
 
 ESTIMATORS = ("pes", "nres", "truncated_es", "full_es", "tbptt")
 INT32_MAX = 2 ** 31 - 1
@@ -71,7 +79,10 @@ _int("meta_lr_decay_steps", 6000, "Meta-learning-rate schedule: linear warmup ov
 _float("clip_grad_norm", 1.0, "Clip meta-gradients to this global norm (0: no clipping).", lower=0.0)
 flags.DEFINE_string("output_dir", None, "Output directory (default runs/<command>): checkpoints, logs, tables, plots.",
                     flag_values=FLAGS)
-_int("checkpoint_every", 50, "Meta-steps between checkpoints.")
+_int("checkpoint_every", 50, "Meta-steps between checkpoints (SIGTERM / SIGINT also write one, at the step in "
+     "flight).")
+_int("max_skipped_steps", 50, "Stop (exit code 3) after this many consecutive meta-steps whose update was skipped "
+     "because no estimate was finite (0: never stop).", lower=0)
 _int("eval_every", 0, "Meta-steps between evaluations during training (0: only at the end).", lower=0)
 _int("eval_tasks", 16, "Held-out task instances per evaluation (the speedup interval is over these).",
      upper=MAX_LANES)
@@ -115,7 +126,8 @@ COMMANDS: Dict[str, Dict[str, Any]] = {
                 "instances; run it again to resume",
         args=(), flags=("family", "optimizer", "estimator", "num_steps", "num_pairs", "unroll_length",
                         "trajectory_length", "sigma", "step_mult", "meta_learning_rate", "meta_lr_decay_steps",
-                        "clip_grad_norm", "output_dir", "checkpoint_every", "eval_every", "eval_tasks", "eval_steps",
+                        "clip_grad_norm", "output_dir", "checkpoint_every", "max_skipped_steps", "eval_every",
+                        "eval_tasks", "eval_steps",
                         "seed", "devices", "num_processes", "process_id", "coordinator", "coordinator_timeout",
                         "tensorboard", "progress")),
     "evaluate": dict(summary="train a task or suite with one optimizer (hand-designed, or learned from a "
@@ -250,6 +262,35 @@ def make_output_dir(path: str) -> None:
     raise UsageError(f"--output_dir {path!r} cannot be written ({e.strerror or e}).") from None
 
 
+def check_not_in_use(path: str) -> None:
+  """Refuses, changing nothing, an output directory whose lock a live metafam process holds."""
+  from metafam.io import DirectoryBusyError, DirectoryLock
+  try:
+    DirectoryLock.check_free(path)
+  except DirectoryBusyError as e:
+    raise UsageError(f"--output_dir {e}") from None
+
+
+def lock_output_dir(path: str):
+  """Creates the output directory (`make_output_dir`) and holds its `metafam.io.DirectoryLock` for the whole
+  command (UsageError if a live run holds it)."""
+  import contextlib
+  from metafam.io import DirectoryBusyError, DirectoryLock
+
+  @contextlib.contextmanager
+  def held():
+    make_output_dir(path)
+    try:
+      lock = DirectoryLock(path).acquire()
+    except DirectoryBusyError as e:
+      raise UsageError(f"--output_dir {e}") from None
+    try:
+      yield lock
+    finally:
+      lock.release()
+  return held()
+
+
 def _check_no_earlier_results(path: str, overwrite: bool) -> None:
   from metafam.benchmark.report import existing_report_files
   found = existing_report_files(path) if os.path.isdir(path) else ()
@@ -331,16 +372,17 @@ def _run_suite(command: str, args: SuiteArgs, required: bool, tuned, reference) 
   tasks = select_tasks(args.task, args.suite, args.suite_given)
   out_dir = _output_dir(command, args.output_dir)
   check_output_dir(out_dir)
+  check_not_in_use(out_dir)
   _check_no_earlier_results(out_dir, args.overwrite)
   optimizers = {}
   if required or args.optimizer_given or args.checkpoint is not None:
     optimizers = build_optimizers(args.optimizer, learning_rate=args.learning_rate, checkpoint=args.checkpoint)
-  make_output_dir(out_dir)
-  start = time.perf_counter()
-  result = run_benchmark(tasks, optimizers, num_steps=args.inner_steps, num_seeds=args.seeds, tuned=tuned,
-                         reference=reference, seed=args.seed, progress=args.progress)
-  print_report(result)
-  files = write_report(result, out_dir)
+  with lock_output_dir(out_dir):
+    start = time.perf_counter()
+    result = run_benchmark(tasks, optimizers, num_steps=args.inner_steps, num_seeds=args.seeds, tuned=tuned,
+                           reference=reference, seed=args.seed, progress=args.progress)
+    print_report(result)
+    files = write_report(result, out_dir)
   names = [files.results_csv, files.tuned_csv, files.aggregates_csv, files.json, *files.figures]
   print(f"\n{command} took {time.perf_counter() - start:.1f} s; wrote {out_dir}: "
         + ", ".join(os.path.basename(p) for p in names)
@@ -413,6 +455,7 @@ def check_meta_train_flags() -> Dict[str, Any]:
   group = process_group()
   if group.process_id == 0:
     check_output_dir(_output_dir("meta-train", FLAGS.output_dir))
+    check_not_in_use(_output_dir("meta-train", FLAGS.output_dir))
   total = FLAGS.num_processes * FLAGS.devices
   if FLAGS.num_processes > 1 and FLAGS.num_pairs % total:
     raise UsageError(f"--num_pairs {FLAGS.num_pairs} lanes cannot be split evenly over --num_processes "
@@ -436,7 +479,6 @@ def cmd_meta_train() -> None:
 
   import jax
   from metafam.outer_trainers import MetaTrainer, meta_optimizer
-  from metafam.outer_trainers.meta_trainer import CHECKPOINT_NAME, METRICS_NAME
   family, lopt = checked["family"](), checked["lopt"](**learned_optimizer_kwargs(FLAGS.optimizer, FLAGS.step_mult))
   num_devices = jax.device_count() if checked["group"].distributed else FLAGS.devices
   devices = num_devices if num_devices > 1 else None
@@ -451,14 +493,23 @@ def cmd_meta_train() -> None:
   trainer = MetaTrainer(lopt, [estimator], meta_optimizer(FLAGS.meta_learning_rate, FLAGS.meta_lr_decay_steps),
                         clip_grad_norm=FLAGS.clip_grad_norm or None, eval_family=family,
                         eval_num_tasks=FLAGS.eval_tasks, eval_steps=FLAGS.eval_steps, config=config)
-  if main_process:
-    make_output_dir(out_dir)
+  import contextlib
+  with lock_output_dir(out_dir) if main_process else contextlib.nullcontext():
+    _meta_train(trainer, lopt, out_dir, config, main_process)
+
+
+def _meta_train(trainer, lopt, out_dir: str, config: Dict[str, Any], main_process: bool) -> None:
+  """meta-train after its checks, with the output directory locked (process 0)."""
+  import jax
+  from metafam import distributed
+  from metafam.outer_trainers.meta_trainer import CHECKPOINT_NAME, METRICS_NAME, WriteFailedError
   log_fn = _tensorboard_logger(out_dir) if FLAGS.tensorboard and main_process else None
   key = jax.random.key(FLAGS.seed)
   start = time.perf_counter()
   state, _ = trainer.train(FLAGS.num_steps, key=key, output_dir=out_dir,
                            checkpoint_every=FLAGS.checkpoint_every, eval_every=FLAGS.eval_every or None,
-                           progress=FLAGS.progress and main_process, log_fn=log_fn)
+                           progress=FLAGS.progress and main_process, log_fn=log_fn, handle_signals=True,
+                           max_skipped_steps=FLAGS.max_skipped_steps or None, lock_output_dir=False)
   train_seconds = time.perf_counter() - start
   # Host copies of the thetas to compare: process 0 evaluates alone, so no array of a multi-process mesh may enter
   # its programs (placing the initial theta on that mesh is itself a collective: every process takes part).
@@ -478,8 +529,12 @@ def cmd_meta_train() -> None:
                                        min_tasks=1)
   metrics_path = os.path.join(out_dir, METRICS_NAME)
   history = read_metrics(metrics_path) if os.path.exists(metrics_path) else []
-  written = write_meta_train_report(out_dir, history, comparison, config, meta_steps=int(state.step),
-                                    train_seconds=train_seconds)
+  try:
+    written = write_meta_train_report(out_dir, history, comparison, config, meta_steps=int(state.step),
+                                      train_seconds=train_seconds)
+  except OSError as e:  # the run itself is checkpointed: only the report is missing
+    raise WriteFailedError(getattr(e, "filename", None) or out_dir, e, os.path.join(out_dir, CHECKPOINT_NAME),
+                           int(state.step)) from e
   print("\n" + comparison.format_table())
   plots = [name for name in written if name.endswith(".png")]
   print(f"\nwrote {os.path.join(out_dir, written[0])}, {METRICS_NAME}, {CHECKPOINT_NAME}"
@@ -582,10 +637,25 @@ def _one_line(message: str) -> str:
   return " ".join(str(message).split())
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+  print(f"metafam: warning: {_one_line(message)}", file=sys.stderr)
+
+
 def main(argv: List[str]) -> int:
-  """Runs ``metafam`` with ``argv`` (program name first); returns the exit code."""
+  """Runs ``metafam`` with ``argv`` (program name first); returns the exit code (see ``EXIT_CODES``)."""
+  import warnings
+  with warnings.catch_warnings():
+    warnings.showwarning = _show_warning  # one line each, like the errors
+    return _main(argv)
+
+
+def _main(argv: List[str]) -> int:
   from metafam.distributed import DistributedError, PeerFailureError, exit_now
+  from metafam.io import DirectoryBusyError
   from metafam.outer_trainers.checkpoint import CheckpointError
+  from metafam.outer_trainers.meta_trainer import RunDivergedError, WriteFailedError
+  from metafam.outer_trainers.preemption import Preempted
+  from metafam.resources import InsufficientMemoryError
   text = _help(argv)
   if text is not None:
     print(text)
@@ -602,13 +672,22 @@ def main(argv: List[str]) -> int:
   except PeerFailureError as e:  # leave at once: JAX's exit hook would wait for the dead process, then abort
     print(f"metafam: error: {_one_line(e)}", file=sys.stderr)
     exit_now(1)
-  except (UsageError, CheckpointError, DistributedError) as e:
+  except Preempted as e:
+    print(f"metafam: preempted: {_one_line(e)}", file=sys.stderr)
+    return EXIT_CODES["preempted"]
+  except WriteFailedError as e:
     print(f"metafam: error: {_one_line(e)}", file=sys.stderr)
-    return 2
+    return EXIT_CODES["write failed"]
+  except RunDivergedError as e:
+    print(f"metafam: error: {_one_line(e)}", file=sys.stderr)
+    return EXIT_CODES["diverged"]
+  except (UsageError, CheckpointError, DistributedError, DirectoryBusyError, InsufficientMemoryError) as e:
+    print(f"metafam: error: {_one_line(e)}", file=sys.stderr)
+    return EXIT_CODES["bad input"]
   except OSError as e:  # a file or directory that cannot be read or written
     where = f" ({e.filename})" if e.filename else ""
     print(f"metafam: error: {_one_line(e.strerror or e)}{where}", file=sys.stderr)
-    return 2
+    return EXIT_CODES["bad input"]
 
 
 def run() -> None:

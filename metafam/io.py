@@ -1,12 +1,19 @@
-"""Atomic file writes: every file metafam writes goes through a temporary file and `os.replace`."""
+"""Safe file writes: atomic replacement, all-or-nothing appends, and a lock on an output directory.
+
+Every file metafam writes goes through a temporary file and `os.replace` (`atomic_write`), except logs that grow by
+one record at a time, which `append_line` extends all-or-nothing. `DirectoryLock` keeps two runs out of one output
+directory.
+"""
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import io
 import json
 import os
 import secrets
-from typing import Any, Tuple
+from typing import Any, Optional, Tuple
 
 
 def _create_temporary(directory: str, name: str) -> Tuple[int, str]:
@@ -57,3 +64,110 @@ def save_figure(fig: Any, path: str, dpi: int = 110) -> None:
   buf = io.BytesIO()
   fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
   atomic_write(path, buf.getvalue())
+
+
+def append_line(path: str, line: str) -> None:
+  """Appends ``line`` (a newline is added) to ``path`` all-or-nothing.
+
+  A write that fails part-way (a full disk, a quota, a file-size limit, an I/O error) is undone by truncating the
+  file back to its previous length before the `OSError` propagates, so the file never ends in a partial record
+  because of a failed write. A crash of the process mid-write can still leave one; readers of such logs drop a
+  partial last line (`metafam.outer_trainers.meta_trainer.read_metrics`).
+  """
+  data = (line.rstrip("\n") + "\n").encode()
+  fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+  try:
+    size = os.fstat(fd).st_size
+    try:
+      view = memoryview(data)
+      while view:
+        view = view[os.write(fd, view):]
+    except OSError:
+      try:
+        os.ftruncate(fd, size)
+      except OSError:
+        pass  # nothing more can be done; the reader drops a partial last line
+      raise
+  finally:
+    os.close(fd)
+
+
+LOCK_NAME = ".metafam.lock"
+
+
+class DirectoryBusyError(RuntimeError):
+  """Another live process holds the lock of an output directory."""
+
+
+def _busy(path: str, lock_path: str, holder: bytes) -> DirectoryBusyError:
+  pid = holder.decode(errors="replace").strip()
+  who = f"process {pid}" if pid.isdigit() else "another process"
+  return DirectoryBusyError(f"{path!r} is in use by a live metafam run ({who} holds {lock_path}); wait for it to "
+                            "finish or choose another output directory.")
+
+
+class DirectoryLock:
+  """An advisory, exclusive lock on an output directory for the life of a run (``with DirectoryLock(path): ...``).
+
+  It is an ``flock`` on ``PATH/.metafam.lock``: the kernel releases it when the holder exits in any way (kill -9
+  included), so a dead run never leaves a stale lock, and the file left behind means nothing by itself. The file
+  holds the holder's pid, for the message a second run gets. A second `DirectoryLock` on the same directory, from
+  another process or this one, raises `DirectoryBusyError` at once, without changing anything in the directory.
+  Creates ``path`` if needed. Advisory: it keeps out metafam runs, not other programs; on file systems without
+  ``flock`` support (some network mounts) the lock is refused with the OS error rather than silently skipped.
+  """
+
+  def __init__(self, path: str):
+    self.path = path
+    self.lock_path = os.path.join(path, LOCK_NAME)
+    self._fd: Optional[int] = None
+
+  @staticmethod
+  def check_free(path: str) -> None:
+    """Raises `DirectoryBusyError` if a live process holds ``path``'s lock; creates and changes nothing (a cheap
+    early check: `acquire` is what excludes)."""
+    lock_path = os.path.join(path, LOCK_NAME)
+    try:
+      fd = os.open(lock_path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+      return  # no lock file (or none readable): nobody holds it through metafam
+    try:
+      fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as e:
+      if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+        raise _busy(path, lock_path, os.pread(fd, 64, 0)) from None
+    finally:
+      os.close(fd)  # also drops the shared lock taken for the look
+
+  def acquire(self) -> "DirectoryLock":
+    if self._fd is not None:
+      raise RuntimeError(f"DirectoryLock({self.path!r}) is already held by this object.")
+    os.makedirs(self.path, exist_ok=True)
+    fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+      holder = os.pread(fd, 64, 0)
+      os.close(fd)
+      if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+        raise _busy(self.path, self.lock_path, holder) from None
+      raise
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    self._fd = fd
+    return self
+
+  def release(self) -> None:
+    if self._fd is not None:
+      os.close(self._fd)  # closing the descriptor releases the flock
+      self._fd = None
+
+  @property
+  def held(self) -> bool:
+    return self._fd is not None
+
+  def __enter__(self) -> "DirectoryLock":
+    return self.acquire()
+
+  def __exit__(self, *exc) -> None:
+    self.release()

@@ -18,7 +18,7 @@ from meta_setup import build_trainer, quadratic_family
 from metafam import cli
 from metafam.benchmark import learned_optimizer, load_theta, run_benchmark
 from metafam.inner import ConstantSchedule
-from metafam.io import atomic_write, write_json
+from metafam.io import LOCK_NAME, atomic_write, write_json
 from metafam.optimizers import SGD, HandDesigned, LearnableAdam, LearnableSGD, LearnedOptimizer, MLPLOpt
 from metafam import optimizers as optimizers_module
 from metafam.outer_trainers import MetaTrainState, MetaTrainer, checkpoint, make_estimator
@@ -118,7 +118,8 @@ def test_meta_train_resume_refuses_a_pickle_in_the_output_dir(tmp_path, evil, na
   assert_legacy_refusal(str(e.value))
   if name == LEGACY_CHECKPOINT_NAME:  # the suggested conversion writes the file a resumed run reads
     assert str(e.value).endswith(f"{path} {os.path.join(out, CHECKPOINT_NAME)} --trust_pickle")
-  assert sorted(os.listdir(out)) == [name] and open(path, "rb").read() == before  # nothing started over
+  # Nothing started over (the run's directory lock, metafam.io.LOCK_NAME, is all it left).
+  assert sorted(os.listdir(out)) == sorted([name, LOCK_NAME]) and open(path, "rb").read() == before
 
 
 @pytest.mark.parametrize("command", ["evaluate", "benchmark", "meta-train"])

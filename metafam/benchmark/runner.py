@@ -50,11 +50,14 @@ def load_theta(path: Union[str, os.PathLike]) -> Any:
   """Meta-parameters from a `metafam.outer_trainers.checkpoint` file holding a MetaTrainState (its ``theta``) or a
   bare theta pytree; leaves come back as numpy arrays in plain containers (see `checkpoint.load`).
 
-  Nothing in the file is executed: legacy pickle checkpoints are refused with the command that converts them.
+  Nothing in the file is executed: legacy pickle checkpoints are refused with the command that converts them, and so
+  are meta-parameters with a NaN or an infinity (`checkpoint.CheckpointError` naming the leaf).
   """
   path = os.fspath(path)
   header, tree = checkpoint.read(path)
-  return tree["theta"] if header.root_class == "MetaTrainState" else tree
+  theta = tree["theta"] if header.root_class == "MetaTrainState" else tree
+  checkpoint.check_finite(theta, path, "meta-parameter theta")
+  return theta
 
 
 def learned_optimizer(lopt: LearnedOptimizer, theta_or_path: Any) -> Optimizer:

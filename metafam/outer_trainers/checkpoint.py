@@ -416,6 +416,25 @@ def read(path: str) -> Tuple[Header, Any]:
   return header, _plain(header.structure, leaves)
 
 
+def check_finite(tree: Any, path: str, what: str = "meta-parameters") -> None:
+  """Raises `CheckpointError` naming the first leaf of ``tree`` (read from ``path``) that holds a NaN or an infinity.
+
+  Meta-parameters must be finite: a learned optimizer with a non-finite theta turns every update into NaN, so such a
+  checkpoint is refused by every path that loads theta (resume, `evaluate --checkpoint`, `load_theta`) rather than
+  used.
+  """
+  for key_path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+    arr = np.asarray(leaf)
+    if arr.dtype.kind in "fc" or _extension_dtype(arr.dtype.name) is not None:
+      values = arr.astype(np.float64) if arr.dtype.kind not in "fc" else arr
+      bad = ~np.isfinite(values)
+      if bad.any():
+        kinds = " and ".join(k for k, m in (("NaN", np.isnan(values)), ("infinite", np.isinf(values))) if m.any())
+        raise CheckpointError(f"checkpoint {path}: {what}{jax.tree_util.keystr(key_path)} holds {int(bad.sum())} "
+                              f"{kinds} value(s) of {arr.size}; refusing to load non-finite meta-parameters (the "
+                              "run that wrote it had diverged; resume from an earlier checkpoint).")
+
+
 def load(path: str, like: Any = None) -> Tuple[Any, Dict[str, Any]]:
   """Returns ``(tree, metadata)``; raises `CheckpointError` with the reason if the file is unusable.
 

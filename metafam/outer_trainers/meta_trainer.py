@@ -13,6 +13,14 @@ when they divide evenly, and runs on one device otherwise (the numbers are the s
 When the devices belong to several processes (`metafam.distributed`), every process runs the same meta-steps;
 checkpoints hold the global state and are written by process 0, which alone also writes ``metrics.jsonl`` and
 evaluates (on its own devices); a resumed run may use another process count.
+
+Failures a long run meets on a shared cluster (see README, "Failures and recovery"): `train` stops cleanly on
+SIGTERM / SIGINT with ``handle_signals`` (a checkpoint at the step every process agrees on, then `Preempted`); a
+checkpoint or metrics write that fails leaves the previous checkpoint as it was and raises `WriteFailedError`; a
+``metrics.jsonl`` cut by a crash loses only its partial last line; the output directory is locked for the run
+(`metafam.io.DirectoryLock`); ``max_skipped_steps`` consecutive skipped updates raise `RunDivergedError`; a
+checkpoint with non-finite meta-parameters is refused; and the meta-step's memory is checked against what the
+devices can give before anything is allocated (`metafam.resources`).
 """
 
 from __future__ import annotations
@@ -22,7 +30,8 @@ import functools
 import json
 import os
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence
+import warnings
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -30,18 +39,37 @@ import numpy as np
 import optax
 from tqdm.auto import tqdm
 
-from metafam import distributed
+from metafam import distributed, resources
 from metafam._checks import check_positive
 from metafam._pytree import DataPytree
 from metafam.evaluation.family_eval import FamilyEvaluator
 from metafam.inner import sharding
-from metafam.io import atomic_write
+from metafam.io import DirectoryLock, append_line, atomic_write
 from metafam.outer_trainers import checkpoint
 from metafam.outer_trainers.base import GradientEstimator, count_nonfinite
+from metafam.outer_trainers.preemption import Preempted, StopRequests
 
 CHECKPOINT_NAME = "checkpoint.npz"
 LEGACY_CHECKPOINT_NAME = "checkpoint.pkl"  # v1 pickles: refused, see checkpoint.convert_legacy_checkpoint
 METRICS_NAME = "metrics.jsonl"
+DEFAULT_MAX_SKIPPED_STEPS = 50
+
+
+class WriteFailedError(RuntimeError):
+  """A checkpoint or metrics write failed (full disk, quota, file-size limit, I/O error). The previous checkpoint
+  is intact; ``path`` is the file, ``error`` the `OSError`, ``last_checkpoint_step`` the step the run resumes from."""
+
+  def __init__(self, path: str, error: OSError, last_checkpoint: Optional[str], last_checkpoint_step: int):
+    self.path, self.error, self.last_checkpoint_step = path, error, last_checkpoint_step
+    reason = f"{error.strerror or error} (errno {error.errno})" if error.errno else str(error)
+    where = (f"the last good checkpoint is {last_checkpoint} at meta-step {last_checkpoint_step}; free space (or "
+             "fix the disk) and run the same command again to resume from it" if last_checkpoint_step > 0 and
+             last_checkpoint else "no checkpoint was written yet")
+    super().__init__(f"cannot write {path}: {reason}; {where}.")
+
+
+class RunDivergedError(RuntimeError):
+  """Every meta-update was skipped (no finite estimate) for too many consecutive meta-steps."""
 
 
 def meta_optimizer(learning_rate: float, decay_steps: int = 0, warmup_steps: Optional[int] = None,
@@ -275,30 +303,91 @@ class MetaTrainer(DataPytree):
           f"{path} belongs to a different run: its config is {json.dumps(metadata.get('config'), sort_keys=True)}, "
           f"this run's is {json.dumps(mine, sort_keys=True)}.")
     tree, _ = checkpoint.load(path, like=like)
+    checkpoint.check_finite(tree.theta, path, "meta-parameter theta")
     return tree
+
+  # -- memory -----------------------------------------------------------------------------------------------------
+  def abstract_state(self, key: jax.Array) -> MetaTrainState:
+    """The `MetaTrainState` `init` would build, as ``jax.ShapeDtypeStruct``s laid out like the real one (nothing is
+    allocated or computed)."""
+    shapes = jax.eval_shape(self.init, key)
+    if self.mesh is None:
+      return shapes
+    rep = sharding.replicated(self.mesh)
+    workers = tuple(sharding.layout_shardings(est.lane_major(ws), self.mesh)
+                    for est, ws in zip(self.estimators, shapes.worker_states))
+    layout = MetaTrainState(theta=jax.tree.map(lambda _: rep, shapes.theta),
+                            opt_state=jax.tree.map(lambda _: rep, shapes.opt_state), worker_states=workers,
+                            key_data=rep, step=rep)
+    return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes, layout)
+
+  def memory_estimate(self, key: jax.Array) -> resources.MemoryEstimate:
+    """XLA's memory analysis of the compiled meta-step (per device), from shapes alone. The program compiled here is
+    the one `step` then runs (same shapes and layout), so the check costs no second compilation."""
+    return resources.program_memory(self._step.lower(self, self.abstract_state(key)).compile())
+
+  def check_memory(self, key: jax.Array) -> resources.MemoryEstimate:
+    """`memory_estimate`, raising `metafam.resources.InsufficientMemoryError` (both numbers in the message) when
+    the meta-step cannot fit in what this process's devices can give."""
+    estimate = self.memory_estimate(key)
+    devices = jax.local_devices() if self.mesh is None else sharding.local_devices(self.mesh)
+    resources.check_fits(estimate, devices[:1] if self.mesh is None else devices, "the meta-step")
+    return estimate
 
   # -- the loop ---------------------------------------------------------------------------------------------------
   def train(self, num_steps: int, key: Optional[jax.Array] = None, state: Optional[MetaTrainState] = None,
             output_dir: Optional[str] = None, checkpoint_every: int = 50, eval_every: Optional[int] = None,
-            progress: bool = True, log_fn: Optional[Callable[[Dict[str, Any]], None]] = None):
+            progress: bool = True, log_fn: Optional[Callable[[Dict[str, Any]], None]] = None,
+            handle_signals: bool = False, max_skipped_steps: Optional[int] = DEFAULT_MAX_SKIPPED_STEPS,
+            check_memory: bool = True, lock_output_dir: bool = True):
     """Runs meta-steps until ``state.step == num_steps``; returns ``(state, history)``.
 
-    With ``output_dir``, an existing checkpoint there is resumed (refused if it belongs to a different run), a
-    checkpoint is written atomically every ``checkpoint_every`` steps and at the end, and every logged record is
-    appended to ``metrics.jsonl`` (strict JSON: a non-finite value, e.g. the NaN meta-loss of a step whose update
-    was skipped, is written as null; `read_metrics` reads it back as NaN). With ``eval_every`` and an
-    ``eval_family``, `evaluate` runs every that many steps and at the end (held-out instances, key derived from the
-    step). ``history`` is the list of records (step, metrics, inner steps/s, and eval results where evaluated).
+    With ``output_dir``, an existing checkpoint there is resumed (refused if it belongs to a different run or holds
+    non-finite meta-parameters), a checkpoint is written atomically every ``checkpoint_every`` steps and at the
+    end, and every logged record is appended to ``metrics.jsonl`` (strict JSON: a non-finite value, e.g. the NaN
+    meta-loss of a step whose update was skipped, is written as null; `read_metrics` reads it back as NaN). With
+    ``eval_every`` and an ``eval_family``, `evaluate` runs every that many steps and at the end (held-out instances,
+    key derived from the step). ``history`` is the list of records (step, metrics, inner steps/s, and eval results
+    where evaluated).
+
+    Failures (each leaves the last checkpoint loadable, and a rerun resumes exactly):
+
+    * ``handle_signals``: SIGTERM / SIGINT finish the meta-step in flight (on several processes: the step they all
+      agree on), write its metrics and a checkpoint, and raise `metafam.outer_trainers.preemption.Preempted`.
+    * A failed write of a checkpoint or of ``metrics.jsonl`` raises `WriteFailedError`; the previous checkpoint is
+      untouched (writes are atomic) and no partial metrics line is left.
+    * ``max_skipped_steps``: that many consecutive skipped updates (every estimate non-finite) raise
+      `RunDivergedError` naming the step and the last checkpoint (None: never stop).
+    * ``check_memory``: before anything is allocated, the compiled meta-step's memory is compared with what the
+      devices can give (`check_memory`); `metafam.resources.InsufficientMemoryError` if it cannot fit.
+    * ``lock_output_dir``: ``output_dir`` is locked for the run (`metafam.io.DirectoryLock`); a second run into it
+      raises `metafam.io.DirectoryBusyError` before changing anything. Pass False when the caller holds the lock.
     """
     if not isinstance(num_steps, int) or isinstance(num_steps, bool) or num_steps < 0:
       raise ValueError(f"num_steps must be a non-negative int (not a bool), got {num_steps!r}.")
     check_positive("checkpoint_every", checkpoint_every, integer=True)
+    if max_skipped_steps is not None:
+      check_positive("max_skipped_steps", max_skipped_steps, integer=True)
     if eval_every is not None:
       check_positive("eval_every", eval_every, integer=True)
       if self.evaluator is None:
         raise ValueError("eval_every needs an eval_family (MetaTrainer(..., eval_family=...)).")
-    ckpt = os.path.join(output_dir, CHECKPOINT_NAME) if output_dir else None
     writes = bool(output_dir) and self.is_main_process  # on several processes only process 0 touches output_dir
+    lock = DirectoryLock(output_dir) if writes and lock_output_dir else None
+    if lock is not None:
+      lock.acquire()
+    try:
+      with (StopRequests() if handle_signals else _NoStopRequests()) as stop:
+        return self._train(num_steps, key, state, output_dir, writes, checkpoint_every, eval_every, progress,
+                           log_fn, stop, max_skipped_steps, check_memory)
+    finally:
+      if lock is not None:
+        lock.release()
+
+  def _train(self, num_steps, key, state, output_dir, writes, checkpoint_every, eval_every, progress, log_fn, stop,
+             max_skipped_steps, check_memory):
+    ckpt = os.path.join(output_dir, CHECKPOINT_NAME) if output_dir else None
+    metrics_path = os.path.join(output_dir, METRICS_NAME) if output_dir else None
     had_checkpoint, error = False, None
     if writes:
       try:
@@ -315,13 +404,17 @@ class MetaTrainer(DataPytree):
     elif error is not None:
       raise error
     if state is None:
-      state = self.init(jax.random.key(0) if key is None else key)
+      key = jax.random.key(0) if key is None else key
+      if check_memory and num_steps > 0:
+        self.check_memory(key)
+      state = self.init(key)
       if had_checkpoint:
         state = self.restore(ckpt, state)
         if writes:
-          _truncate_metrics(os.path.join(output_dir, METRICS_NAME), int(state.step))
+          self._write(metrics_path, lambda: _truncate_metrics(metrics_path, int(state.step)), ckpt, int(state.step))
     history: List[Dict[str, Any]] = []
     start_step = last_saved = int(state.step)
+    skipped_in_a_row = 0
     bar = tqdm(total=num_steps, initial=start_step, desc="meta-train", unit="step", disable=not progress)
     try:
       while int(state.step) < num_steps:
@@ -340,13 +433,25 @@ class MetaTrainer(DataPytree):
         bar.update(1)
         bar.set_postfix(meta_loss=f"{record['meta_loss']:.4f}", grad_norm=f"{record['grad_norm']:.3g}")
         if writes:
-          with open(os.path.join(output_dir, METRICS_NAME), "a") as f:
-            f.write(json.dumps(_finite_or_null(record), allow_nan=False) + "\n")
-        if output_dir and (step % checkpoint_every == 0 or step == num_steps):
-          self.save(state, ckpt)
+          line = json.dumps(_finite_or_null(record), allow_nan=False)
+          self._write(metrics_path, lambda: append_line(metrics_path, line), ckpt, last_saved)
+        stopping = stop.requested(step)
+        if output_dir and (step % checkpoint_every == 0 or step == num_steps or stopping):
+          self._write(ckpt, lambda: self.save(state, ckpt), ckpt, last_saved)
           last_saved = step
         if log_fn is not None:
           log_fn(record)
+        if stopping:
+          raise Preempted(step, ckpt, stop.signal_name, state)
+        skipped_in_a_row = skipped_in_a_row + 1 if record["update_skipped"] else 0
+        if max_skipped_steps is not None and skipped_in_a_row >= max_skipped_steps:
+          where = f"{ckpt} at meta-step {last_saved}" if output_dir and last_saved > 0 else "none was written"
+          raise RunDivergedError(
+              f"meta-step {step}: the last {skipped_in_a_row} meta-updates were all skipped (no estimate had a "
+              f"finite meta-loss or gradient), so the run has gone bad; the last good checkpoint: {where}. Likely "
+              "causes: the inner training diverges for every perturbed lane (learning rate, step_mult or sigma too "
+              "large), non-finite data, or a meta-learning rate that drove theta somewhere unstable; "
+              "max_skipped_steps sets the limit.")
     except Exception as e:
       if not (self.multi_process and distributed.is_peer_failure(e)):
         raise
@@ -358,8 +463,30 @@ class MetaTrainer(DataPytree):
     finally:
       bar.close()
     if output_dir and int(state.step) == start_step and not had_checkpoint:
-      self.save(state, ckpt)
+      self._write(ckpt, lambda: self.save(state, ckpt), ckpt, last_saved)
     return state, history
+
+  def _write(self, path: str, write: Callable[[], None], ckpt: Optional[str], last_saved: int) -> None:
+    """Runs ``write``; an `OSError` becomes `WriteFailedError` naming ``path`` and the last good checkpoint."""
+    try:
+      write()
+    except OSError as e:
+      raise WriteFailedError(path, e, ckpt, last_saved) from e
+
+
+class _NoStopRequests:
+  """`StopRequests` when signals are not handled: never asks to stop."""
+
+  signal_name = None
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc):
+    return None
+
+  def requested(self, step: int) -> bool:
+    return False
 
 
 def _finite_or_null(record: Dict[str, Any]) -> Dict[str, Any]:
@@ -367,16 +494,60 @@ def _finite_or_null(record: Dict[str, Any]) -> Dict[str, Any]:
   return {k: None if isinstance(v, float) and not np.isfinite(v) else v for k, v in record.items()}
 
 
+def _read_records(path: str) -> Tuple[List[Dict[str, Any]], Optional[str]]:
+  """The JSON records of a ``metrics.jsonl`` and, if its last line was cut short by a crash, that line (dropped).
+
+  Only the last line may be partial (every complete record ends with a newline); a bad line before it is corruption,
+  not a crash, and raises ValueError naming the line.
+  """
+  with open(path, "rb") as f:
+    data = f.read()
+  lines = data.split(b"\n")
+  tail = lines.pop()  # after the final newline: b"" unless the last write was cut short
+  records, partial = [], None
+  for number, line in enumerate(lines, start=1):
+    if line.strip():
+      try:
+        records.append(json.loads(line))
+      except ValueError:
+        raise ValueError(f"{path}: line {number} is not a JSON record: {line[:80]!r}") from None
+  if tail.strip():
+    try:  # a last record whose newline alone is missing is still whole
+      records.append(json.loads(tail))
+    except ValueError:
+      partial = tail.decode(errors="replace")
+  return records, partial
+
+
+def _warn_partial(path: str, partial: str) -> None:
+  warnings.warn(f"{path}: dropped a partial last line left by a crash ({partial[:60]!r}...)", RuntimeWarning,
+                stacklevel=3)
+
+
 def read_metrics(path: str) -> List[Dict[str, Any]]:
-  """The records of a ``metrics.jsonl`` written by `MetaTrainer.train`, with null values read back as NaN."""
-  with open(path) as f:
-    return [{k: float("nan") if v is None else v for k, v in json.loads(line).items()} for line in f if line.strip()]
+  """The records of a ``metrics.jsonl`` written by `MetaTrainer.train`, with null values read back as NaN.
+
+  A partial last line (a crash while it was written) is dropped with a `RuntimeWarning`; a resumed run rewrites
+  the file without it.
+  """
+  records, partial = _read_records(path)
+  if partial is not None:
+    _warn_partial(path, partial)
+  return [{k: float("nan") if v is None else v for k, v in r.items()} for r in records]
 
 
 def _truncate_metrics(path: str, step: int) -> None:
-  """Drops records past ``step`` (steps that ran after the last checkpoint and will run again), atomically."""
+  """Keeps one record per step up to ``step`` (the records past it ran after the last checkpoint and will run
+  again; a partial last line is dropped, with one warning), atomically."""
   if not os.path.exists(path):
     return
-  with open(path) as f:
-    lines = [line for line in f if line.strip() and json.loads(line).get("step", 0) <= step]
-  atomic_write(path, "".join(lines).encode())
+  records, partial = _read_records(path)
+  if partial is not None:
+    _warn_partial(path, partial)
+  kept, seen = [], set()
+  for record in records:
+    at = record.get("step", 0)
+    if at <= step and at not in seen:
+      seen.add(at)
+      kept.append(json.dumps(record, allow_nan=False) + "\n")
+  atomic_write(path, "".join(kept).encode())
