@@ -310,9 +310,18 @@ def launch_local(argv: Sequence[str], num_processes: int, port: Optional[int] = 
 
   The processes share this terminal. When one exits with an error, the others get ``grace_s`` seconds to notice it
   themselves (they stop at their next meta-step) before they are terminated; the first non-zero exit code is
-  returned (0 when all succeed). Ctrl-C stops them all.
+  returned (0 when all succeed). SIGTERM or Ctrl-C (SIGINT) sent to the launcher is passed on to every process as
+  SIGTERM: they agree on a meta-step, checkpoint it and exit (75, see `metafam.outer_trainers.preemption`), and the
+  launcher returns their code.
   """
   procs = [subprocess.Popen(cmd) for cmd in local_commands(argv, num_processes, port)]
+
+  def forward(signum=None, frame=None):
+    for p in procs:
+      if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+
+  previous = signal.signal(signal.SIGTERM, forward) if _in_main_thread() else None
   code, failed_at = 0, None
   try:
     while any(p.poll() is None for p in procs):
@@ -326,13 +335,18 @@ def launch_local(argv: Sequence[str], num_processes: int, port: Optional[int] = 
             p.terminate()
       time.sleep(0.1)
   except KeyboardInterrupt:
-    for p in procs:
-      if p.poll() is None:
-        p.send_signal(signal.SIGINT)
+    forward()
     for p in procs:
       p.wait()
-    return 130
+  finally:
+    if previous is not None:
+      signal.signal(signal.SIGTERM, previous)
   for p in procs:
     if p.returncode != 0 and code == 0:
       code = p.returncode
   return code if code >= 0 else 128 - code  # a signal -N is reported like a shell does (128 + N)
+
+
+def _in_main_thread() -> bool:
+  import threading
+  return threading.current_thread() is threading.main_thread()

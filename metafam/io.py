@@ -152,8 +152,10 @@ class DirectoryLock:
       if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
         raise _busy(self.path, self.lock_path, holder) from None
       raise
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    pid = str(os.getpid()).encode()
+    if os.pread(fd, 64, 0) != pid:  # the holder's pid, for the message a second run gets
+      os.ftruncate(fd, 0)
+      os.pwrite(fd, pid, 0)
     self._fd = fd
     return self
 

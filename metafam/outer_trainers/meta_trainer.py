@@ -296,15 +296,24 @@ class MetaTrainer(DataPytree):
     return self.place(distributed.from_main_process(tree))
 
   def _read(self, path: str, like: Any) -> Any:
+    self.check_checkpoint(path, read_theta=False)
+    tree, _ = checkpoint.load(path, like=like)
+    checkpoint.check_finite(tree.theta, path, "meta-parameter theta")
+    return tree
+
+  def check_checkpoint(self, path: str, read_theta: bool = True) -> None:
+    """Raises `checkpoint.CheckpointError` unless ``path`` is a checkpoint of this run (same config) whose theta is
+    finite (``read_theta``); cheap next to compiling, so a resume checks it first."""
     metadata = checkpoint.read_metadata(path)
     mine = json.loads(json.dumps(self.config, sort_keys=True))  # as stored: tuples become lists
     if metadata.get("config") != mine:
       raise checkpoint.CheckpointError(
           f"{path} belongs to a different run: its config is {json.dumps(metadata.get('config'), sort_keys=True)}, "
           f"this run's is {json.dumps(mine, sort_keys=True)}.")
-    tree, _ = checkpoint.load(path, like=like)
-    checkpoint.check_finite(tree.theta, path, "meta-parameter theta")
-    return tree
+    if read_theta:
+      header, tree = checkpoint.read(path)
+      if header.root_class == "MetaTrainState":
+        checkpoint.check_finite(tree["theta"], path, "meta-parameter theta")
 
   # -- memory -----------------------------------------------------------------------------------------------------
   def abstract_state(self, key: jax.Array) -> MetaTrainState:
@@ -396,6 +405,8 @@ class MetaTrainer(DataPytree):
           raise checkpoint.legacy_error(legacy, ckpt)
         os.makedirs(output_dir, exist_ok=True)
         had_checkpoint = os.path.exists(ckpt)
+        if had_checkpoint and state is None:  # a checkpoint that will be refused is refused before compiling
+          self.check_checkpoint(ckpt)
       except (checkpoint.CheckpointError, OSError) as e:
         error = e
     if self.multi_process:  # every process stops on process 0's error, and resumes when it does
