@@ -189,6 +189,20 @@ def test_two_processes_stop_at_the_same_meta_step_when_one_gets_sigterm(tmp_path
   assert steps_logged(run) == list(range(1, step + 3))
 
 
+def test_sigterm_to_the_local_launcher_stops_every_process_at_one_step(tmp_path, cache_dir):
+  run = str(tmp_path / "run")
+  launcher = metafam(["launch", "--num_processes=2", "--", "meta-train", f"--output_dir={run}", "--num_steps=10000000",
+                      "--checkpoint_every=100000", *TINY], cache_dir, wait=False)
+  wait_for_steps(run, 3, [launcher])
+  launcher.send_signal(signal.SIGTERM)  # forwarded to both processes as SIGTERM
+  _, err = launcher.communicate(timeout=120)
+  assert launcher.returncode == 75, err[-2000:]
+  lines = [line for line in err.splitlines() if line.startswith("metafam:")]
+  assert len(lines) == 2 and all(line.startswith("metafam: preempted: stopped by SIGTERM") for line in lines), err
+  steps = {int(line.split("after meta-step ")[1].split(":")[0]) for line in lines}
+  assert len(steps) == 1 and checkpoint_arrays(run)[0] == steps.pop()
+
+
 # -- failing disks ---------------------------------------------------------------------------------------------------
 STEPS = 60
 
