@@ -15,6 +15,9 @@ import os
 import secrets
 from typing import Any, Optional, Tuple
 
+__all__ = ["atomic_write", "write_json", "save_figure", "append_line", "LOCK_NAME", "DirectoryLock",
+           "DirectoryBusyError"]
+
 
 def _create_temporary(directory: str, name: str) -> Tuple[int, str]:
   """A new, exclusively created ``.name-<random>.tmp`` in ``directory``, opened for writing.

@@ -22,6 +22,9 @@ import os
 import resource
 from typing import Any, Optional, Sequence
 
+__all__ = ["MemoryEstimate", "InsufficientMemoryError", "program_memory", "host_memory_available", "available_memory",
+           "check_fits"]
+
 GIB = 2 ** 30
 
 

@@ -8,7 +8,8 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ["metafam", "metafam.datasets", "metafam.tasks", "metafam.taskfamilies", "metafam.optimizers",
-            "metafam.inner", "metafam.outer_trainers", "metafam.evaluation", "metafam.benchmark", "metafam.training", "metafam.distributed"]
+            "metafam.inner", "metafam.outer_trainers", "metafam.evaluation", "metafam.benchmark", "metafam.training", "metafam.distributed",
+            "metafam.io", "metafam.resources"]
 
 
 @pytest.mark.parametrize("name", PACKAGES)

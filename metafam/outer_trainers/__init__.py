@@ -3,9 +3,12 @@
 from metafam.outer_trainers.base import GradientEstimate, GradientEstimator
 from metafam.outer_trainers.checkpoint import CheckpointError
 from metafam.outer_trainers.estimators import PES, FullES, NoiseReuseES, PESWorkerState, TruncatedBPTT, TruncatedES
-from metafam.outer_trainers.meta_trainer import MetaTrainer, MetaTrainState, meta_optimizer, read_metrics
+from metafam.outer_trainers.meta_trainer import (MetaTrainer, MetaTrainState, RunDivergedError, WriteFailedError,
+                                                 meta_optimizer, read_metrics)
+from metafam.outer_trainers.preemption import Preempted, StopRequests
 from metafam.outer_trainers.registry import ESTIMATORS, get_estimator, list_estimators, make_estimator
 
 __all__ = ["GradientEstimate", "GradientEstimator", "CheckpointError", "PES", "FullES", "NoiseReuseES",
            "PESWorkerState", "TruncatedBPTT", "TruncatedES", "MetaTrainer", "MetaTrainState", "meta_optimizer",
-           "read_metrics", "ESTIMATORS", "get_estimator", "list_estimators", "make_estimator"]
+           "read_metrics", "RunDivergedError", "WriteFailedError", "Preempted", "StopRequests", "ESTIMATORS",
+           "get_estimator", "list_estimators", "make_estimator"]

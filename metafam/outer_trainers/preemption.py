@@ -26,6 +26,8 @@ from typing import Any, Optional
 
 import jax
 
+__all__ = ["EXIT_PREEMPTED", "Preempted", "StopRequests"]
+
 EXIT_PREEMPTED = 75  # EX_TEMPFAIL (sysexits.h): a temporary condition; running the same command again continues
 
 
