@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from metafam.optimizers import low_rank
 from metafam.optimizers.base import OptimizerState
 
 
@@ -199,12 +200,18 @@ def mlp_columns(theta: dict, x: jax.Array, bias0: jax.Array, num_layers: int) ->
   """The MLP on the columns of ``x: [F, n]`` -> ``[out, n]``.
 
   Layer 0 uses only the first ``F`` rows of ``w0``; the remaining inputs (the same for every column, e.g. step or
-  context features) are folded into ``bias0`` (``b0 + rest @ w0[F:]``).
+  context features) are folded into ``bias0`` (`mlp_bias0`). The weights may be `low_rank.Perturbed` (shared
+  weights plus one lane's low-rank perturbation): each layer is then the shared product plus a rank-r one.
   """
-  h = theta["w0"][:x.shape[0]].T @ x + bias0[:, None]
+  h = low_rank.matmul_t(low_rank.rows(theta["w0"], None, x.shape[0]), x) + bias0[:, None]
   for i in range(1, num_layers):
-    h = theta[f"w{i}"].T @ jax.nn.relu(h) + theta[f"b{i}"][:, None]
+    h = low_rank.matmul_t(theta[f"w{i}"], jax.nn.relu(h)) + theta[f"b{i}"][:, None]
   return h
+
+
+def mlp_bias0(theta: dict, rest: jax.Array, start: int) -> jax.Array:
+  """``b0 + rest @ w0[start:]``: layer 0's bias with the inputs shared by every column (``rest``) folded in."""
+  return theta["b0"] + low_rank.matmul(rest, low_rank.rows(theta["w0"], start, None))
 
 
 # -- LSTM ------------------------------------------------------------------------------------------------------
