@@ -119,6 +119,8 @@ class FullES(_OnTruncatedStep):
   """Antithetic ES over complete inner trajectories of ``trajectory_length`` steps from fresh task instances.
 
   ``loss_type``: "avg" (mean of the per-step meta-losses), "last" (the final step's), or "min" (their minimum).
+  ``perturbation="low_rank", rank=r`` (every ES estimator here): matrix meta-parameters get rank-r noise, applied as
+  shared weights plus per-lane factors (see `base`); the default "full" draws full Gaussian noise.
   A pair with any non-finite step is left out of the estimate and counted in ``metrics["num_nonfinite"]``.
   Stateless: the worker state is ``{}``.
   """
@@ -231,8 +233,11 @@ class PESWorkerState:
   Attributes:
     lanes: `LaneState` of the ``2 * num_pairs`` antithetic lanes (``theta + eps`` first, ``theta - eps`` second).
     accumulator: theta-shaped ``[num_pairs, ...]``: the sum of the distinct perturbations applied to each pair's
-      current trajectory before this truncation (0 for a fresh trajectory).
-    eps: ``[num_pairs, ...]``, each pair's current perturbation.
+      current trajectory before this truncation (0 for a fresh trajectory). Dense also with low-rank noise: a sum
+      of k rank-r perturbations has rank up to k r, unbounded over a trajectory; it never enters the unroll, and
+      adding a perturbation to it costs one ``a @ b.T`` per pair and estimate.
+    eps: ``[num_pairs, ...]``, each pair's current perturbation; with ``perturbation="low_rank"`` its matrices are
+      `metafam.optimizers.low_rank.LowRank` factors ``a [num_pairs, m, r]``, ``b [num_pairs, n, r]`` (what noise reuse reuses).
     age: int32 ``[num_pairs]``, truncations the current ``eps`` has been used for in the current trajectory
       (0: resample at the next truncation).
   """
