@@ -118,7 +118,8 @@ COMMANDS: Dict[str, Dict[str, Any]] = {
         summary="meta-train a learned optimizer on a task family, then compare it with tuned Adam on held-out "
                 "instances; run it again to resume",
         args=(), flags=("family", "optimizer", "estimator", "num_steps", "num_pairs", "unroll_length",
-                        "trajectory_length", "sigma", "perturbation", "perturbation_rank", "step_mult", "meta_learning_rate", "meta_lr_decay_steps",
+                        "trajectory_length", "sigma", "perturbation", "perturbation_rank", "step_mult",
+                        "meta_learning_rate", "meta_lr_decay_steps",
                         "clip_grad_norm", "output_dir", "checkpoint_every", "eval_every", "eval_tasks", "eval_steps",
                         "seed", "devices", "num_processes", "process_id", "coordinator", "coordinator_timeout",
                         "tensorboard", "progress")),

@@ -236,8 +236,9 @@ class PESWorkerState:
       current trajectory before this truncation (0 for a fresh trajectory). Dense also with low-rank noise: a sum
       of k rank-r perturbations has rank up to k r, unbounded over a trajectory; it never enters the unroll, and
       adding a perturbation to it costs one ``a @ b.T`` per pair and estimate.
-    eps: ``[num_pairs, ...]``, each pair's current perturbation; with ``perturbation="low_rank"`` its matrices are
-      `metafam.optimizers.low_rank.LowRank` factors ``a [num_pairs, m, r]``, ``b [num_pairs, n, r]`` (what noise reuse reuses).
+    eps: ``[num_pairs, ...]``, each pair's current perturbation; with ``perturbation="low_rank"`` its matrices
+      are `metafam.optimizers.low_rank.LowRank` factors ``a [num_pairs, m, r]``, ``b [num_pairs, n, r]`` (what
+      noise reuse reuses).
     age: int32 ``[num_pairs]``, truncations the current ``eps`` has been used for in the current trajectory
       (0: resample at the next truncation).
   """
