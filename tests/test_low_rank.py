@@ -35,7 +35,6 @@ def test_perturbed_weights_apply_like_their_dense_matrix():
   x = jax.random.normal(jax.random.key(1), (7, 5))
   # float32 products of O(1) numbers over <= 5 terms: rounding ~1e-6 relative.
   np.testing.assert_allclose(low_rank.matmul(x, pw), x @ dense, rtol=1e-5, atol=1e-5)
-  np.testing.assert_allclose(low_rank.matmul_t(pw, x.T), dense.T @ x.T, rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(low_rank.dense(low_rank.rows(pw, 1, 4)), dense[1:4], rtol=1e-6)
   # Plain arrays pass through unchanged.
   assert low_rank.matmul(x, dense) is not None and low_rank.rows(dense, None, 2).shape == (2, 3)
@@ -270,3 +269,20 @@ def test_bad_perturbation_arguments():
   for bad in (0, 1.5, True):
     with pytest.raises(ValueError, match="rank must be a positive int"):
       make_estimator("full_es", family, lopt, num_tasks=2, **LOW_RANK, rank=bad)
+
+
+@pytest.mark.slow
+def test_low_rank_pes_on_two_devices_equals_one():
+  """Lanes split over 2 devices (shared weights replicated, factors split by lane): the numbers of one device."""
+  lopt = MLPLOpt(hidden_sizes=(8,), decays=(0.5, 0.9), time_scales=(3.0, 10.0))
+  family = QuadraticFamily(4, scale_range=(0.5, 2.0))
+  theta = lopt.init(jax.random.key(0))
+  grads = []
+  for devices in (None, 2):
+    est = make_estimator("pes", family, lopt, num_tasks=4, unroll_length=3, schedule=ConstantSchedule(5),
+                         devices=devices, **LOW_RANK, rank=2)
+    ws = est.init_worker_state(theta, jax.random.key(1))
+    for j in range(3):
+      e, ws = est.estimate(theta, ws, jax.random.key(2 + j))
+    grads.append(_flat(e.grad))
+  np.testing.assert_allclose(grads[0], grads[1], rtol=1e-4, atol=1e-6)  # float rounding of another program

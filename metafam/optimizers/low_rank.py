@@ -2,8 +2,8 @@
 
 A `LowRank` ``(a, b)`` stands for the matrix ``a @ b.T`` (``a: [..., m, r]``, ``b: [..., n, r]``, any leading axes,
 e.g. one per antithetic pair) without forming it. A `Perturbed` ``(w, delta)`` is the weight ``w + delta`` of one
-lane: the shared ``w [m, n]`` and that lane's ``delta`` (a `LowRank`). Through `matmul` / `matmul_t` a product with
-a perturbed weight costs the shared product plus two rank-``r`` ones:
+lane: the shared ``w [m, n]`` and that lane's ``delta`` (a `LowRank`). Through `matmul` a product with a perturbed
+weight costs the shared product plus two rank-``r`` ones:
 
     x @ (w + a b^T) = x @ w + (x @ a) @ b^T,
 
@@ -11,7 +11,7 @@ so under `jax.vmap` over lanes with ``w`` not batched (`lane_axes`), ``x @ w`` i
 instead of one small product per lane with its own weights.
 
 A theta whose 2-D leaves are `Perturbed` reaches only learned optimizers that declare
-``LearnedOptimizer.low_rank_weights = True`` (they read their matrices through `matmul`, `matmul_t` and `rows`);
+``LearnedOptimizer.low_rank_weights = True`` (they read their matrices through `matmul` and `rows`);
 `TruncatedStep` hands every other learned optimizer `dense` weights.
 """
 
@@ -68,13 +68,6 @@ def matmul(x: jax.Array, w: Any) -> jax.Array:
   if not isinstance(w, Perturbed):
     return x @ w
   return x @ w.w + (x @ w.delta.a) @ w.delta.b.T
-
-
-def matmul_t(w: Any, x: jax.Array) -> jax.Array:
-  """``w.T @ x`` for a weight ``w: [m, n]`` (array or `Perturbed`) and ``x: [m, k]`` (feature-major layers)."""
-  if not isinstance(w, Perturbed):
-    return w.T @ x
-  return w.w.T @ x + w.delta.b @ (w.delta.a.T @ x)
 
 
 def rows(w: Any, start: Optional[int], stop: Optional[int]) -> Any:
