@@ -5,10 +5,11 @@
 
 1. Variance on `outer_training.py`'s workload (8x8 image-MLP family, batch 128, the learned optimizer ``--lopt``,
    PES with 8 pairs, 10 inner steps per estimate within trajectories of 50, sigma 0.01): ``--samples`` estimates
-   from one theta and one worker state (after ``--warmup`` estimates), each with its own key; "variance" is the
-   summed per-coordinate variance of an estimate over those keys (the trace of its covariance), per noise kind, and
-   its ratio to full noise's; "cos to full mean" is the cosine between the mean estimate of that noise kind and that
-   of full noise (both estimate the same smoothed gradient).
+   from one theta and one fresh worker state (staggered lanes, empty accumulators), each with its own key;
+   "variance" is the summed per-coordinate variance of an estimate over those keys (the trace of its covariance),
+   per noise kind, and its ratio to full noise's; "cos to full mean" is the cosine between the mean estimate of that
+   noise kind and that of full noise (both estimate the same smoothed gradient of the first truncation; after
+   ``--warmup`` estimates the accumulators would differ between the runs, and so would the means).
 2. Exactness on a deterministic learned-optimizer unroll (a small MLPLOpt, 74 meta-parameters, on a fixed quadratic,
    4 inner steps; the workload of tests/test_low_rank.py): FullES over ``--pairs_exact`` pairs against ``jax.grad``
    through the unroll: the mean estimate's projection on the exact gradient (1 when unbiased), its cosine with it,
@@ -117,7 +118,7 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--ranks", type=int, nargs="+", default=[1, 4])
   parser.add_argument("--samples", type=int, default=64, help="estimates per noise kind (variance table)")
-  parser.add_argument("--warmup", type=int, default=5, help="estimates before the variance samples")
+  parser.add_argument("--warmup", type=int, default=0, help="estimates before the variance samples")
   parser.add_argument("--pairs_exact", type=int, default=2 ** 20, help="pairs of the exactness table")
   parser.add_argument("--lopt", default="mlp_lopt", help="learned optimizer of tables 1 and 3 (a registered name)")
   parser.add_argument("--tables", nargs="+", type=int, default=[1, 2, 3])

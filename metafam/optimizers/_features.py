@@ -12,7 +12,7 @@ Dtypes: optimizers compute in `compute_dtype` (float32, or float64 for float64 i
 to their stored dtype; accumulators are allocated in the compute dtype at init, so the state's dtypes never change.
 
 Networks: `init_mlp` / `mlp_columns` are a ReLU MLP evaluated feature-major (``w.T @ x`` on ``[features, n]``, one
-matmul per layer over a whole leaf); `init_lstm` / `lstm_step` are a plain LSTM cell (gates i, f, g, o; forget bias
+matmul per layer over a whole leaf; element-major for low-rank-perturbed weights, see `mlp_columns`); `init_lstm` / `lstm_step` are a plain LSTM cell (gates i, f, g, o; forget bias
 1) run on a ``[num_tensors, features]`` batch.
 """
 
