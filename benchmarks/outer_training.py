@@ -28,6 +28,10 @@ each update (metafam: ``meta_loss_split=None, loss_kind="normalized_loss"``), an
 loss of the updated params on an ``outer_valid`` batch (LO: ``train_and_meta=True``), which costs an extra forward
 pass per step. Targets (issue 16): PES >= 2.5x LO at 8 pairs and >= 2x at 64 pairs on one device, FullES >= 2x,
 "outside" <= 5%.
+``--perturbations full low_rank:1 low_rank:4`` times each of metafam's estimators with each kind of ES noise (full
+Gaussian, or low-rank factors of rank R for the matrices: ``perturbation="low_rank", rank=R``) in the same
+round-robin; ``--lopt NAME`` swaps the learned optimizer (a registered name, e.g. ``adafac_muon_mlp_lopt``) on
+metafam's side (LO keeps its MLPLOpt).
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ import jax
 import optax
 
 from metafam.inner import ConstantSchedule
-from metafam.optimizers.mlp_lopt import MLPLOpt
+from metafam.optimizers import get_learned_optimizer
 from metafam.outer_trainers import MetaTrainer, make_estimator
 from metafam.taskfamilies.image_mlp import ImageMLPFamily
 
@@ -88,6 +92,9 @@ def main():
                       help="antithetic pair counts of the PES comparison with the reference library")
   parser.add_argument("--reference_src", metavar="DIR",
                       help="unpacked learned_optimization source: time its TruncatedPES in this run")
+  parser.add_argument("--perturbations", nargs="+", default=["full"], type=perturbation_kwargs,
+                      help="ES noise of metafam's estimators: full, or low_rank:R (rank R); each is timed")
+  parser.add_argument("--lopt", default="mlp_lopt", help="metafam's learned optimizer (a registered name)")
   args = parser.parse_args()
   if args.devices > 1:
     jax.config.update("jax_num_cpu_devices", args.devices)  # before JAX starts its CPU backend
@@ -96,35 +103,52 @@ def main():
     import reference_lo  # benchmarks/ is on sys.path when this runs as a script
     lo = reference_lo.load(args.reference_src)
   family = ImageMLPFamily((32,), image_size=8, batch_size=128, activations=("relu",), label_noise_range=(0.0, 0.0))
-  lopt = MLPLOpt()
-  print(f"jax {jax.__version__} on {jax.devices()[0].platform}; {family.name}; MLPLOpt; {args.steps} meta-steps")
+  lopt = get_learned_optimizer(args.lopt)
+  print(f"jax {jax.__version__} on {jax.devices()[0].platform}; {family.name}; {lopt.name}; {args.steps} meta-steps")
   placements = [None] + ([args.devices] if args.devices > 1 else [])
+  variants = [(devices, noise) for noise in args.perturbations for devices in placements]
   rows = []
   for name in args.estimators:
     runs = {}
-    for devices in placements:
-      est = build(name, family, lopt, devices)
+    for devices, noise in variants:
+      est = build(name, family, lopt, devices, **noise)
       trainer = MetaTrainer(lopt, [est], optax.adam(1e-3))
       state, metrics = trainer.step(trainer.init(jax.random.key(0)))  # compile
       jax.block_until_ready(metrics)
-      runs[devices or 1] = {"trainer": trainer, "state": state, "est": est}
+      runs[devices or 1, noise_label(noise)] = {"trainer": trainer, "state": state, "est": est}
     times = time_round_robin(runs, args.steps)
-    for devices, box in runs.items():
-      rows.append((name, devices, box["est"].inner_steps_per_estimate, times[devices, "loop"],
-                   times[devices, "bare"], times[1, "bare"] / times[devices, "bare"]))
-  print(f"\n{'estimator':>10} {'devices':>7} {'estimates/s':>11} {'inner steps/s':>13} {'loop s/step':>11} "
-        f"{'jit s/step':>10} {'outside':>7} {'speedup':>7}")
-  for name, devices, inner, loop, bare, speedup in rows:
-    print(f"{name:>10} {devices:>7} {1 / loop:>11.2f} {inner / loop:>13,.0f} {loop:>11.4f} {bare:>10.4f} "
-          f"{max(0.0, 1 - bare / loop):>7.1%} {speedup:>6.2f}x")
+    for (devices, noise), box in runs.items():
+      rows.append((name, devices, noise, box["est"].inner_steps_per_estimate, times[(devices, noise), "loop"],
+                   times[(devices, noise), "bare"], times[(1, "full"), "bare"] / times[(devices, noise), "bare"]
+                   if (1, "full") in runs else float("nan")))
+  print(f"\n{'estimator':>10} {'devices':>7} {'noise':>10} {'estimates/s':>11} {'inner steps/s':>13} "
+        f"{'loop s/step':>11} {'jit s/step':>10} {'outside':>7} {'speedup':>7}")
+  for name, devices, noise, inner, loop, bare, speedup in rows:
+    print(f"{name:>10} {devices:>7} {noise:>10} {1 / loop:>11.2f} {inner / loop:>13,.0f} {loop:>11.4f} "
+          f"{bare:>10.4f} {max(0.0, 1 - bare / loop):>7.1%} {speedup:>6.2f}x")
   if lo:
-    compare_reference(lo, family, lopt, placements, args.steps, args.pairs)
+    compare_reference(lo, family, lopt, variants, args.steps, args.pairs)
 
 
-def compare_reference(lo, family, lopt, placements, steps, pairs_list, rounds=5):
+def perturbation_kwargs(text):
+  """``"full"`` or ``"low_rank:R"`` as estimator arguments."""
+  if text == "full":
+    return {}
+  kind, _, rank = text.partition(":")
+  if kind != "low_rank" or not rank.isdigit() or int(rank) < 1:
+    raise argparse.ArgumentTypeError(f"expected full or low_rank:R with R >= 1, got {text!r}")
+  return {"perturbation": "low_rank", "rank": int(rank)}
+
+
+def noise_label(noise):
+  return f"rank {noise['rank']}" if noise else "full"
+
+
+def compare_reference(lo, family, lopt, variants, steps, pairs_list, rounds=5):
   """Estimates/s of metafam's estimators alone (``estimate``, no meta-update) against the reference library's,
   blocks of calls interleaved: PES vs LO's `TruncatedPES` at each pair count of ``pairs_list`` for each meta-loss
-  definition of `META_LOSSES` (the same one on both sides), and FullES vs LO's `FullES` (8 pairs)."""
+  definition of `META_LOSSES` (the same one on both sides), and FullES vs LO's `FullES` (8 pairs); metafam's for
+  every ``(devices, noise)`` of ``variants``."""
   import reference_lo
   print_settings()
   runs = {}
@@ -133,15 +157,16 @@ def compare_reference(lo, family, lopt, placements, steps, pairs_list, rounds=5)
       group = (f"PES, {num_pairs} pairs", setting)
       runs[group, "LO"] = reference_lo.setup_pes(lo, family, num_pairs=num_pairs, unroll_length=10,
                                                  trajectory_length=50, sigma=0.01, train_and_meta=train_and_meta)
-      for devices in placements:
-        est = build("pes", family, lopt, devices, num_pairs=num_pairs, **kwargs)
-        runs[group, f"metafam x{devices or 1}"] = estimate_call(est, lopt)
+      for devices, noise in variants:
+        est = build("pes", family, lopt, devices, num_pairs=num_pairs, **kwargs, **noise)
+        runs[group, variant_label(devices, noise)] = estimate_call(est, lopt)
   for setting, (kwargs, train_and_meta) in META_LOSSES.items():
     group = ("FullES, 8 pairs", setting)
     runs[group, "LO"] = reference_lo.setup_full_es(lo, family, num_pairs=8, trajectory_length=200, sigma=0.01,
                                                    train_and_meta=train_and_meta)
-    for devices in placements:
-      runs[group, f"metafam x{devices or 1}"] = estimate_call(build("full_es", family, lopt, devices, **kwargs), lopt)
+    for devices, noise in variants:
+      runs[group, variant_label(devices, noise)] = estimate_call(
+          build("full_es", family, lopt, devices, **kwargs, **noise), lopt)
   for run in runs.values():
     run()  # compile
   groups = list(dict.fromkeys(group for group, _ in runs))
@@ -155,15 +180,20 @@ def compare_reference(lo, family, lopt, placements, steps, pairs_list, rounds=5)
         for _ in range(per_block):
           runs[name]()
         times[name].append((time.perf_counter() - start) / per_block)
+  labels = [variant_label(devices, noise) for devices, noise in variants]
   print(f"\n{'estimate only':>18} {'meta-loss':>12} {'LO est/s':>9} " +
-        " ".join(f"{f'metafam x{d or 1}':>12} {'vs LO':>6}" for d in placements))
+        " ".join(f"{label:>18} {'vs LO':>6}" for label in labels))
   for group in groups:
     lo_time = statistics.median(times[group, "LO"])
     cells = []
-    for devices in placements:
-      t = statistics.median(times[group, f"metafam x{devices or 1}"])
-      cells.append(f"{1 / t:>12.2f} {lo_time / t:>5.2f}x")
+    for label in labels:
+      t = statistics.median(times[group, label])
+      cells.append(f"{1 / t:>18.2f} {lo_time / t:>5.2f}x")
     print(f"{group[0]:>18} {group[1]:>12} {1 / lo_time:>9.2f} " + " ".join(cells))
+
+
+def variant_label(devices, noise):
+  return f"metafam x{devices or 1} {noise_label(noise)}"
 
 
 def estimate_call(est, lopt):

@@ -4,6 +4,7 @@
     python benchmarks/profile_estimate.py --pairs 64 --top 15
     python benchmarks/profile_estimate.py --estimator full_es --calls 2
     python benchmarks/profile_estimate.py --shared_theta         # the same unroll with one theta for every lane
+    python benchmarks/profile_estimate.py --perturbation low_rank --rank 1   # low-rank ES perturbations
 
 The workload is `outer_training.py`'s (8x8 image-MLP family, batch 128, MLPLOpt, trajectories of 50, meta-loss on
 ``outer_valid``). ``--calls`` estimates run under `jax.profiler.trace` with XLA's per-kernel trace events on, and the
@@ -13,7 +14,9 @@ root op: ``dot_general.N`` / ``dot.N`` are matrix products, ``*_fusion.N`` fused
 the top ``--top`` kernels. ``--shared_theta`` profiles the same unroll with one theta for every lane instead of the
 per-lane ``theta +- eps`` of an ES estimate: the difference is what per-lane learned-optimizer weights cost (their
 matrix products are batched over lanes; a batched product of these sizes runs on one core on XLA:CPU, a shared one
-on all cores). Kernel times of one process; run it alone.
+on all cores). ``--perturbation low_rank --rank R`` profiles the estimate with low-rank perturbations of the
+matrices (shared weights plus per-lane rank-R factors, see `metafam.outer_trainers.base`). Kernel times of one
+process; run it alone.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ def main():
   parser.add_argument("--calls", type=int, default=10, help="estimates profiled (after one warm-up call)")
   parser.add_argument("--top", type=int, default=12, help="kernels listed by time")
   parser.add_argument("--shared_theta", action="store_true", help="profile the unroll with one theta for all lanes")
+  parser.add_argument("--perturbation", default="full", choices=["full", "low_rank"], help="the estimator's noise")
+  parser.add_argument("--rank", type=int, default=1, help="factor rank with --perturbation low_rank")
   args = parser.parse_args()
   # Per-kernel trace events of XLA:CPU; must be set before JAX starts its backend.
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_xprof_traceme=true").strip()
@@ -49,10 +54,11 @@ def main():
   theta = lopt.init(jax.random.key(0))
   if args.estimator == "pes":
     est = make_estimator("pes", family, lopt, num_tasks=args.pairs, unroll_length=10, schedule=ConstantSchedule(50),
-                         sigma=0.01)
+                         sigma=0.01, perturbation=args.perturbation, rank=args.rank)
     steps_per_call = 10
   else:
-    est = make_estimator("full_es", family, lopt, num_tasks=args.pairs, trajectory_length=200, sigma=0.01)
+    est = make_estimator("full_es", family, lopt, num_tasks=args.pairs, trajectory_length=200, sigma=0.01,
+                         perturbation=args.perturbation, rank=args.rank)
     steps_per_call = 200
   box = {"state": est.init_worker_state(theta, jax.random.key(1)), "key": jax.random.key(2)}
 
@@ -95,6 +101,8 @@ def main():
     kind = name.split(".")[0]
     kinds["matrix products (dot)" if kind in ("dot", "dot_general") else kind] += ns
   theta_kind = "one theta for all lanes" if args.shared_theta else "per-lane theta +- eps"
+  if not args.shared_theta and args.perturbation == "low_rank":
+    theta_kind += f" (low-rank, rank {args.rank})"
   print(f"jax {jax.__version__}; {args.estimator}, MLPLOpt, {args.pairs} pairs ({2 * args.pairs} lanes), "
         f"{theta_kind}; {args.calls} calls of {steps_per_call} inner steps")
   print(f"kernel time per inner step (all lanes): {total / steps / 1e3:,.0f} us")

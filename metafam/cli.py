@@ -69,6 +69,10 @@ _int("unroll_length", 10, "Inner steps per truncation.")
 _int("trajectory_length", 200, "Inner steps per trajectory (full_es: per estimate); train on the horizon you "
      "evaluate on (--eval_steps).")
 _float("sigma", 0.01, "ES perturbation standard deviation.", lower=1e-12)
+flags.DEFINE_enum("perturbation", "full", ["full", "low_rank"], "ES noise of the matrix meta-parameters: full "
+                  "Gaussian, or low_rank (rank --perturbation_rank factors, applied as shared weights plus per-lane "
+                  "factors; same covariance). Recorded in the checkpoint.", flag_values=FLAGS)
+_int("perturbation_rank", 1, "Factor rank of --perturbation low_rank.", upper=4096)
 _float("step_mult", 1e-2, "Scale of the learned optimizer's steps, for the optimizers that have one (mlp_lopt, "
        "adafac_mlp_lopt, adafac_muon_mlp_lopt, mlp_nom_lopt, rnn_mlp_lopt; their library default is 1e-3, and 1e-2 "
        "meta-trains faster here); recorded in the checkpoint, and `evaluate --checkpoint` rebuilds the optimizer with "
@@ -125,9 +129,9 @@ COMMANDS: Dict[str, Dict[str, Any]] = {
         summary="meta-train a learned optimizer on a task family, then compare it with tuned Adam on held-out "
                 "instances; run it again to resume",
         args=(), flags=("family", "optimizer", "estimator", "num_steps", "num_pairs", "unroll_length",
-                        "trajectory_length", "sigma", "step_mult", "meta_learning_rate", "meta_lr_decay_steps",
-                        "clip_grad_norm", "output_dir", "checkpoint_every", "max_skipped_steps", "eval_every",
-                        "eval_tasks", "eval_steps",
+                        "trajectory_length", "sigma", "perturbation", "perturbation_rank", "step_mult",
+                        "meta_learning_rate", "meta_lr_decay_steps", "clip_grad_norm", "output_dir",
+                        "checkpoint_every", "max_skipped_steps", "eval_every", "eval_tasks", "eval_steps",
                         "seed", "devices", "num_processes", "process_id", "coordinator", "coordinator_timeout",
                         "tensorboard", "progress")),
     "evaluate": dict(summary="train a task or suite with one optimizer (hand-designed, or learned from a "
@@ -195,11 +199,12 @@ def hand_optimizers() -> Mapping[str, Callable]:
 
 
 def build_estimator(name: str, family, lopt, *, num_pairs: int, unroll_length: int, trajectory_length: int,
-                    sigma: float, devices: Any = None):
+                    sigma: float, devices: Any = None, perturbation: str = "full", perturbation_rank: int = 1):
   """The estimator ``name`` on ``num_pairs`` lanes per particle; of the other values it gets those it accepts."""
   from metafam.inner import ConstantSchedule
   from metafam.outer_trainers.registry import estimator_arguments, make_estimator
-  values = dict(unroll_length=unroll_length, trajectory_length=trajectory_length, sigma=sigma)
+  values = dict(unroll_length=unroll_length, trajectory_length=trajectory_length, sigma=sigma,
+                perturbation=perturbation, rank=perturbation_rank)
   accepted = estimator_arguments(name)
   return make_estimator(name, family, lopt, num_tasks=num_pairs, schedule=ConstantSchedule(trajectory_length),
                         devices=devices, **{k: v for k, v in values.items() if k in accepted})
@@ -215,6 +220,8 @@ def run_config(values: Mapping[str, Any]) -> Dict[str, Any]:
   config = {k: values[k] for k in RUN_CONFIG_KEYS}
   if not takes_step_mult(values["optimizer"]):
     config["step_mult"] = None
+  if values.get("perturbation", "full") != "full":  # absent for full noise: runs from before the flag resume
+    config.update(perturbation=values["perturbation"], perturbation_rank=values["perturbation_rank"])
   return config
 
 
@@ -449,6 +456,10 @@ def check_meta_train_flags() -> Dict[str, Any]:
   found = dict(family=_lookup(FAMILIES, FLAGS.family, "family"),
                lopt=_lookup(learned_optimizers(), FLAGS.optimizer, "learned optimizer (--optimizer)"))
   _lookup(dict.fromkeys(ESTIMATORS), FLAGS.estimator, "estimator")
+  if FLAGS.perturbation != "full" and FLAGS.estimator == "tbptt":
+    raise UsageError("--perturbation low_rank: --estimator tbptt perturbs nothing; use an ES estimator.")
+  if FLAGS["perturbation_rank"].present and FLAGS.perturbation == "full":
+    raise UsageError("--perturbation_rank applies to --perturbation low_rank.")
   if FLAGS["step_mult"].present and not takes_step_mult(FLAGS.optimizer):
     raise UsageError(f"--step_mult: --optimizer={FLAGS.optimizer} has no step_mult; it applies to "
                      f"{', '.join(n for n in sorted(learned_optimizers()) if takes_step_mult(n))}.")
@@ -485,7 +496,8 @@ def cmd_meta_train() -> None:
   try:
     estimator = build_estimator(FLAGS.estimator, family, lopt, num_pairs=FLAGS.num_pairs,
                                 unroll_length=FLAGS.unroll_length, trajectory_length=FLAGS.trajectory_length,
-                                sigma=FLAGS.sigma, devices=devices)
+                                sigma=FLAGS.sigma, devices=devices, perturbation=FLAGS.perturbation,
+                                perturbation_rank=FLAGS.perturbation_rank)
   except ValueError as e:
     if devices is None:  # not about devices: the flags are validated, so this is a bug worth a traceback
       raise

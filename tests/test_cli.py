@@ -70,6 +70,10 @@ def test_meta_train_writes_files_and_resumes(tmp_path, capsys):
      "--step_mult: --optimizer=learnable_sgd has no step_mult; it applies to adafac_mlp_lopt, "
      "adafac_muon_mlp_lopt, mlp_lopt"),
     (["meta-train", "--step_mult=0"], "flag --step_mult=0"),
+    (["meta-train", "--perturbation=lowrank"],
+     "flag --perturbation=lowrank: value should be one of <full|low_rank>"),
+    (["meta-train", "--perturbation_rank=2"], "--perturbation_rank applies to --perturbation low_rank"),
+    (["meta-train", "--perturbation=low_rank", "--estimator=tbptt"], "--estimator tbptt perturbs nothing"),
 ])
 def test_bad_input_is_one_line_and_exit_code_2(args, message, capsys, tmp_path):
   code, out, err = run(args + [f"--output_dir={tmp_path / 'x'}"], capsys)
@@ -94,6 +98,17 @@ def test_other_runs_checkpoint_and_corrupted_checkpoint_are_refused_and_kept(tmp
   assert code == 2 and "corrupted" in err
   assert open(ckpt, "rb").read() == files["checkpoint.npz"][:100]  # left as found, for the user to inspect
   assert open(os.path.join(out_dir, "metrics.jsonl"), "rb").read() == files["metrics.jsonl"]
+
+
+def test_low_rank_perturbation_is_part_of_the_run_config(tmp_path, capsys):
+  out_dir = str(tmp_path / "run")
+  low_rank = ["--perturbation=low_rank", "--perturbation_rank=2"]
+  assert run(["meta-train", "--num_steps=2", f"--output_dir={out_dir}"] + TINY + low_rank, capsys)[0] == 0
+  with open(os.path.join(out_dir, "summary.json")) as f:
+    assert json.load(f)["config"]["perturbation_rank"] == 2
+  code, _, err = run(["meta-train", "--num_steps=3", f"--output_dir={out_dir}"] + TINY, capsys)
+  assert code == 2 and "belongs to a different run" in err
+  assert run(["meta-train", "--num_steps=3", f"--output_dir={out_dir}"] + TINY + low_rank, capsys)[0] == 0
 
 
 def test_python_dash_m_entry_point():

@@ -22,6 +22,8 @@ from typing import Any, Optional, Tuple
 import jax
 import jax.numpy as jnp
 
+from metafam.optimizers import low_rank
+
 
 def halves(x: jax.Array, axis: int = 0) -> Tuple[jax.Array, jax.Array]:
   """The per-pair views ``(positive lanes, negative lanes)``, each with ``N`` pairs along ``axis``, of a ``2N``-lane
@@ -55,8 +57,16 @@ def pair_done(is_done: jax.Array) -> jax.Array:
 
 
 def antithetic_thetas(theta: Any, eps: Any) -> Any:
-  """``[2N]``-leading theta: ``theta + eps_i`` on pair ``i``'s positive lane, ``theta - eps_i`` on its partner."""
-  return jax.tree.map(lambda t, e: join(t[None] + e, t[None] - e), theta, eps)
+  """``[2N]``-leading theta: ``theta + eps_i`` on pair ``i``'s positive lane, ``theta - eps_i`` on its partner.
+
+  A leaf whose ``eps`` is a `low_rank.LowRank` ``(a [N, m, r], b [N, n, r])`` becomes a `low_rank.Perturbed`: the
+  shared leaf and per-lane factors ``(+-a_i, b_i)``, never ``2N`` dense matrices.
+  """
+  def one(t, e):
+    if isinstance(e, low_rank.LowRank):
+      return low_rank.Perturbed(t, low_rank.LowRank(join(e.a, -e.a), join(e.b, e.b)))
+    return join(t[None] + e, t[None] - e)
+  return jax.tree.map(one, theta, eps)
 
 
 def tile_pairs(tree: Any) -> Any:

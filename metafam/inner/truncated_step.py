@@ -42,6 +42,7 @@ from metafam.datasets.base import SPLITS
 from metafam.inner import masking, pairs, sharding
 from metafam.inner import step as step_lib
 from metafam.inner.schedules import ConstantSchedule
+from metafam.optimizers import low_rank
 from metafam.optimizers.base import Optimizer
 from metafam.optimizers.learned import HandDesigned
 from metafam.taskfamilies.base import TaskFamily
@@ -111,18 +112,21 @@ class _StepDraws(NamedTuple):
 
 def _map_lanes(fn, in_axes, args, chunk: Optional[int]):
   """``jax.vmap(fn, in_axes)(*args)``; with ``chunk``, over blocks of ``chunk`` lanes in sequence (`jax.lax.map`
-  with ``batch_size``), so one block's working set stays in cache."""
-  num = next(jax.tree.leaves(a)[0].shape[0] for a, ax in zip(args, in_axes) if ax == 0)
+  with ``batch_size``), so one block's working set stays in cache. ``in_axes``: 0 or None per argument, or a tree
+  of them (a prefix of the argument, e.g. `low_rank.lane_axes`)."""
+  is_axis = lambda x: x is None or isinstance(x, int)
+  mapped = jax.tree.map(lambda ax, arg: jax.tree.map(lambda _: ax == 0, arg), tuple(in_axes), tuple(args),
+                        is_leaf=is_axis)
+  leaves, treedef = jax.tree.flatten(tuple(args))
+  flags = jax.tree.leaves(mapped)
+  num = next(x.shape[0] for x, m in zip(leaves, flags) if m)
   if chunk is None or num <= chunk:
-    return jax.vmap(fn, in_axes=in_axes)(*args)
-  mapped = [i for i, ax in enumerate(in_axes) if ax == 0]
+    return jax.vmap(fn, in_axes=tuple(in_axes))(*args)
 
   def one(values):
-    full = list(args)
-    for i, v in zip(mapped, values):
-      full[i] = v
-    return fn(*full)
-  return jax.lax.map(one, [args[i] for i in mapped], batch_size=chunk)
+    it = iter(values)
+    return fn(*jax.tree.unflatten(treedef, [next(it) if m else x for x, m in zip(leaves, flags)]))
+  return jax.lax.map(one, [x for x, m in zip(leaves, flags) if m], batch_size=chunk)
 
 
 class TruncatedStep(DataPytree):
@@ -233,21 +237,32 @@ class TruncatedStep(DataPytree):
     cfg = self.family.sample(k_cfg)
     params, model_state = self.family.task_fn(cfg).init_with_state(k_init)
     length = self.schedule.sample(k_len)
-    opt_state = self.learned_opt.opt_fn(theta).init(params, model_state=model_state, num_steps=length, key=k_opt)
+    opt_state = self.opt_fn(theta).init(params, model_state=model_state, num_steps=length, key=k_opt)
     iteration = jnp.asarray(0, jnp.int32)
     if random_offset:
       iteration = jax.random.randint(k_off, (), 0, jnp.maximum(length, 1), jnp.int32)
     return LaneState(cfg=cfg, opt_state=opt_state, iteration=iteration, length=length)
 
+  def opt_fn(self, theta: Any) -> Optimizer:
+    """The inner optimizer of one lane's theta. `low_rank.Perturbed` weights (low-rank ES perturbations) reach
+    the learned optimizer as they are when it reads them through `low_rank` (``low_rank_weights``), else dense."""
+    if not getattr(self.learned_opt, "low_rank_weights", False):
+      theta = low_rank.dense_tree(theta)
+    return self.learned_opt.opt_fn(theta)
+
+  def _theta_axes(self, theta: Any, theta_is_batched: bool) -> Any:
+    """The vmap ``in_axes`` of theta: None when shared, else 0 per leaf except shared low-rank bases (None)."""
+    return low_rank.lane_axes(theta) if theta_is_batched else None
+
   def _train_lanes(self, theta, lanes: LaneState, draws: "_StepDraws", data, theta_axis):
     """One step of every lane in ``lanes`` (leading lane axis) with the step's per-lane random ``draws``; theta is
-    shared, or per lane with ``theta_axis=0``.
+    shared (``theta_axis=None``), or per lane (``theta_axis``: `low_rank.lane_axes`).
 
     Per-lane pieces (`jax.vmap`) around the two theta-free computations that may go non-finite, which are wrapped
     in `masking.cut_unless_finite` over all lanes; see the module docstring for the step's timeline.
     """
     per_lane = lambda fn, *in_axes: jax.vmap(fn, in_axes=in_axes)
-    opt_of = self.learned_opt.opt_fn
+    opt_of = self.opt_fn
 
     def inputs(th, lane, draw):
       opt = opt_of(th)
@@ -326,7 +341,7 @@ class TruncatedStep(DataPytree):
   def init_fn(self, theta: Any, key: jax.Array, theta_is_batched: bool = False) -> LaneState:
     """Pure: fresh lanes (``[num_tasks]``-leading leaves); see `init_step_state`."""
     fresh = functools.partial(self._fresh_lane, random_offset=self.random_initial_iteration)
-    lanes = jax.vmap(fresh, in_axes=(0 if theta_is_batched else None, 0))(theta, self._lane_keys(key))
+    lanes = jax.vmap(fresh, in_axes=(self._theta_axes(theta, theta_is_batched), 0))(theta, self._lane_keys(key))
     return sharding.place(lanes, self.mesh)
 
   def init_step_state(self, theta: Any, key: jax.Array, theta_is_batched: bool = False) -> LaneState:
@@ -335,8 +350,15 @@ class TruncatedStep(DataPytree):
                       sharding.place(key, self.mesh, lane_major=False), theta_is_batched=theta_is_batched)
 
   def place_theta(self, theta: Any, theta_is_batched: bool = False) -> Any:
-    """``theta`` on this step's devices: replicated, or split by lane when batched (a no-op on one device)."""
-    return sharding.place(theta, self.mesh, lane_major=theta_is_batched)
+    """``theta`` on this step's devices: replicated, or split by lane when batched (a no-op on one device; shared
+    low-rank bases stay replicated)."""
+    return sharding.place(theta, self.mesh, lane_major=self._theta_lane_major(theta, theta_is_batched))
+
+  def _theta_lane_major(self, theta: Any, theta_is_batched: bool) -> Any:
+    """A tree of bools like ``theta``: which of its leaves have a lane axis."""
+    if not theta_is_batched:
+      return False
+    return jax.tree.map(lambda ax: ax == 0, low_rank.lane_axes(theta), is_leaf=lambda x: x is None)
 
   def unroll_fn(self, theta: Any, state: LaneState, step_keys: jax.Array, *, theta_is_batched: bool = False):
     """Pure (un-jitted, differentiable w.r.t. ``theta``) unroll of ``len(step_keys)`` steps, one key per step.
@@ -352,13 +374,14 @@ class TruncatedStep(DataPytree):
     lane_spec = P(sharding.LANE_AXIS)
     per_device = jax.shard_map(
         functools.partial(self._unroll_lanes, theta_is_batched=theta_is_batched, local=True), mesh=self.mesh,
-        in_specs=(lane_spec if theta_is_batched else P(), lane_spec, P(), P()),
+        in_specs=(jax.tree.map(lambda split: lane_spec if split else P(),
+                               self._theta_lane_major(theta, theta_is_batched)), lane_spec, P(), P()),
         out_specs=(lane_spec, P(None, sharding.LANE_AXIS)))
     return per_device(theta, state, step_keys, data)
 
   def _unroll_lanes(self, theta, state, step_keys, data, theta_is_batched: bool, local: bool):
     """The unroll over the lanes in ``state``: all of them, or (``local``) this device's share inside shard_map."""
-    theta_axis = 0 if theta_is_batched else None
+    theta_axis = self._theta_axes(theta, theta_is_batched)
     train_vmap = lambda th, lanes, keys, data: self._train_lanes(th, lanes, keys, data, theta_axis)
     fresh = jax.vmap(functools.partial(self._fresh_lane, random_offset=False), in_axes=(theta_axis, 0))
     num_local = jax.tree.leaves(state)[0].shape[0]
@@ -388,10 +411,10 @@ class TruncatedStep(DataPytree):
     def train(lanes, draws):
       if not self.antithetic or self.stack_antithetic or local:
         return train_vmap(theta, lanes, draws, data)
-      both = (theta if theta_is_batched else None, lanes, draws)
-      halves = [jax.tree.map(lambda x: pairs.halves(x)[i], both) for i in (0, 1)]
-      results = [train_vmap(theta if th is None else th, ln, dr, data) for th, ln, dr in halves]
-      return pairs.join(*results)
+      half = lambda i, tree: jax.tree.map(lambda x: pairs.halves(x)[i], tree)
+      theta_half = lambda i: (low_rank.map_lane_leaves(lambda x: pairs.halves(x)[i], theta) if theta_is_batched
+                              else theta)
+      return pairs.join(*[train_vmap(theta_half(i), half(i, lanes), half(i, draws), data) for i in (0, 1)])
 
     def step(lanes, draws):
       lanes, out, is_done = train(lanes, draws)

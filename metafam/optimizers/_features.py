@@ -12,7 +12,7 @@ Dtypes: optimizers compute in `compute_dtype` (float32, or float64 for float64 i
 to their stored dtype; accumulators are allocated in the compute dtype at init, so the state's dtypes never change.
 
 Networks: `init_mlp` / `mlp_columns` are a ReLU MLP evaluated feature-major (``w.T @ x`` on ``[features, n]``, one
-matmul per layer over a whole leaf); `init_lstm` / `lstm_step` are a plain LSTM cell (gates i, f, g, o; forget bias
+matmul per layer over a whole leaf; element-major for low-rank-perturbed weights, see `mlp_columns`); `init_lstm` / `lstm_step` are a plain LSTM cell (gates i, f, g, o; forget bias
 1) run on a ``[num_tensors, features]`` batch.
 """
 
@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from metafam.optimizers import low_rank
 from metafam.optimizers.base import OptimizerState
 
 
@@ -199,12 +200,29 @@ def mlp_columns(theta: dict, x: jax.Array, bias0: jax.Array, num_layers: int) ->
   """The MLP on the columns of ``x: [F, n]`` -> ``[out, n]``.
 
   Layer 0 uses only the first ``F`` rows of ``w0``; the remaining inputs (the same for every column, e.g. step or
-  context features) are folded into ``bias0`` (``b0 + rest @ w0[F:]``).
+  context features) are folded into ``bias0`` (`mlp_bias0`).
+
+  The weights may be `low_rank.Perturbed` (weights shared by the lanes of a `vmap` plus one lane's low-rank
+  perturbation): each layer is then the shared product plus a rank-r one, computed element-major (``h: [n, width]``,
+  ``h @ w``), the layout in which a product of every lane's ``h`` with the shared ``w`` is one matrix product with no
+  transposes (feature-major, XLA would transpose each ``[lanes, width, n]`` hidden tensor around it). Plain weights
+  keep the feature-major layout, the faster one for per-lane weights (a product batched over lanes).
   """
-  h = theta["w0"][:x.shape[0]].T @ x + bias0[:, None]
+  w0 = low_rank.rows(theta["w0"], None, x.shape[0])
+  if not any(isinstance(theta[f"w{i}"], low_rank.Perturbed) for i in range(num_layers)):
+    h = w0.T @ x + bias0[:, None]
+    for i in range(1, num_layers):
+      h = theta[f"w{i}"].T @ jax.nn.relu(h) + theta[f"b{i}"][:, None]
+    return h
+  h = low_rank.matmul(x.T, w0) + bias0
   for i in range(1, num_layers):
-    h = theta[f"w{i}"].T @ jax.nn.relu(h) + theta[f"b{i}"][:, None]
-  return h
+    h = low_rank.matmul(jax.nn.relu(h), theta[f"w{i}"]) + theta[f"b{i}"]
+  return h.T
+
+
+def mlp_bias0(theta: dict, rest: jax.Array, start: int) -> jax.Array:
+  """``b0 + rest @ w0[start:]``: layer 0's bias with the inputs shared by every column (``rest``) folded in."""
+  return theta["b0"] + low_rank.matmul(rest, low_rank.rows(theta["w0"], start, None))
 
 
 # -- LSTM ------------------------------------------------------------------------------------------------------

@@ -87,6 +87,8 @@ class AdafacMLPLOpt(LearnedOptimizer):
     orthogonal_momentum: add the Newton-Schulz-orthogonalized momentum (Muon's direction) as a feature.
   """
 
+  low_rank_weights = True  # its matrices are read by F.mlp_columns / F.mlp_bias0 only
+
   def __init__(self, hidden_sizes: Sequence[int] = (4, 4), decays: Sequence[float] = DEFAULT_DECAYS,
                time_scales: Sequence[float] = DEFAULT_TIME_SCALES, step_mult: float = 1e-3, exp_mult: float = 1e-3,
                eps: float = 1e-12, norm_eps: float = 1e-12, out_init_scale: float = 1e-2, descent_init: bool = True,
@@ -216,7 +218,7 @@ class _AdafacOptimizer(Optimizer):
     check_grad_matches(opt_state.params, grad)
     lopt, mlp = self.lopt, self.theta["mlp"]
     omd = jax.nn.sigmoid(self.theta["decay_logits"])
-    bias0 = mlp["b0"] + time_features(opt_state.iteration, lopt.time_scales) @ mlp["w0"][lopt.num_leaf_features:]
+    bias0 = F.mlp_bias0(mlp, time_features(opt_state.iteration, lopt.time_scales), lopt.num_leaf_features)
     leaf = lambda p, g, acc: lopt.leaf_update(mlp, omd, bias0, p, g, acc)
     params, accs = F.map_leaves(leaf, opt_state.params, grad, opt_state.opt_state, num_outputs=2)
     return F.next_state(opt_state, params, model_state, accs)

@@ -38,6 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from metafam.optimizers import _features as F
 from metafam.optimizers.base import Optimizer, check_grad_matches, check_number
 from metafam.optimizers.learned import LearnedOptimizer
 
@@ -88,6 +89,7 @@ class MLPLOpt(LearnedOptimizer):
     descent_init: start as normalized-momentum descent (see `init`); otherwise all weights are random.
   """
 
+  low_rank_weights = True  # its matrices are read by F.mlp_columns / F.mlp_bias0 only
   lane_chunk = 16  # see LearnedOptimizer: 256 lanes ran at 77% of the 8-lane throughput in one vmap, ~98% in blocks
 
   def __init__(self, hidden_sizes: Sequence[int] = (32, 32), decays: Sequence[float] = DEFAULT_DECAYS,
@@ -200,12 +202,7 @@ class MLPLOpt(LearnedOptimizer):
 
   def _leaf_step(self, theta: dict, x: jax.Array, bias0: jax.Array) -> jax.Array:
     """``f32[n]``: the step for leaf inputs ``x: f32[num_leaf_features, *shape]`` (feature-major MLP)."""
-    h = x.reshape(x.shape[0], -1)
-    h = jax.nn.relu(theta["w0"][:self.num_leaf_features].T @ h + bias0[:, None])
-    for i in range(1, self.num_layers):
-      h = theta[f"w{i}"].T @ h + theta[f"b{i}"][:, None]
-      if i < self.num_layers - 1:
-        h = jax.nn.relu(h)
+    h = F.mlp_columns(theta, x.reshape(x.shape[0], -1), bias0, self.num_layers)
     return h[0] * jnp.exp(self.exp_mult * h[1]) * self.step_mult
 
 
@@ -227,8 +224,7 @@ class _MLPLOptOptimizer(Optimizer):
   def update(self, opt_state, grad, loss=None, model_state=None, key=None) -> MLPLOptState:
     check_grad_matches(opt_state.params, grad)
     lopt, theta = self.lopt, self.theta
-    nlf = lopt.num_leaf_features
-    bias0 = theta["b0"] + time_features(opt_state.iteration, lopt.time_scales) @ theta["w0"][nlf:]
+    bias0 = F.mlp_bias0(theta, time_features(opt_state.iteration, lopt.time_scales), lopt.num_leaf_features)
 
     def leaf(p, g, m):
       shape = (-1,) + (1,) * jnp.ndim(p)

@@ -57,6 +57,8 @@ class MLPNomLOpt(LearnedOptimizer):
     out_init_scale: output weights start as ``N(0, out_init_scale^2 / fan_in)`` (0: exactly Adam at init).
   """
 
+  low_rank_weights = True  # its matrices are read by F.mlp_columns / F.mlp_bias0 only
+
   def __init__(self, initial_lr: float = 1e-3, beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8,
                decays: Sequence[float] = DEFAULT_DECAYS, hidden_sizes: Sequence[int] = (32, 32),
                time_scales: Sequence[float] = DEFAULT_TIME_SCALES, step_mult: float = 1e-3, exp_mult: float = 1e-3,
@@ -138,7 +140,7 @@ class _NomOptimizer(Optimizer):
     check_grad_matches(opt_state.params, grad)
     lopt, theta, s = self.lopt, self.theta, opt_state.opt_state
     mlp = theta["mlp"]
-    bias0 = mlp["b0"] + time_features(opt_state.iteration, lopt.time_scales) @ mlp["w0"][lopt.num_leaf_features:]
+    bias0 = F.mlp_bias0(mlp, time_features(opt_state.iteration, lopt.time_scales), lopt.num_leaf_features)
     t = (opt_state.iteration + 1).astype(jnp.float32)
     # 1 - beta^t from log1p(-(1 - beta)), without cancellation for beta near 1.
     corr1 = -jnp.expm1(t * float(np.log1p(-(1.0 - lopt.beta1))))

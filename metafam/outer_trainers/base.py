@@ -8,6 +8,15 @@ ES scaling, used by every ES estimator here: perturbations are ``eps = sigma * z
 standard deviation), each applied antithetically (``theta + eps`` and ``theta - eps`` share keys and data), and the
 estimate is ``mean_pairs((L+ - L-) * eps) / (2 sigma^2)``: unbiased for the gradient of the Gaussian-smoothed
 meta-loss ``E_z[L(theta + sigma z)]``, which equals the true gradient on a quadratic.
+
+Low-rank perturbations (``perturbation="low_rank"``, `PERTURBATIONS`): each matrix-shaped leaf ``W [m, n]`` of
+theta is perturbed by ``eps = sigma * A @ B.T / sqrt(r)`` with ``A [m, r]``, ``B [n, r]`` standard normal, held as
+the factors (`metafam.optimizers.low_rank.LowRank` with ``a = sigma * A / sqrt(r)``, ``b = B``); other leaves keep
+full Gaussian noise. Every entry of ``A B^T / sqrt(r)`` has mean 0 and variance 1 and distinct entries are
+uncorrelated, so ``E[eps eps^T] = sigma^2 I`` as for full noise and the same estimate stays unbiased for the
+gradient of the smoothed loss on a quadratic (to first order in sigma elsewhere); its variance differs (the
+factors' fourth moments are larger). A perturbed theta applies ``W`` once for all lanes plus a rank-r product per
+lane (see `metafam.optimizers.low_rank`).
 """
 
 from __future__ import annotations
@@ -19,9 +28,12 @@ from typing import Any, Dict, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import Mesh
 
+from metafam._checks import check_positive
 from metafam._pytree import DataPytree
+from metafam.optimizers import low_rank
 from metafam.inner import sharding
 from metafam.inner.truncated_step import UnrollOutput
 
@@ -120,17 +132,66 @@ def step_losses(out: UnrollOutput, loss_kind: str):
   return getattr(out, loss_kind), out.mask
 
 
-def sample_perturbations(theta: Any, key: jax.Array, num: int, sigma: float) -> Any:
-  """``num`` perturbations ``sigma * z`` shaped like theta with a leading ``num`` axis (one key per leaf)."""
+PERTURBATIONS = ("full", "low_rank")
+
+
+def check_perturbation(perturbation: str, rank: int) -> Optional[int]:
+  """The factor rank of ``perturbation`` ("full": None), or ValueError naming the bad argument."""
+  if perturbation not in PERTURBATIONS:
+    raise ValueError(f"perturbation must be one of {PERTURBATIONS}, got {perturbation!r}.")
+  check_positive("rank", rank, integer=True)
+  return rank if perturbation == "low_rank" else None
+
+
+def _is_low_rank(x: Any) -> bool:
+  return isinstance(x, low_rank.LowRank)
+
+
+def _perturbation_shapes(theta: Any, num: int, rank: Optional[int]) -> Any:
+  """Per leaf of theta: the `jax.ShapeDtypeStruct` of its dense noise, or a `LowRank` of its factors' ones."""
+  def one(x):
+    shape, dtype = jnp.shape(x), jnp.result_type(x)
+    if rank is None or len(shape) != 2:
+      return jax.ShapeDtypeStruct((num,) + shape, dtype)
+    return low_rank.LowRank(jax.ShapeDtypeStruct((num, shape[0], rank), dtype),
+                            jax.ShapeDtypeStruct((num, shape[1], rank), dtype))
+  return jax.tree.map(one, theta)
+
+
+def sample_perturbations(theta: Any, key: jax.Array, num: int, sigma: float, rank: Optional[int] = None) -> Any:
+  """``num`` perturbations ``sigma * z`` shaped like theta with a leading ``num`` axis (one key per leaf); with
+  ``rank``, matrix leaves get low-rank noise held as `LowRank` factors (see the module docstring)."""
   leaves, treedef = jax.tree.flatten(theta)
   keys = jax.random.split(key, max(len(leaves), 1))
-  eps = [sigma * jax.random.normal(k, (num,) + jnp.shape(x), jnp.result_type(x)) for k, x in zip(keys, leaves)]
-  return jax.tree.unflatten(treedef, eps)
+
+  def one(k, spec):
+    if not _is_low_rank(spec):
+      return sigma * jax.random.normal(k, spec.shape, spec.dtype)
+    k_a, k_b = jax.random.split(k)
+    a = (sigma / np.sqrt(spec.a.shape[-1])) * jax.random.normal(k_a, spec.a.shape, spec.a.dtype)
+    return low_rank.LowRank(a, jax.random.normal(k_b, spec.b.shape, spec.b.dtype))
+  specs = treedef.flatten_up_to(_perturbation_shapes(theta, num, rank))
+  return jax.tree.unflatten(treedef, [one(k, spec) for k, spec in zip(keys, specs)])
+
+
+def zero_perturbations(theta: Any, num: int, rank: Optional[int] = None) -> Any:
+  """Zeros laid out like ``sample_perturbations(theta, key, num, sigma, rank)``."""
+  return jax.tree.map(lambda spec: jnp.zeros(spec.shape, spec.dtype), _perturbation_shapes(theta, num, rank))
+
+
+def dense_perturbations(noise: Any) -> Any:
+  """Perturbations as dense theta-shaped arrays (`LowRank` factors multiplied out, per perturbation)."""
+  return low_rank.dense_tree(noise)
 
 
 def weighted_noise_sum(coef: jax.Array, noise: Any) -> Any:
-  """``sum_i coef[i] * noise[i]`` per leaf (``coef: [N]``, noise leaves ``[N, ...]``)."""
-  return jax.tree.map(lambda e: jnp.tensordot(coef.astype(e.dtype), e, axes=1), noise)
+  """``sum_i coef[i] * noise[i]`` per leaf (``coef: [N]``, noise leaves ``[N, ...]``); for `LowRank` factors
+  ``sum_i coef[i] a_i b_i^T`` as one contraction, without forming the ``N`` matrices."""
+  def one(e):
+    if _is_low_rank(e):
+      return jnp.einsum("imr,inr->mn", coef.astype(e.a.dtype)[:, None, None] * e.a, e.b)
+    return jnp.tensordot(coef.astype(e.dtype), e, axes=1)
+  return jax.tree.map(one, noise, is_leaf=_is_low_rank)
 
 
 def count_nonfinite(tree: Any) -> jax.Array:

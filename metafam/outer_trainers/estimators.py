@@ -30,8 +30,9 @@ from metafam._checks import check_positive
 from metafam.inner import pairs
 from metafam.inner.schedules import NeverEndingSchedule
 from metafam.inner.truncated_step import LaneState, TruncatedStep
-from metafam.outer_trainers.base import (GradientEstimate, GradientEstimator, check_loss_kind,
-                                         sample_perturbations, step_losses, weighted_noise_sum, zero_nonfinite)
+from metafam.outer_trainers.base import (GradientEstimate, GradientEstimator, check_loss_kind, check_perturbation,
+                                         dense_perturbations, sample_perturbations, step_losses, weighted_noise_sum,
+                                         zero_nonfinite, zero_perturbations)
 
 FULL_ES_LOSS_TYPES = ("avg", "last", "min")
 _NEVER_RESAMPLED = 2 ** 30
@@ -56,6 +57,16 @@ class _OnTruncatedStep(GradientEstimator):
     if clip_loss_diff is not None:
       check_positive("clip_loss_diff", clip_loss_diff)
     self.clip_loss_diff = clip_loss_diff
+
+  def _set_perturbation(self, sigma: float, perturbation: str, rank: int) -> None:
+    """Checks and stores the ES noise options (``sigma``, ``perturbation``, ``rank``; see `base`)."""
+    self.sigma = check_positive("sigma", sigma)
+    self._noise_rank = check_perturbation(perturbation, rank)
+    self.perturbation, self.rank = perturbation, rank
+
+  def _sample_eps(self, theta, key):
+    """``num_pairs`` perturbations of theta (low-rank factors for matrices with ``perturbation="low_rank"``)."""
+    return sample_perturbations(theta, key, self.num_pairs, self.sigma, self._noise_rank)
 
   @property
   def mesh(self):
@@ -108,6 +119,8 @@ class FullES(_OnTruncatedStep):
   """Antithetic ES over complete inner trajectories of ``trajectory_length`` steps from fresh task instances.
 
   ``loss_type``: "avg" (mean of the per-step meta-losses), "last" (the final step's), or "min" (their minimum).
+  ``perturbation="low_rank", rank=r`` (every ES estimator here): matrix meta-parameters get rank-r noise, applied as
+  shared weights plus per-lane factors (see `base`); the default "full" draws full Gaussian noise.
   A pair with any non-finite step is left out of the estimate and counted in ``metrics["num_nonfinite"]``.
   Stateless: the worker state is ``{}``.
   """
@@ -116,11 +129,12 @@ class FullES(_OnTruncatedStep):
 
   def __init__(self, truncated_step: TruncatedStep, trajectory_length: int = 200, sigma: float = 0.01,
                loss_type: str = "avg", loss_kind: str = "normalized_meta_loss",
-               clip_loss_diff: Optional[float] = None, stack_antithetic: bool = True):
+               clip_loss_diff: Optional[float] = None, stack_antithetic: bool = True, perturbation: str = "full",
+               rank: int = 1):
     super().__init__(truncated_step, loss_kind, clip_loss_diff)
     self.num_pairs = truncated_step.num_tasks
     self.trajectory_length = check_positive("trajectory_length", trajectory_length, integer=True)
-    self.sigma = check_positive("sigma", sigma)
+    self._set_perturbation(sigma, perturbation, rank)
     if loss_type not in FULL_ES_LOSS_TYPES:
       raise ValueError(f"loss_type must be one of {FULL_ES_LOSS_TYPES}, got {loss_type!r}.")
     self.loss_type = loss_type
@@ -137,8 +151,7 @@ class FullES(_OnTruncatedStep):
 
   def estimate_fn(self, theta, worker_state, key):
     k_eps, k_init, k_unroll = jax.random.split(key, 3)
-    n = self.num_pairs
-    eps = sample_perturbations(theta, k_eps, n, self.sigma)
+    eps = self._sample_eps(theta, k_eps)
     thetas = pairs.antithetic_thetas(theta, eps)
     lanes = self.step.init_fn(thetas, k_init, theta_is_batched=True)
     lanes, out = self.step.unroll_fn(thetas, lanes, self._unroll_keys(k_unroll, self.trajectory_length),
@@ -180,11 +193,11 @@ class TruncatedES(_OnTruncatedStep):
 
   def __init__(self, truncated_step: TruncatedStep, unroll_length: int = 50, sigma: float = 0.01,
                loss_kind: str = "normalized_meta_loss", clip_loss_diff: Optional[float] = None,
-               stack_antithetic: bool = True):
+               stack_antithetic: bool = True, perturbation: str = "full", rank: int = 1):
     super().__init__(truncated_step, loss_kind, clip_loss_diff)
     self.num_pairs = truncated_step.num_tasks
     self.unroll_length = check_positive("unroll_length", unroll_length, integer=True)
-    self.sigma = check_positive("sigma", sigma)
+    self._set_perturbation(sigma, perturbation, rank)
     self.plain = truncated_step  # the unperturbed lanes
     self.step = truncated_step.paired(stack=stack_antithetic)
 
@@ -197,8 +210,7 @@ class TruncatedES(_OnTruncatedStep):
 
   def estimate_fn(self, theta, worker_state: LaneState, key):
     k_eps, k_unroll = jax.random.split(key)
-    n = self.num_pairs
-    eps = sample_perturbations(theta, k_eps, n, self.sigma)
+    eps = self._sample_eps(theta, k_eps)
     thetas = pairs.antithetic_thetas(theta, eps)
     keys = self._unroll_keys(k_unroll, self.unroll_length)
     _, out = self.step.unroll_fn(thetas, pairs.tile_pairs(worker_state), keys, theta_is_batched=True)
@@ -221,8 +233,12 @@ class PESWorkerState:
   Attributes:
     lanes: `LaneState` of the ``2 * num_pairs`` antithetic lanes (``theta + eps`` first, ``theta - eps`` second).
     accumulator: theta-shaped ``[num_pairs, ...]``: the sum of the distinct perturbations applied to each pair's
-      current trajectory before this truncation (0 for a fresh trajectory).
-    eps: ``[num_pairs, ...]``, each pair's current perturbation.
+      current trajectory before this truncation (0 for a fresh trajectory). Dense also with low-rank noise: a sum
+      of k rank-r perturbations has rank up to k r, unbounded over a trajectory; it never enters the unroll, and
+      adding a perturbation to it costs one ``a @ b.T`` per pair and estimate.
+    eps: ``[num_pairs, ...]``, each pair's current perturbation; with ``perturbation="low_rank"`` its matrices
+      are `metafam.optimizers.low_rank.LowRank` factors ``a [num_pairs, m, r]``, ``b [num_pairs, n, r]`` (what
+      noise reuse reuses).
     age: int32 ``[num_pairs]``, truncations the current ``eps`` has been used for in the current trajectory
       (0: resample at the next truncation).
   """
@@ -257,11 +273,12 @@ class PES(_OnTruncatedStep):
 
   def __init__(self, truncated_step: TruncatedStep, unroll_length: int = 50, sigma: float = 0.01,
                resample_every: Optional[int] = 1, loss_kind: str = "normalized_meta_loss",
-               clip_loss_diff: Optional[float] = None, stack_antithetic: bool = True):
+               clip_loss_diff: Optional[float] = None, stack_antithetic: bool = True, perturbation: str = "full",
+               rank: int = 1):
     super().__init__(truncated_step, loss_kind, clip_loss_diff)
     self.num_pairs = truncated_step.num_tasks
     self.unroll_length = check_positive("unroll_length", unroll_length, integer=True)
-    self.sigma = check_positive("sigma", sigma)
+    self._set_perturbation(sigma, perturbation, rank)
     if resample_every is not None:
       check_positive("resample_every", resample_every, integer=True)
     self.resample_every = resample_every
@@ -281,20 +298,21 @@ class PES(_OnTruncatedStep):
                           eps=flags(worker_state.eps, per_pair), age=per_pair)
 
   def init_worker_state(self, theta, key):
-    zeros = lambda: jax.tree.map(lambda t: jnp.zeros((self.num_pairs,) + jnp.shape(t), jnp.result_type(t)), theta)
     # Distinct buffers for accumulator and eps, so a meta-step may donate the whole worker state.
     return self.place_worker_state(PESWorkerState(lanes=self.step.init_step_state(theta, key),
-                                                  accumulator=zeros(), eps=zeros(),
+                                                  accumulator=zero_perturbations(theta, self.num_pairs),
+                                                  eps=zero_perturbations(theta, self.num_pairs, self._noise_rank),
                                                   age=jnp.zeros((self.num_pairs,), jnp.int32)))
 
   def estimate_fn(self, theta, worker_state: PESWorkerState, key):
     k_eps, k_unroll = jax.random.split(key)
-    n, ws = self.num_pairs, worker_state
+    ws = worker_state
     limit = _NEVER_RESAMPLED if self.resample_every is None else self.resample_every
     resample = (ws.age == 0) | (ws.age >= limit)
-    eps = _per_pair_where(resample, sample_perturbations(theta, k_eps, n, self.sigma), ws.eps)
+    eps = _per_pair_where(resample, self._sample_eps(theta, k_eps), ws.eps)
+    dense_eps = dense_perturbations(eps)
     # Weight of the steps that continue the trajectory running at the start of this truncation.
-    continuing = _per_pair_where(resample, jax.tree.map(jnp.add, ws.accumulator, eps), ws.accumulator)
+    continuing = _per_pair_where(resample, jax.tree.map(jnp.add, ws.accumulator, dense_eps), ws.accumulator)
     thetas = pairs.antithetic_thetas(theta, eps)
     lanes, out = self.step.unroll_fn(thetas, ws.lanes, self._unroll_keys(k_unroll, self.unroll_length),
                                      theta_is_batched=True)
@@ -309,7 +327,7 @@ class PES(_OnTruncatedStep):
     grad = jax.tree.map(lambda a, b: scale * (a + b), weighted_noise_sum(coef_old, continuing),
                         weighted_noise_sum(coef_new, eps))
     restarted = jnp.any(is_new, axis=0)
-    new_state = PESWorkerState(lanes=lanes, accumulator=_per_pair_where(restarted, eps, continuing), eps=eps,
+    new_state = PESWorkerState(lanes=lanes, accumulator=_per_pair_where(restarted, dense_eps, continuing), eps=eps,
                                age=jnp.where(restarted, 0, jnp.where(resample, 1, ws.age + 1)).astype(jnp.int32))
     metrics = {"num_nonfinite": jnp.sum(1.0 - pair_mask)}
     return GradientEstimate(grad, mean_loss, metrics), new_state
@@ -322,6 +340,7 @@ class NoiseReuseES(PES):
 
   def __init__(self, truncated_step: TruncatedStep, unroll_length: int = 50, sigma: float = 0.01,
                loss_kind: str = "normalized_meta_loss", clip_loss_diff: Optional[float] = None,
-               stack_antithetic: bool = True):
+               stack_antithetic: bool = True, perturbation: str = "full", rank: int = 1):
     super().__init__(truncated_step, unroll_length=unroll_length, sigma=sigma, resample_every=None,
-                     loss_kind=loss_kind, clip_loss_diff=clip_loss_diff, stack_antithetic=stack_antithetic)
+                     loss_kind=loss_kind, clip_loss_diff=clip_loss_diff, stack_antithetic=stack_antithetic,
+                     perturbation=perturbation, rank=rank)

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 
 from metafam.compat.learned_optimization.outer_trainers import _adapter, gradient_learner, truncation_schedule
 from metafam.inner.schedules import ConstantSchedule, NeverEndingSchedule
+from metafam.optimizers import low_rank
 from metafam.outer_trainers import estimators as _estimators
 
 __all__ = ["FullES"]
@@ -77,7 +78,7 @@ class FullES(_adapter.LOEstimatorFace, _estimators.FullES):
     normalized = self.loss_kind.startswith("normalized")
 
     def lane_loss(theta, cfg, opt_state, k, batch):
-      opt = step.learned_opt.opt_fn(theta)
+      opt = step.opt_fn(theta)
       task = step.family.task_fn(cfg)
       loss = task.loss_with_state_and_aux(opt.get_params(opt_state), opt.get_state(opt_state), k, batch)[0]
       return task.normalizer(loss) if normalized else loss
@@ -85,7 +86,8 @@ class FullES(_adapter.LOEstimatorFace, _estimators.FullES):
     def sample_loss(k):
       k_data, k_loss = jax.random.split(k)
       batch = None if data is None else data.sample(k_data)
-      return jax.vmap(lane_loss, in_axes=(0, 0, 0, None, None))(thetas, lanes.cfg, lanes.opt_state, k_loss, batch)
+      return jax.vmap(lane_loss, in_axes=(low_rank.lane_axes(thetas), 0, 0, None, None))(
+          thetas, lanes.cfg, lanes.opt_state, k_loss, batch)
 
     return jnp.mean(jax.lax.map(sample_loss, jax.random.split(key, self.recompute_samples)), axis=0)
 
