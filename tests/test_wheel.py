@@ -8,7 +8,7 @@ installs the wheel itself with ``--no-deps --no-index``: the test needs no netwo
 versions it runs with are the tested floors of ``pyproject.toml`` (see README, "Tested with").
 ``--system-site-packages`` would not do when the tests themselves run in a virtual environment (as `.ci/run` does):
 it exposes the base interpreter's packages, not the test environment's. The build runs ``--no-isolation`` for the
-same reason (it uses the setuptools and wheel of the `test` extra).
+same reason (it uses the setuptools of the `test` extra).
 """
 
 import glob
@@ -73,6 +73,7 @@ def test_wheel_and_sdist_hold_the_package_data_and_licences(dist):
   assert any(n.startswith(info) and n.endswith("LICENSE") for n in names), sorted(n for n in names if info in n)
   metadata = zipfile.ZipFile(wheel).read(f"{info}/METADATA").decode()
   assert "Requires-Dist: jax>=0.10.2" in metadata and "Requires-Python: >=3.11" in metadata
+  assert "License-Expression: Apache-2.0" in metadata
   assert "Provides-Extra: test" in metadata and "Requires-Dist: pytest-xdist" in metadata
   assert not any(n.startswith(("tests/", "docs/", "experiments/", "benchmarks/")) for n in names)
   with tarfile.open(sdist) as t:
