@@ -86,12 +86,14 @@ def test_installed_wheel_runs_list_and_a_short_meta_training(dist, tmp_path):
   venv = tmp_path / "venv"
   _run([sys.executable, "-m", "venv", str(venv)])
   python, command = str(venv / "bin" / "python"), str(venv / "bin" / "metafam")
-  # Plain directory lines: the parent's own .pth hooks (an editable metafam, say) are not run.
+  _run([python, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet", wheel])
+  # Only now the test environment's packages: seen before the install, its own metafam (the checkout's, or the CI's
+  # `pip install .`) would satisfy pip and the wheel would never be installed. Plain directory lines: the parent's
+  # .pth hooks (an editable metafam, say) are not run.
   site_packages = _run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).strip()
   parents = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
   with open(os.path.join(site_packages, "_test_environment.pth"), "w") as f:
     f.write("\n".join(parents) + "\n")
-  _run([python, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet", wheel])
   work = tmp_path / "work"                      # outside the source tree, so only the installed copy is importable
   work.mkdir()
   env = dict(os.environ, METAFAM_JAX_CACHE="", PYTHONPATH="")
