@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from metafam.benchmark.metrics import aggregate
+from metafam.evaluation.metrics import aggregate
 from metafam.evaluation.comparison import (compare_with_tuned_adam, instance_curves, instance_speedups,
                                            mean_curve_speedup, smooth_curves)
 from metafam.evaluation.family_eval import FamilyEvaluator

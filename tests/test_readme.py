@@ -1,16 +1,15 @@
 """Every Python code block of README.md runs as written; its two opening commands are the CI's."""
 
 import os
-import re
 
 import pytest
+from markdown_blocks import code_blocks
 
 README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
 
 
 def _blocks(lang):
-  with open(README) as f:
-    return re.findall(rf"```{lang}\n(.*?)```", f.read(), flags=re.S)
+  return code_blocks(README, lang)
 
 
 @pytest.mark.parametrize("index", range(len(_blocks("python"))))

@@ -3,12 +3,13 @@
 * `suites`: named suites of registered tasks (``tiny``, ``small``, ``full``).
 * `sweep`: vmapped learning-rate sweeps of optax optimizers and the selection rule.
 * `runner`: `run_benchmark`, which tunes the baselines and runs any optimizers (vmapped over seeds).
-* `metrics`: normalized losses, speedup over tuned Adam, median / IQM with bootstrap confidence intervals.
+* `metrics`: normalized losses, speedup over tuned Adam, median / IQM with bootstrap confidence intervals (they
+  live in `metafam.evaluation.metrics`, the lower layer, and are re-exported here).
 * `report`: aligned terminal tables, CSV / JSON files and (with matplotlib) PNG figures.
 """
 
-from metafam.benchmark.metrics import (Aggregate, RunCurves, Speedup, aggregate, iqm, median, running_min,
-                                       speedup_over_baseline)
+from metafam.evaluation.metrics import (Aggregate, RunCurves, Speedup, aggregate, iqm, median, running_min,
+                                        speedup_over_baseline)
 from metafam.benchmark.report import format_table, print_report, write_report
 from metafam.benchmark.runner import (BenchmarkResult, RunMetrics, learned_optimizer, load_theta,
                                       resolve_optimizers, run_benchmark)

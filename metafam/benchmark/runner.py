@@ -31,8 +31,8 @@ import optax
 from tqdm.auto import tqdm
 
 from metafam._registry import lookup
-from metafam.benchmark import metrics
-from metafam.benchmark.metrics import Aggregate, RunCurves, normalize
+from metafam.evaluation import metrics
+from metafam.evaluation.metrics import Aggregate, RunCurves, normalize
 from metafam.benchmark.suites import resolve_tasks
 from metafam.benchmark.sweep import (DEFAULT_SPLITS, TUNABLE, SweepResult, check_learning_rates,
                                      default_learning_rates, tune_learning_rate)

@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from metafam.benchmark.metrics import RunCurves, normalize
+from metafam.evaluation.metrics import RunCurves, normalize
 from metafam.evaluation import tuning
 from metafam.evaluation.evaluate import (Runner, as_keys, check_positive_int, check_splits, eval_points,
                                          train_between_evals)

@@ -12,7 +12,7 @@ per-step losses (default ``T // 10``), which averages ``smoothing`` test batches
 
 Speedup over tuned Adam, per instance ``i`` (`instance_speedups`): the target is Adam's final smoothed loss on
 instance ``i`` (the running minimum of its smoothed curve at the last step T, as in
-`metafam.benchmark.metrics.speedup_over_baseline`, which computes it); ``s_i`` is the first (log-interpolated) step at
+`metafam.evaluation.metrics.speedup_over_baseline`, which computes it); ``s_i`` is the first (log-interpolated) step at
 which the learned optimizer's smoothed running-minimum curve reaches that target, and the speedup is ``T / s_i``:
 reaching Adam's step-T loss by step T / 2 scores 2. The trailing window delays the learned optimizer's crossing by up
 to ``smoothing / 2`` steps more than it moves Adam's target, so speedups err low (a true 2.0 reads about 1.9 with the
@@ -21,7 +21,7 @@ of unknown size; it counts as 0, the most conservative value, and the fraction o
 beside it.
 
 Across instances the statistic is the **median** of the per-instance speedups (``statistic="iqm"`` is also accepted)
-with a seeded 95% percentile-bootstrap interval over instances (`metafam.benchmark.metrics.aggregate`). The median is
+with a seeded 95% percentile-bootstrap interval over instances (`metafam.evaluation.metrics.aggregate`). The median is
 the statistic that does not depend on how the unreached instances are counted, as long as fewer than half of them
 are unreached (any value below the median gives the same median), and it is robust to the heavy right tail of
 ``T / s_i`` (an instance reached at step 5 scores 40). ``mean_curve_speedup`` is the same crossing computed once on
@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from metafam.benchmark.metrics import STATISTICS, Aggregate, aggregate, speedup_over_baseline
+from metafam.evaluation.metrics import STATISTICS, Aggregate, aggregate, speedup_over_baseline
 from metafam.evaluation.family_eval import FamilyEvaluator
 
 UNREACHED_SPEEDUP = 0.0  # the speedup counted for an instance whose target was never reached
@@ -256,7 +256,7 @@ def compare_with_tuned_adam(evaluator_or_family: Any, learned_opt: Any, thetas: 
       "learned (final)": theta}``.
     key: selects the instances and batches (the same for every optimizer).
     statistic: "median" (default) or "iqm" of the per-instance speedups; ``confidence``, ``num_resamples`` and
-      ``seed`` set its bootstrap interval (`metafam.benchmark.metrics.aggregate`).
+      ``seed`` set its bootstrap interval (`metafam.evaluation.metrics.aggregate`).
     min_tasks: refuse fewer instances than this (an interval over a handful of instances means little); 1 disables.
     smoothing: trailing window (steps) of the curves the speedups are computed on (default ``num_steps // 10``, at
       least 1; 1 disables); final and mean losses are those of the raw curves.

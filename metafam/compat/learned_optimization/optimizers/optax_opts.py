@@ -13,14 +13,14 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from metafam.compat.learned_optimization.optimizers import base
+from metafam.compat.learned_optimization.optimizers._interface import Optimizer
 from metafam.optimizers import base as _mf_base
 
 __all__ = ["OptaxOptimizer", "SGD", "SGDM", "Adam", "RMSProp", "AdaBelief", "AdamW", "Fromage", "Lars", "Lamb",
            "RAdam", "SM3", "Yogi", "Adafactor", "AdaGrad", "PiecewiseLinearAdam", "piecewise_linear"]
 
 
-class OptaxOptimizer(base.Optimizer, _mf_base.OptaxOptimizer):
+class OptaxOptimizer(Optimizer, _mf_base.OptaxOptimizer):
   """Any `optax.GradientTransformation` with the reference's optimizer interface."""
 
   def __init__(self, opt: optax.GradientTransformation, name: Optional[str] = None):

@@ -8,6 +8,7 @@
 * `GradientLearner` (the meta-parameters and their optimizer) and `gradient_worker_compute` (estimates from a
   list of estimators, averaged): the reference's multi-worker split, for estimators with
   ``compute_gradient_estimate``.
+* `ParameterCheckpoint` and `OptCheckpoint` (defined in `checkpoints`, which reads and writes them).
 * The data classes `OuterState`, `WorkerWeights`, `GradientLearnerState`, `GradientEstimatorState`, `UnrollInfo`,
   `GradientEstimatorOut`, `AggregatedGradient`, `WorkerComputeOut`, `SingleMachineState`.
 
@@ -27,6 +28,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from metafam.compat.learned_optimization import checkpoints
+from metafam.compat.learned_optimization.checkpoints import OptCheckpoint, ParameterCheckpoint
 from metafam.compat.learned_optimization.optimizers import base as opt_base
 from metafam.compat.learned_optimization.optimizers import optax_opts
 from metafam.optimizers import base as _mf_opt_base
@@ -96,24 +99,6 @@ class WorkerComputeOut:
   unroll_states: List[Any]
   metrics: Mapping[str, Any]
   event_info: List[Any]
-
-
-@functools.partial(jax.tree_util.register_dataclass, data_fields=["params", "step"], meta_fields=["gen_id"])
-@dataclasses.dataclass(frozen=True)
-class ParameterCheckpoint:
-  """What the reference writes out for using a learned optimizer: its ``params`` (theta), a ``gen_id`` string and
-  the outer ``step`` (`checkpoints.save_state` stores ``gen_id`` and ``step`` in the file's metadata)."""
-  params: Any
-  gen_id: str
-  step: int
-
-
-@_pytree_dataclass
-class OptCheckpoint:
-  """What the reference writes out for resuming meta-training: the `GradientLearnerState` and two counters."""
-  gradient_learner_state: GradientLearnerState
-  elapsed_time: Any
-  total_inner_steps: Any
 
 
 @_pytree_dataclass
@@ -218,7 +203,6 @@ class GradientLearner:
     `ParameterCheckpoint` file, and with ``init_outer_state_from_path`` the whole state is that `OptCheckpoint`'s
     (both written by `checkpoints.save_state`; their structure, shapes and dtypes must match), its iteration reset
     to 0 with ``reset_outer_iteration``. ``init_seed`` replaces ``key`` by ``PRNGKey(init_seed)``."""
-    from metafam.compat.learned_optimization import checkpoints  # noqa: PLC0415 -- checkpoints imports this module
     if self.init_seed is not None:
       key = jax.random.PRNGKey(self.init_seed)
     theta = self._lopt.init(key)

@@ -1,6 +1,6 @@
-"""Markdown tables from experiments/results/ablation.jsonl (the rows experiments/ablation.py appends).
+"""Markdown tables from experiments/results/ablation.jsonl (the rows experiments/meta_train_ablation.py appends).
 
-    python experiments/summarize.py [--file experiments/results/ablation.jsonl]
+    python experiments/ablation_table.py [--file experiments/results/ablation.jsonl]
 """
 import argparse
 import json

@@ -1,7 +1,7 @@
 """How fast can a hand-designed optimizer go? Adam (fine lr grid, constant and decayed), and Muon, on the held-out
 instances.
 
-    python experiments/adam_schedules.py [--family fmnist_mlp_family_8x8_32] [--seed 0] [--steps 200]
+    python experiments/hand_designed_baselines.py [--family fmnist_mlp_family_8x8_32] [--seed 0] [--steps 200]
 
 Uses the exact held-out instances/batches of `metafam meta-train --seed S` (evaluation key ``S + 1_000_003``, 16
 instances, ``--steps`` (200) steps, test split) and `compare_with_tuned_adam`'s smoothing, and prints, per

@@ -1,9 +1,9 @@
 """One meta-training ablation run under a wall-clock budget, scored against tuned Adam on held-out instances.
 
-    python experiments/ablation.py --lopt mlp_lopt --lopt_kwargs '{"step_mult": 0.01}' --minutes 3 --seed 0
-    python experiments/ablation.py --lopt mlp_nom_lopt --lopt_kwargs '{"initial_lr": 0.05}' --trajectory 200
-    python experiments/ablation.py --estimator full_es --loss_type last      # meta-loss: last step vs trajectory mean
-    python experiments/ablation.py --generalize fmnist_ae_family_8x8_32x8x32 mlp_16x16_64   # unseen families
+    python experiments/meta_train_ablation.py --lopt mlp_lopt --lopt_kwargs '{"step_mult": 0.01}' --minutes 3 --seed 0
+    python experiments/meta_train_ablation.py --lopt mlp_nom_lopt --lopt_kwargs '{"initial_lr": 0.05}' --trajectory 200
+    python experiments/meta_train_ablation.py --estimator full_es --loss_type last    # meta-loss: last step vs mean
+    python experiments/meta_train_ablation.py --generalize fmnist_ae_family_8x8_32x8x32 mlp_16x16_64   # unseen
 
 Meta-trains ``--lopt`` (a registered learned optimizer built with ``--lopt_kwargs``) on ``--family`` with
 `MetaTrainer` and ``--estimator`` (pes / nres: ``--pairs`` antithetic pairs, truncations of ``--unroll`` steps in

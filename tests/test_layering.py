@@ -1,0 +1,79 @@
+"""Imports point down the layers: `metafam.evaluation` never imports `metafam.benchmark` (which builds on it), and
+the learned_optimization compatibility layer has no import cycles, counting imports inside functions too."""
+
+import ast
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _modules(package_dir):
+  """``{dotted name: path}`` of the Python files under ``package_dir`` (relative to the repository root)."""
+  out = {}
+  for dirpath, _, files in os.walk(os.path.join(ROOT, package_dir)):
+    for name in files:
+      if name.endswith(".py"):
+        path = os.path.join(dirpath, name)
+        dotted = os.path.relpath(path, ROOT)[:-len(".py")].replace(os.sep, ".")
+        out[dotted.removesuffix(".__init__")] = path
+  return out
+
+
+def _imported(path):
+  """Every module named by an import statement anywhere in the file (absolute imports; the package uses no others),
+  including ``from package import submodule``."""
+  names = set()
+  with open(path, encoding="utf-8") as f:
+    tree = ast.parse(f.read())
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      names.update(alias.name for alias in node.names)
+    elif isinstance(node, ast.ImportFrom) and node.module:
+      assert node.level == 0, f"{path}: relative import"
+      names.add(node.module)
+      names.update(f"{node.module}.{alias.name}" for alias in node.names)
+  return names
+
+
+def _cycle(graph):
+  """One cycle of ``graph`` ({node: successors}) as a list of nodes, or None (iterative depth-first search)."""
+  state = {}
+  for start in graph:
+    if start in state:
+      continue
+    stack = [(start, iter(graph[start]))]
+    path = [start]
+    state[start] = "open"
+    while stack:
+      node, successors = stack[-1]
+      for succ in successors:
+        if state.get(succ) == "open":
+          return path[path.index(succ):] + [succ]
+        if succ not in state:
+          state[succ] = "open"
+          stack.append((succ, iter(graph[succ])))
+          path.append(succ)
+          break
+      else:
+        state[node] = "done"
+        stack.pop()
+        path.pop()
+  return None
+
+
+def test_cycle_finder_finds_a_cycle():
+  assert _cycle({"a": ["b"], "b": ["c"], "c": ["a"], "d": []}) == ["a", "b", "c", "a"]
+  assert _cycle({"a": ["b"], "b": [], "c": ["a", "b"]}) is None
+
+
+def test_evaluation_does_not_import_benchmark():
+  offenders = {name: sorted(m for m in _imported(path) if m.startswith("metafam.benchmark"))
+               for name, path in _modules("metafam/evaluation").items()}
+  assert not any(offenders.values()), offenders
+
+
+def test_compat_layer_has_no_import_cycles():
+  modules = _modules("metafam/compat")
+  graph = {name: sorted(m for m in _imported(path) if m in modules and m != name) for name, path in modules.items()}
+  assert sum(len(v) for v in graph.values()) > 50          # the graph is really read
+  assert _cycle(graph) is None, _cycle(graph)
