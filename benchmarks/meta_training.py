@@ -28,7 +28,7 @@ instances after 1000 inner steps, before and after) and the wall time beside the
 Timings on a shared machine vary by up to 2x: compare rows of one run, not across runs. Measured budgets (2026-11-23):
 1 and 3 minutes, experiments/results/benchmark_budgets_1_3.txt; 1, 3 and 10 minutes for adafac_mlp_lopt,
 experiments/results/benchmark_budgets_1_3_10.txt, and for adafac_muon_mlp_lopt (the main job's),
-experiments/results/benchmark_budgets_muon_1_3_10.txt (README, "Meta-training against tuned Adam"); single-setting
+experiments/results/benchmark_budgets_muon_1_3_10.txt (docs/results/budgets.md); single-setting
 runs with keep-best and generalization: experiments/meta_train_ablation.py.
 """
 

@@ -1,5 +1,5 @@
 """Meta-training survives the cluster: preemption signals, failing disks, crashed writers, two runs in one
-directory, runs gone bad, non-finite checkpoints and runs too large for memory (README, "Failures and recovery").
+directory, runs gone bad, non-finite checkpoints and runs too large for memory (docs/guide/failures.md).
 
 Where the point is about processes, signals or OS limits, the runs are real `metafam meta-train` subprocesses
 (sharing one persistent compilation cache, so each compiles once); "bit for bit" compares every array of the

@@ -14,7 +14,7 @@ When the devices belong to several processes (`metafam.distributed`), every proc
 checkpoints hold the global state and are written by process 0, which alone also writes ``metrics.jsonl`` and
 evaluates (on its own devices); a resumed run may use another process count.
 
-Failures a long run meets on a shared cluster (see README, "Failures and recovery"): `train` stops cleanly on
+Failures a long run meets on a shared cluster (see docs/guide/failures.md): `train` stops cleanly on
 SIGTERM / SIGINT with ``handle_signals`` (a checkpoint at the step every process agrees on, then `Preempted`); a
 checkpoint or metrics write that fails leaves the previous checkpoint as it was and raises `WriteFailedError`; a
 ``metrics.jsonl`` cut by a crash loses only its partial last line; the output directory is locked for the run
