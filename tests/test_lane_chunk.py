@@ -26,7 +26,7 @@ def _run(lopt, theta, lane_chunk, lanes=12):
   return value, grad, aux
 
 
-@pytest.mark.parametrize("lane_chunk", [4, 5])  # 5: the last block is partial
+@pytest.mark.parametrize("lane_chunk", [pytest.param(4, marks=pytest.mark.slow), 5])  # 5: the last block is partial
 def test_blocks_equal_one_vmap_up_to_rounding(lane_chunk):
   lopt = MLPLOpt()
   theta = lopt.init(jax.random.key(0))

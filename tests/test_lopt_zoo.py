@@ -5,7 +5,8 @@ covered by registering it): theta is a tree of float32 arrays whose size is the 
 quadratic's loss; the meta-gradient through 10 steps of the 8x8 MLP task (with exact-zero gradient entries) is
 finite and matches a finite difference; state dtypes and shapes survive updates of bf16 params; `vmap` lanes (theta
 shared or per lane) equal separate runs; ``as_optax`` equals the `Optimizer`; and every outer-gradient estimator
-gives a finite estimate, which runs `TruncatedStep` with theta shared (also under `jax.grad`) and per lane.
+gives a finite estimate, which runs `TruncatedStep` with theta shared (also under `jax.grad`) and per lane
+(TruncatedBPTT and PES in the default suite, the other estimators with ``pytest -m slow``).
 
 Compilation dominates the run time, so each test builds one jitted program (e.g. all estimators together).
 """
@@ -277,18 +278,27 @@ def test_estimator_list_covers_every_estimator_class():
   assert exported == set(ESTIMATORS)
 
 
-def test_truncated_step_and_every_estimator(zoo):
-  """One short estimate of every estimator class. Between them they run `TruncatedStep` with theta shared by the
-  lanes (TruncatedBPTT under `jax.grad`; TruncatedES's unperturbed lanes) and per lane (the antithetic ES lanes),
-  across trajectory resets; the lane states must keep their dtypes and shapes. Plus `jax.grad` through an unroll
-  with per-lane theta."""
+# TruncatedBPTT runs the truncated step with theta shared by the lanes under `jax.grad`, PES with per-lane antithetic
+# theta and an accumulator across resets: the two ways an estimator drives a learned optimizer. The default suite runs
+# them for every entry; the other estimators (the same two mechanisms again) run in the slow suite.
+REPRESENTATIVE = ("TruncatedBPTT", "PES")
+OTHERS = tuple(cls.__name__ for cls in ESTIMATORS if cls.__name__ not in REPRESENTATIVE)
+
+
+@pytest.mark.parametrize("estimator_names", [REPRESENTATIVE, pytest.param(OTHERS, marks=pytest.mark.slow)],
+                         ids=["representative", "others"])
+def test_truncated_step_and_every_estimator(zoo, estimator_names):
+  """One short estimate of every estimator class (two per entry by default, the rest with ``-m slow``). Between them
+  they run `TruncatedStep` with theta shared by the lanes (TruncatedBPTT under `jax.grad`; TruncatedES's unperturbed
+  lanes) and per lane (the antithetic ES lanes), across trajectory resets; the lane states must keep their dtypes and
+  shapes. Plus `jax.grad` through an unroll with per-lane theta."""
   name, lopt, theta = zoo
   step_of = lambda lanes: TruncatedStep(_MatrixQuadratics(), lopt, lanes, ConstantSchedule(2),
                                        random_initial_iteration=True, meta_loss_split="outer_valid")
   estimators = {cls.__name__: cls(step_of(lanes), loss_kind="meta_loss", **kwargs)
-                for cls, (lanes, kwargs) in ESTIMATORS.items()}
+                for cls, (lanes, kwargs) in ESTIMATORS.items() if cls.__name__ in estimator_names}
+  step = step_of(2)  # theta per lane under jax.grad below
 
-  step = estimators["TruncatedBPTT"].step  # 2 lanes
   thetas = jax.tree.map(lambda a, b: jnp.stack([a, b]), theta, _perturbed(theta, seed=5))
 
   def batched_meta_loss(thetas, lanes, keys):  # per-lane theta under jax.grad (the estimators differentiate shared)

@@ -36,7 +36,8 @@ def _assert_same(a, b):
 
 @pytest.mark.parametrize("kw", [
     dict(schedule=LogUniformSchedule(2, 9), random_initial_iteration=True),
-    dict(schedule=ConstantSchedule(3), antithetic=True, stack_antithetic=False),
+    # Antithetic lanes on two devices: also in the sharded PES estimate below, so only in the slow suite here.
+    pytest.param(dict(schedule=ConstantSchedule(3), antithetic=True, stack_antithetic=False), marks=pytest.mark.slow),
     dict(schedule=ConstantSchedule(3), lane_groups=4),
 ], ids=["staggered", "antithetic", "groups"])
 def test_sharded_unroll_equals_single_device(kw):
@@ -102,8 +103,10 @@ def test_bad_devices_are_rejected_before_any_work():
 @pytest.mark.parametrize("make", [
     lambda fam, lopt, dev: make_estimator("pes", fam, lopt, num_tasks=4, unroll_length=5,
                                           schedule=ConstantSchedule(7), devices=dev),
-    lambda fam, lopt, dev: make_estimator("truncated_es", fam, lopt, num_tasks=4, unroll_length=5,
-                                          schedule=ConstantSchedule(7), devices=dev),
+    # TruncatedES shards the same truncated antithetic unroll as PES: in the slow suite.
+    pytest.param(lambda fam, lopt, dev: make_estimator("truncated_es", fam, lopt, num_tasks=4, unroll_length=5,
+                                                       schedule=ConstantSchedule(7), devices=dev),
+                 marks=pytest.mark.slow),
     lambda fam, lopt, dev: make_estimator("full_es", fam, lopt, num_tasks=4, trajectory_length=6, devices=dev),
 ], ids=["pes", "truncated_es", "full_es"])  # TBPTT: in the meta-trainer test below
 def test_sharded_estimators_equal_single_device(make):
