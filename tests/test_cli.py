@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import jax
 import numpy as np
 import pytest
 
@@ -76,6 +77,9 @@ def test_meta_train_writes_files_and_resumes(tmp_path, capsys):
     (["meta-train", "--perturbation=low_rank", "--estimator=tbptt"], "--estimator tbptt perturbs nothing"),
 ])
 def test_bad_input_is_one_line_and_exit_code_2(args, message, capsys, tmp_path):
+  # Start JAX's backend with the suite's 2 CPU devices first: otherwise a first test of the process would let the CLI
+  # ask for --devices=3 CPU devices (which it may do before JAX starts) and the --devices=3 case would depend on order.
+  jax.device_count()
   code, out, err = run(args + [f"--output_dir={tmp_path / 'x'}"], capsys)
   assert code == 2
   assert err.startswith("metafam: error: ") and len(err.strip().splitlines()) == 1
