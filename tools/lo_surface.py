@@ -278,4 +278,6 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
+  # Check this checkout's metafam (not another installed copy): the repository root goes first on the path.
+  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   sys.exit(main())
