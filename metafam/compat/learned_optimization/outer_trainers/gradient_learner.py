@@ -22,7 +22,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import functools
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -39,7 +39,11 @@ from metafam.outer_trainers.meta_trainer import MetaTrainer, MetaTrainState
 __all__ = ["OuterState", "WorkerWeights", "GradientLearnerState", "GradientEstimatorState", "UnrollInfo",
            "GradientEstimatorOut", "AggregatedGradient", "WorkerComputeOut", "SingleMachineState",
            "ParameterCheckpoint", "OptCheckpoint", "GradientEstimator", "GradientLearner", "gradient_worker_compute",
-           "SingleMachineGradientLearner"]
+           "SingleMachineGradientLearner", "MetaInitializer", "PRNGKey", "MetaParams", "ThetaModelState"]
+
+PRNGKey = jax.Array
+MetaParams = Any
+ThetaModelState = Any
 
 _NAN_LOSS = 20.0  # the reference's stand-in for a non-finite meta-loss
 
@@ -128,9 +132,22 @@ class GradientEstimator(abc.ABC):
     """One estimate and the next state."""
 
 
+class MetaInitializer(Protocol):
+  """Anything with ``init(key) -> theta`` (a learned optimizer, or any object making the meta-parameters)."""
+
+  def init(self, key: PRNGKey) -> MetaParams:
+    ...
+
+
+def is_worker_weights(obj: Any) -> bool:
+  """Whether ``obj`` has the fields of `WorkerWeights` (``theta``, ``theta_model_state``, ``outer_state``): any
+  such object is accepted, e.g. a user's own namedtuple or dataclass in a fork of this module."""
+  return all(hasattr(obj, f) for f in ("theta", "theta_model_state", "outer_state"))
+
+
 def theta_of(weights_or_theta: Any) -> Any:
-  """The meta-parameters: ``worker_weights.theta`` for `WorkerWeights`, else the argument itself."""
-  return weights_or_theta.theta if isinstance(weights_or_theta, WorkerWeights) else weights_or_theta
+  """The meta-parameters: ``worker_weights.theta`` for a `WorkerWeights`-like object, else the argument itself."""
+  return weights_or_theta.theta if is_worker_weights(weights_or_theta) else weights_or_theta
 
 
 def _as_metrics(metrics: Mapping[str, Any], agg: str = "mean") -> Dict[str, Any]:
@@ -148,13 +165,18 @@ def _finite_mean(grads: List[Any], losses: List[Any], nan_loss: Any):
 
 def gradient_worker_compute(worker_weights: WorkerWeights, gradient_estimators: Sequence[Any],
                             unroll_states: Sequence[Any], key: jax.Array, with_metrics: bool = False,
-                            device: Any = None, clip_nan_loss_to_value: float = _NAN_LOSS,
-                            extra_metrics: bool = True) -> WorkerComputeOut:
+                            clip_nan_loss_to_value: Optional[float] = _NAN_LOSS, extra_metrics: bool = True,
+                            device: Any = None) -> WorkerComputeOut:
   """Runs every estimator once on its state and averages the gradients.
 
   Non-finite gradient entries become 0 and a non-finite mean loss becomes ``clip_nan_loss_to_value``.
-  ``device`` is not used (metafam estimators place their own lanes).
+  ``device`` is not used (metafam estimators place their own lanes). ``worker_weights`` may be any object with
+  `WorkerWeights`' fields; the estimators may be any objects with ``compute_gradient_estimate`` whose output has
+  ``mean_loss``, ``grad`` and ``unroll_state`` (duck typing, as forks of this module rely on).
   """
+  if not is_worker_weights(worker_weights):
+    raise TypeError("gradient_worker_compute: worker_weights needs the fields theta, theta_model_state and "
+                    f"outer_state (like WorkerWeights), got {type(worker_weights).__name__}.")
   if len(gradient_estimators) != len(unroll_states):
     raise ValueError(f"got {len(gradient_estimators)} gradient estimators but {len(unroll_states)} unroll states.")
   if not gradient_estimators:
@@ -175,7 +197,7 @@ def gradient_worker_compute(worker_weights: WorkerWeights, gradient_estimators: 
       if extra_metrics:
         metrics[f"mean||{family}/grad_norm"] = optax.tree.norm(out.grad)
         metrics[f"mean||{family}/mean_loss"] = out.mean_loss
-  grad, loss = _finite_mean(grads, losses, clip_nan_loss_to_value)
+  grad, loss = _finite_mean(grads, losses, jnp.nan if clip_nan_loss_to_value is None else clip_nan_loss_to_value)
   to_put = AggregatedGradient(theta_grads=grad, theta_model_state=worker_weights.theta_model_state, mean_loss=loss)
   return WorkerComputeOut(to_put=to_put, unroll_states=states, metrics=metrics, event_info=[])
 
@@ -272,8 +294,9 @@ class SingleMachineGradientLearner:
   ``params`` are theta) and one worker state per estimator. ``update`` does not consume its input state.
   """
 
-  def __init__(self, learned_opt: Any, gradient_estimators: Sequence[Any], theta_opt: Any,
+  def __init__(self, meta_init: MetaInitializer, gradient_estimators: Sequence[Any], theta_opt: Any,
                num_steps: Optional[int] = None):
+    learned_opt = meta_init
     if isinstance(gradient_estimators, (list, tuple)):
       gradient_estimators = list(gradient_estimators)
     else:
