@@ -21,12 +21,16 @@ import lo_surface  # noqa: E402  pylint: disable=g-import-not-at-top
 DATA = lo_surface.load_data()
 
 # Modules (a key covers the module and its submodules) built on other branches of issue 26; emptied at merge.
-PENDING_OTHER_BRANCHES = {"tasks", "optimizers", "checkpoints", "research.general_lopt"}
+# ("research" itself is the package research.general_lopt lives in.)
+PENDING_OTHER_BRANCHES = {"tasks", "optimizers", "checkpoints", "research.general_lopt", "research"}
 
 _PAPER = "paper-specific research project (its own models and experiments, not LO's library surface)"
 _GIN_SCRIPT = ("absl/gin command-line script of LO's cluster workflow; metafam has no gin: the module raises "
                "ImportError naming the missing dependency")
-_NO_ENGINE = "typing alias of the reference's internals with no counterpart object in metafam"
+_STATE = ("the optimizer's state is metafam's own OptimizerState (its fields differ); LO's state class would name a "
+          "type this optimizer never produces")
+_INTERNAL = ("the reference's estimator internals over host-side unroll outputs; metafam computes the estimate "
+             "inside its one jitted estimator, and a second copy of that math would be a second engine")
 
 # {module or "module.name": reason}. A module key covers its submodules.
 EXCLUDED = {
@@ -52,6 +56,22 @@ EXCLUDED = {
                  "ImportError naming the missing dependency; metafam's tuned-Adam baseline is metafam.evaluation",
     "time_filter": "timing models trained on LO's cloud timing data (gin, gfile): the module raises ImportError "
                    "naming the missing dependency",
+    # single names
+    "profile.FLAGS": "absl flag object; profile timings are logged at DEBUG level of the module's logger instead",
+    "learned_optimizers.adafac_mlp_lopt.AdafacMLPLOptState": _STATE,
+    "learned_optimizers.adafac_nominal.AdafacMLPLOptState": _STATE,
+    "learned_optimizers.mlp_lopt.MLPLOptState": _STATE,
+    "learned_optimizers.nn_adam.NNAdamState": _STATE,
+    "learned_optimizers.nn_adam.MeanAndMeanSquareAccumulator": _STATE,
+    "learned_optimizers.rnn_mlp_lopt.RNNMLPLOptState": _STATE,
+    "outer_trainers.truncated_pes.PESWorkerState": "resolves to metafam's PES worker state (lanes, accumulator, "
+                                                   "noise, age); LO's fields (pos_state, neg_state) differ",
+    "outer_trainers.truncated_es.compute_es_grad": _INTERNAL,
+    "outer_trainers.truncated_pes.compute_pes_grad": _INTERNAL,
+    "outer_trainers.full_es.traj_loss_antithetic_es": _INTERNAL,
+    "outer_trainers.full_es.pmap_traj_loss_antithetic_es": _INTERNAL,
+    "outer_trainers.full_es.last_recompute_antithetic_es": _INTERNAL,
+    "outer_trainers.full_grad.meta_loss_and_grad": _INTERNAL,
 }
 
 # Modules whose import must fail with an ImportError that names what is missing (the script modules above).
