@@ -6,11 +6,12 @@ Each estimate starts ``truncated_step.num_tasks`` fresh task instances, trains t
 the truncated step's own schedule must never end (``NeverEndingTruncationSchedule``; ValueError otherwise). The
 unroll is metafam's (`TruncatedStep.unroll_fn`, differentiated by `jax.value_and_grad` as metafam's
 `TruncatedBPTT` does); non-finite steps are masked out and non-finite gradient entries zeroed. Stateless: the
-worker state is ``{}``.
+worker state is an empty `UnrollState`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
@@ -26,7 +27,12 @@ __all__ = ["FullGrad", "UnrollState", "PRNGKey", "MetaParams"]
 
 PRNGKey = jax.Array
 MetaParams = Any
-UnrollState = dict  # FullGrad is stateless: its worker state is {}
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class UnrollState(gradient_learner.GradientEstimatorState):
+  """FullGrad's (empty) worker state: each estimate starts fresh task instances."""
 
 LOSS_TYPES = ("avg", "last")
 
@@ -48,9 +54,9 @@ class FullGrad(_adapter.LOEstimatorFace, _estimators.TruncatedBPTT):
     self.truncated_step, self.truncation_schedule, self.loss_type = truncated_step, truncation_schedule, loss_type
     self.step = truncated_step.replace(random_initial_iteration=False)
 
-  def init_worker_state(self, worker_weights: Any, key: jax.Array) -> dict:
+  def init_worker_state(self, worker_weights: Any, key: jax.Array) -> UnrollState:
     del worker_weights, key
-    return {}
+    return UnrollState()
 
   def estimate_fn(self, theta, worker_state, key):
     k_init, k_unroll = jax.random.split(key)
