@@ -19,6 +19,8 @@ from typing import Any, Generic, Tuple, TypeVar
 import jax
 import jax.numpy as jnp
 
+__all__ = ["CircularBufferState", "T", "CircularBuffer"]
+
 T = TypeVar("T")
 
 CircularBufferState = collections.namedtuple("CircularBufferState", ["values", "idx"])

@@ -11,6 +11,8 @@ import os
 import shutil
 from typing import Sequence
 
+__all__ = ["file_open", "make_dirs", "copy", "rename", "exists", "glob", "remove"]
+
 
 def _local(path: str, what: str) -> str:
   path = os.fspath(path)

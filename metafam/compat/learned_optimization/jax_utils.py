@@ -16,6 +16,8 @@ import jax.numpy as jnp
 import numpy as onp
 from jax.extend import core as jex_core
 
+__all__ = ["maybe_static_cond", "cached_jit", "maybe_do", "in_jit", "Carry", "X", "Y", "scan", "print_arg_shapes"]
+
 Carry = TypeVar("Carry")
 X = TypeVar("X")
 Y = TypeVar("Y")

@@ -16,6 +16,9 @@ import numpy as np
 
 from metafam.compat.learned_optimization import py_utils
 
+__all__ = ["Color", "category_10", "category_20", "colors_for_num", "ema", "threaded_tqdm_map", "threaded_map",
+           "similar_colors", "legend_to_side"]
+
 Color = Any
 
 category_10 = "#1f77b4 #ff7f0e #2ca02c #d62728 #9467bd #8c564b #e377c2 #7f7f7f #bcbd22 #17becf".split()

@@ -12,6 +12,8 @@ import logging
 import time
 from typing import Callable, TypeVar
 
+__all__ = ["T", "Profile", "wrap"]
+
 T = TypeVar("T")
 
 _LOG = logging.getLogger(__name__)

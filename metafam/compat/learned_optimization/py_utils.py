@@ -5,6 +5,8 @@ from __future__ import annotations
 from concurrent import futures
 from typing import Any, Callable, Sequence
 
+__all__ = ["threaded_tqdm_map"]
+
 
 def threaded_tqdm_map(threads: int, func: Callable[[Any], Any], data: Sequence[Any]) -> Sequence[Any]:
   """``[func(x) for x in data]`` computed on ``threads`` threads (results in input order; a progress bar when

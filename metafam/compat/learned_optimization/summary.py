@@ -45,6 +45,12 @@ from jax.interpreters import ad, batching, mlir
 from metafam import io as mf_io
 from metafam.compat.learned_optimization import profile
 
+__all__ = ["ORYX_LOGGING", "F", "G", "PRNGKey", "current_summary_prefix", "summary_scope", "summary_decorator",
+           "count_per_tags", "reset_summary_counter", "AggregationType", "summary", "sample_value",
+           "aggregate_metric_list", "aggregate_metric", "with_summary_output_reduced", "add_with_summary",
+           "tree_scalar_mean", "tree_step", "summarize_inner_params", "SummaryWriterBase", "InMemorySummaryWriter",
+           "PrintWriter", "MultiWriter", "TensorboardWriter", "JaxboardWriter"]
+
 F = TypeVar("F", bound=Callable)
 G = TypeVar("G", bound=Callable)
 PRNGKey = jax.Array

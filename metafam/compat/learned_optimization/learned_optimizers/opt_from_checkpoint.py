@@ -17,6 +17,8 @@ from metafam.compat.learned_optimization import checkpoints
 from metafam.compat.learned_optimization.optimizers import base as opt_base
 from metafam.outer_trainers import checkpoint as _checkpoint
 
+__all__ = ["opt_from_checkpoint"]
+
 
 def opt_from_checkpoint(checkpoint_path: str, config_path: Optional[str] = None,
                         extra_bindings: Sequence[str] = tuple([]), learned_opt: Any = None) -> opt_base.Optimizer:

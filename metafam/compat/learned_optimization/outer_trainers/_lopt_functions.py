@@ -29,6 +29,10 @@ from metafam.compat.learned_optimization.optimizers import base as opt_base
 from metafam.compat.learned_optimization.outer_trainers.truncated_step import TruncatedUnrollOut
 from metafam.inner import step as _step
 
+__all__ = ["TruncatedUnrollState", "init_truncation_state", "init_truncation_state_vec_theta",
+           "progress_or_reset_inner_opt_state", "truncated_unroll_one_step", "truncated_unroll_one_step_vec_theta",
+           "vectorized_loss_and_aux"]
+
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
