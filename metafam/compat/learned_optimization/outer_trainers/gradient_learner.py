@@ -12,6 +12,10 @@
 * The data classes `OuterState`, `WorkerWeights`, `GradientLearnerState`, `GradientEstimatorState`, `UnrollInfo`,
   `GradientEstimatorOut`, `AggregatedGradient`, `WorkerComputeOut`, `SingleMachineState`.
 
+Duck typing: forks of this module define their own ``WorkerWeights`` / ``OuterState``; the estimators and
+`gradient_worker_compute` accept any object with the fields ``theta``, ``theta_model_state`` and ``outer_state``
+(`is_worker_weights`), and `SingleMachineGradientLearner` any ``meta_init`` with ``init(key)`` (`MetaInitializer`).
+
 Non-finite values: the worker path zeroes non-finite gradient entries and reports a non-finite loss as 20, as the
 reference does; the `MetaTrainer` path instead skips a meta-update whose estimate had no finite step or whose
 gradient is non-finite (theta unchanged, metric ``update_skipped``), and reports the loss of such a step as 20.
