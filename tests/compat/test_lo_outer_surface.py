@@ -12,6 +12,7 @@ import pytest
 from metafam.compat.learned_optimization import checkpoints
 from metafam.compat.learned_optimization.learned_optimizers import adafac_nominal, opt_from_checkpoint
 from metafam.compat.learned_optimization.learned_optimizers import base as lopt_base
+from metafam.compat.learned_optimization.optimizers import optax_opts
 from metafam.compat.learned_optimization.outer_trainers import full_es, full_grad, gradient_learner
 from metafam.compat.learned_optimization.outer_trainers import lopt_truncated_step as lts
 from metafam.compat.learned_optimization.outer_trainers import truncated_pes, truncation_schedule
@@ -45,6 +46,19 @@ def test_estimators_and_worker_compute_accept_a_forked_worker_weights_namedtuple
   assert np.isfinite(float(out.to_put.mean_loss))
   with pytest.raises(TypeError, match="theta, theta_model_state and outer_state"):
     gradient_learner.gradient_worker_compute({"theta": theta}, [estimator], [state], jax.random.PRNGKey(2))
+
+
+def test_gradient_learner_takes_a_forked_aggregated_gradient():
+  ForkAggregated = collections.namedtuple("ForkAggregated", ["theta_grads", "theta_model_state", "mean_loss"])
+  learner = gradient_learner.GradientLearner(lopt_base.LearnableSGD(initial_lr=0.1), optax_opts.SGD(0.5))
+  state = learner.init(jax.random.PRNGKey(0))
+  theta0 = learner.get_meta_params(state)
+  grads = [ForkAggregated({"log_lr": jnp.asarray(1.0)}, None, jnp.asarray(2.0)),
+           ForkAggregated({"log_lr": jnp.asarray(3.0)}, None, jnp.asarray(4.0))]
+  state, metrics = learner.update(state, grads)
+  # SGD(0.5) on the mean gradient 2.0; the reported loss is the mean of the two.
+  np.testing.assert_allclose(learner.get_meta_params(state)["log_lr"], theta0["log_lr"] - 0.5 * 2.0, rtol=1e-6)
+  np.testing.assert_allclose(metrics["none||mean_loss"], 3.0)
 
 
 def test_estimators_report_task_and_cfg_names():
