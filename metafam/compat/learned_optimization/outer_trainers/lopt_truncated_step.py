@@ -27,6 +27,9 @@ not used: metafam samples each lane's batch on the device from the family's data
 loss at its current params on ``data[i]``), ``get_batch(steps=None)`` / ``get_outer_batch(steps=None)`` (host
 batches ``[num_tasks, ...]`` or ``[steps, num_tasks, ...]`` of the train split / the meta-loss split), ``task_name()``
 and ``cfg_name()``. The state's ``inner_step`` is its per-lane ``iteration``.
+
+The reference's per-lane functions (``init_truncation_state``, ``truncated_unroll_one_step``, ...) and
+``SimpleLOptTruncatedStep`` are here too, for code that drives inner training itself (`_lopt_functions`).
 """
 
 from __future__ import annotations
@@ -40,14 +43,13 @@ import numpy as np
 
 from metafam.compat.learned_optimization import training
 from metafam.compat.learned_optimization.outer_trainers import truncation_schedule
+from metafam.compat.learned_optimization.outer_trainers._lopt_functions import (  # noqa: F401  LO names
+    TruncatedUnrollState, init_truncation_state, init_truncation_state_vec_theta, progress_or_reset_inner_opt_state,
+    truncated_unroll_one_step, truncated_unroll_one_step_vec_theta, vectorized_loss_and_aux)
 from metafam.compat.learned_optimization.outer_trainers import truncated_step as truncated_step_lib
 from metafam.compat.learned_optimization.outer_trainers.truncated_step import TruncatedUnrollOut
 from metafam.compat.learned_optimization.tasks import base as tasks_base
 from metafam.inner.truncated_step import TruncatedStep
-
-from metafam.compat.learned_optimization.outer_trainers._lopt_functions import (  # noqa: E402,F401  LO names
-    TruncatedUnrollState, init_truncation_state, init_truncation_state_vec_theta, progress_or_reset_inner_opt_state,
-    truncated_unroll_one_step, truncated_unroll_one_step_vec_theta, vectorized_loss_and_aux)
 
 __all__ = ["VectorizedLOptTruncatedStep", "SimpleVecLOptTruncatedStep", "SimpleLOptTruncatedStep",
            "TruncatedUnrollState", "init_truncation_state", "init_truncation_state_vec_theta",
