@@ -48,6 +48,25 @@ def test_estimators_and_worker_compute_accept_a_forked_worker_weights_namedtuple
     gradient_learner.gradient_worker_compute({"theta": theta}, [estimator], [state], jax.random.PRNGKey(2))
 
 
+def test_worker_compute_records_an_event_from_a_forked_estimators_unroll_info():
+  ForkOut = collections.namedtuple("ForkOut", ["mean_loss", "grad", "unroll_state", "unroll_info"])
+  ForkInfo = collections.namedtuple("ForkInfo", ["loss", "iteration", "task_param", "is_done"])
+
+  class ForkEstimator:  # a user's own estimator: only LO's worker method, no base class
+    def compute_gradient_estimate(self, worker_weights, key, state, with_summary=False):
+      info = ForkInfo(loss=jnp.arange(6.0).reshape(3, 2), iteration=jnp.arange(3), task_param=None,
+                      is_done=jnp.zeros((3, 2), bool))
+      return ForkOut(jnp.asarray(1.0), {"w": worker_weights.theta["w"] * 2}, state, info), {}
+
+  weights = ForkWorkerWeights({"w": jnp.ones(2)}, None, ForkOuterState(5))
+  out = gradient_learner.gradient_worker_compute(weights, [ForkEstimator()], [None], jax.random.PRNGKey(0))
+  np.testing.assert_allclose(out.to_put.theta_grads["w"], [2.0, 2.0])
+  (event,) = out.event_info
+  step = int(event["iteration"])  # the drawn step's losses are that row
+  np.testing.assert_allclose(event["loss"], [2.0 * step, 2.0 * step + 1])
+  assert event["outer_iteration"] == 5
+
+
 def test_gradient_learner_takes_a_forked_aggregated_gradient():
   ForkAggregated = collections.namedtuple("ForkAggregated", ["theta_grads", "theta_model_state", "mean_loss"])
   learner = gradient_learner.GradientLearner(lopt_base.LearnableSGD(initial_lr=0.1), optax_opts.SGD(0.5))

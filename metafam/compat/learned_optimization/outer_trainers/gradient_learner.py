@@ -30,6 +30,7 @@ from typing import Any, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from metafam.compat.learned_optimization import checkpoints
@@ -159,6 +160,15 @@ def _as_metrics(metrics: Mapping[str, Any], agg: str = "mean") -> Dict[str, Any]
   return {k if "||" in k else f"{agg}||{k}": v for k, v in metrics.items()}
 
 
+def _event_of(info: Any, worker_weights: Any, key: jax.Array) -> Dict[str, Any]:
+  """One step of an estimator's ``unroll_info`` (``[steps, lanes]`` leaves), drawn uniformly with ``key``, as the
+  reference's event record: the step's losses per lane, its task params, iteration and the outer iteration."""
+  idx = int(jax.random.randint(key, (), 0, len(info.loss)))
+  pick = lambda x: None if x is None else np.asarray(x)[idx]
+  return {"loss": np.asarray(info.loss)[idx], "task_param": jax.tree.map(pick, info.task_param),
+          "iteration": pick(info.iteration), "outer_iteration": worker_weights.outer_state.outer_iteration}
+
+
 @jax.jit
 def _finite_mean(grads: List[Any], losses: List[Any], nan_loss: Any):
   grad = jax.tree.map(lambda *g: sum(g) / len(g), *grads)
@@ -176,7 +186,9 @@ def gradient_worker_compute(worker_weights: WorkerWeights, gradient_estimators: 
   Non-finite gradient entries become 0 and a non-finite mean loss becomes ``clip_nan_loss_to_value``.
   ``device`` is not used (metafam estimators place their own lanes). ``worker_weights`` may be any object with
   `WorkerWeights`' fields; the estimators may be any objects with ``compute_gradient_estimate`` whose output has
-  ``mean_loss``, ``grad`` and ``unroll_state`` (duck typing, as forks of this module rely on).
+  ``mean_loss``, ``grad`` and ``unroll_state`` (duck typing, as forks of this module rely on); an output's
+  ``unroll_info`` (``[steps, lanes]`` leaves) gives one `event_info` record per estimator, at a step drawn with
+  ``key``.
   """
   if not is_worker_weights(worker_weights):
     raise TypeError("gradient_worker_compute: worker_weights needs the fields theta, theta_model_state and "
@@ -185,13 +197,16 @@ def gradient_worker_compute(worker_weights: WorkerWeights, gradient_estimators: 
     raise ValueError(f"got {len(gradient_estimators)} gradient estimators but {len(unroll_states)} unroll states.")
   if not gradient_estimators:
     raise ValueError("gradient_worker_compute needs at least one gradient estimator.")
-  grads, losses, states, metrics = [], [], [], {}
+  grads, losses, states, metrics, events = [], [], [], {}, []
   for i, (estimator, state) in enumerate(zip(gradient_estimators, unroll_states)):
     key, sub = jax.random.split(key)
     out, est_metrics = estimator.compute_gradient_estimate(worker_weights, sub, state, with_summary=with_metrics)
     grads.append(out.grad)
     losses.append(out.mean_loss)
     states.append(out.unroll_state)
+    info = getattr(out, "unroll_info", None)
+    if info is not None:
+      events.append(_event_of(info, worker_weights, jax.random.fold_in(sub, 1)))
     if with_metrics:
       family = getattr(getattr(estimator, "task_family", None), "name", f"estimator{i}")
       for k, v in est_metrics.items():
@@ -203,7 +218,7 @@ def gradient_worker_compute(worker_weights: WorkerWeights, gradient_estimators: 
         metrics[f"mean||{family}/mean_loss"] = out.mean_loss
   grad, loss = _finite_mean(grads, losses, jnp.nan if clip_nan_loss_to_value is None else clip_nan_loss_to_value)
   to_put = AggregatedGradient(theta_grads=grad, theta_model_state=worker_weights.theta_model_state, mean_loss=loss)
-  return WorkerComputeOut(to_put=to_put, unroll_states=states, metrics=metrics, event_info=[])
+  return WorkerComputeOut(to_put=to_put, unroll_states=states, metrics=metrics, event_info=events)
 
 
 class GradientLearner:
