@@ -114,3 +114,28 @@ def test_training_save_and_load_state_round_trip(tmp_path):
   loaded = training.load_state(path, jax.tree.map(jnp.zeros_like, state))
   np.testing.assert_allclose(loaded["w"], state["w"])
   assert int(loaded["step"]) == 4
+
+
+def test_timings_helpers():
+  from metafam.compat.learned_optimization.time_filter import timings  # pylint: disable=g-import-not-at-top
+  calls = []
+  mean, stderr = timings.time_jax_fn(lambda: calls.append(1) or jnp.zeros(()), time_measurements=3)
+  assert len(calls) == 4 and mean >= 0 and stderr >= 0  # one untimed warm-up call
+  mean, _ = timings.timing_for_iterator(iter(range(10 ** 6)), secs=0.01)
+  assert 0 <= mean < 1e-3
+  with pytest.raises(ValueError, match="num_tasks"):
+    timings.time_for_task_family_vmap_unroll_func(None, 0, 5)
+
+
+@pytest.mark.slow
+def test_timings_time_the_vectorized_unroll_on_metafams_engine():
+  from metafam.compat.learned_optimization.optimizers import optax_opts  # pylint: disable=g-import-not-at-top
+  from metafam.compat.learned_optimization.tasks import quadratics  # pylint: disable=g-import-not-at-top
+  from metafam.compat.learned_optimization.time_filter import timings  # pylint: disable=g-import-not-at-top
+  family = quadratics.FixedDimQuadraticFamily(4)
+  frozen = [timings.time_for_task_family_vmap_unroll_func(family, 2, n, opt=optax_opts.SGD(0.0))() for n in (1, 3)]
+  np.testing.assert_allclose(frozen[0], frozen[1], rtol=1e-6)  # learning rate 0: the loss never changes
+  moving = timings.time_for_task_family_vmap_unroll_func(family, 2, 3, opt=optax_opts.SGD(0.1))()
+  assert float(moving) < float(frozen[0])  # same start (key 0); SGD lowers a quadratic's loss
+  per_step, _ = timings.time_for_task_family_vmap_unroll(family, 2, 3, num_time_estimates=1)
+  assert 0 < per_step < 1.0

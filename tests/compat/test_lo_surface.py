@@ -28,6 +28,8 @@ PENDING_OTHER_BRANCHES = {"tasks", "optimizers", "checkpoints", "research.genera
 _PAPER = "paper-specific research project (its own models and experiments, not LO's library surface)"
 _GIN_SCRIPT = ("absl/gin command-line script of LO's cluster workflow; metafam has no gin: the module raises "
                "ImportError naming the missing dependency")
+_TIME_MODEL = ("LO's timing models trained on its cloud timing data (haiku, gin, tensorflow): the module raises "
+               "ImportError naming the missing dependency")
 _STATE = ("the optimizer's state is metafam's own OptimizerState (its fields differ); LO's state class would name a "
           "type this optimizer never produces")
 _INTERNAL = ("the reference's estimator internals over host-side unroll outputs; metafam computes the estimate "
@@ -55,8 +57,9 @@ EXCLUDED = {
                    "(metafam.distributed): the module raises ImportError naming courier",
     "baselines": "baseline archives on LO's cloud storage (gfile paths, gin-configured runs): the module raises "
                  "ImportError naming the missing dependency; metafam's tuned-Adam baseline is metafam.evaluation",
-    "time_filter": "timing models trained on LO's cloud timing data (gin, gfile): the module raises ImportError "
-                   "naming the missing dependency",
+    # time_filter: timings is provided (over metafam's truncated step); the rest is LO's timing-model pipeline.
+    **{f"time_filter.{m}": _TIME_MODEL for m in ("model_paths", "run_sample_and_time", "run_train_time_model",
+                                                  "time_model", "time_model_data")},
     # single names
     "profile.FLAGS": "absl flag object; profile timings are logged at DEBUG level of the module's logger instead",
     "learned_optimizers.adafac_mlp_lopt.AdafacMLPLOptState": _STATE,
@@ -77,7 +80,7 @@ EXCLUDED = {
 
 # Modules whose import must fail with an ImportError that names what is missing (the script modules above).
 RAISING_MODULES = ("entry_points.run_single_machine_trainer", "outer_train", "distributed", "setup_experiment",
-                   "baselines.utils", "time_filter.timings", "run_outer_train_single")
+                   "baselines.utils", "time_filter.time_model", "run_outer_train_single")
 
 
 def _matches(key_set, module, name=None):
