@@ -13,7 +13,8 @@ How it works (no oryx): ``summary`` binds an identity primitive carrying the nam
 while a ``with_summary_output_reduced`` call is tracing, so a program traced without one holds nothing extra; when
 one is, the wrapper traces ``fn`` to a jaxpr and evaluates it, returning the marked values as extra outputs. Nested
 ``jit`` calls are inlined and ``scan`` bodies re-scanned with the marked values as extra per-step outputs, so
-everything stays on the device (no host callback). Values marked inside ``cond``, ``while_loop`` or custom-derivative
+everything stays on the device (no host callback). Importing this module registers the primitive's evaluation,
+lowering (the identity), batching and differentiation rules with JAX, as defining a pytree class registers it. Values marked inside ``cond``, ``while_loop`` or custom-derivative
 functions are not collected (their branches or iteration counts have no static outputs to carry them). A function
 jitted on its own keeps the trace of its first call: call it first inside the wrapper, or do not jit it separately.
 
