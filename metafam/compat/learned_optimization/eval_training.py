@@ -34,6 +34,12 @@ from metafam.evaluation.evaluate import Runner
 
 __all__ = ["single_task_training_curves", "multi_task_training_curves"]
 
+# The reference's type aliases.
+OptState = Any
+TaskParam = Any
+Data = Any
+PRNGKey = jax.Array
+
 
 def _eval_batches(datasets: Any, split: str, num: int) -> list:
   if datasets is None:

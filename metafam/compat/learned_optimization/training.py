@@ -2,7 +2,8 @@
 
 ``vec_get_batch(task_family, n_tasks, split, numpy=False)`` takes ``n_tasks`` batches from the family's (or task's)
 ``datasets.<split>`` iterator and stacks them on a new leading axis (``()`` for data-free families);
-``get_batches(task_family, batch_shape, split)`` does that for leading shapes of one to three axes. metafam's own
+``get_batches(task_family, batch_shape, split)`` does that for leading shapes of one to three axes;
+``save_state`` / ``load_state`` are `checkpoints`' (metafam's ``.npz``). metafam's own
 hot loops sample batches on the device instead (`metafam.datasets.DeviceData`); these are for code that feeds
 batches itself.
 """
@@ -13,7 +14,19 @@ from typing import Any, Sequence
 
 from metafam.compat.learned_optimization import tree_utils
 
-__all__ = ["vec_get_batch", "get_batches"]
+__all__ = ["vec_get_batch", "get_batches", "save_state", "load_state"]
+
+
+def save_state(path: str, state: Any) -> None:
+  """`checkpoints.save_state`: ``state`` to ``path`` in metafam's ``.npz`` format (atomic; no pickle)."""
+  from metafam.compat.learned_optimization import checkpoints  # pylint: disable=g-import-not-at-top
+  checkpoints.save_state(path, state)
+
+
+def load_state(path: str, state: Any) -> Any:
+  """`checkpoints.load_state`: the values saved at ``path``, in the structure of ``state``."""
+  from metafam.compat.learned_optimization import checkpoints  # pylint: disable=g-import-not-at-top
+  return checkpoints.load_state(path, state)
 
 
 def vec_get_batch(task_family: Any, n_tasks: int, split: str, numpy: bool = False) -> Any:

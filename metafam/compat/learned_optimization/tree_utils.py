@@ -18,33 +18,41 @@ import numpy as np
 
 __all__ = ["tree_add", "tree_sub", "tree_mul", "tree_div", "tree_dot", "tree_norm", "tree_mean", "tree_mean_abs",
            "tree_zip_jnp", "tree_zip_onp", "first_dim", "match_type", "map_named", "strip_weak_type",
-           "PartitionUnflatten", "partition", "partition_unflatten"]
+           "PartitionUnflatten", "partition", "partition_unflatten", "FilterFN"]
 
 
 def _is_scalar(x: Any) -> bool:
   return not isinstance(x, (dict, list, tuple)) and np.ndim(x) == 0 and not dataclasses.is_dataclass(x)
 
 
-def _binary(op: Callable) -> Callable:
-  def apply(tree_a, scalar_or_tree_b):
-    if _is_scalar(scalar_or_tree_b):
-      return jax.tree.map(lambda a: op(a, scalar_or_tree_b), tree_a)
-    return jax.tree.map(op, tree_a, scalar_or_tree_b)
-  return apply
+def _binary(op: Callable, treea: Any, scalar_or_treeb: Any) -> Any:
+  if _is_scalar(scalar_or_treeb):
+    return jax.tree.map(lambda a: op(a, scalar_or_treeb), treea)
+  return jax.tree.map(op, treea, scalar_or_treeb)
 
 
-tree_add = _binary(lambda a, b: a + b)
-tree_sub = _binary(lambda a, b: a - b)
-tree_mul = _binary(lambda a, b: a * b)
-tree_div = _binary(lambda a, b: a / b)
+def tree_add(treea: Any, treeb: Any) -> Any:
+  return _binary(jnp.add, treea, treeb)
 
 
-def tree_dot(tree_a: Any, tree_b: Any) -> jax.Array:
-  return sum(jnp.sum(a * b) for a, b in zip(jax.tree.leaves(tree_a), jax.tree.leaves(tree_b)))
+def tree_sub(treea: Any, scalar_or_treeb: Any) -> Any:
+  return _binary(jnp.subtract, treea, scalar_or_treeb)
 
 
-def tree_norm(tree: Any) -> jax.Array:
-  return jnp.sqrt(sum(jnp.sum(jnp.square(x)) for x in jax.tree.leaves(tree)))
+def tree_mul(treea: Any, scalar_or_treeb: Any) -> Any:
+  return _binary(jnp.multiply, treea, scalar_or_treeb)
+
+
+def tree_div(treea: Any, scalar_or_treeb: Any) -> Any:
+  return _binary(jnp.divide, treea, scalar_or_treeb)
+
+
+def tree_dot(treea: Any, treeb: Any) -> jax.Array:
+  return sum(jnp.sum(a * b) for a, b in zip(jax.tree.leaves(treea), jax.tree.leaves(treeb)))
+
+
+def tree_norm(val: Any) -> jax.Array:
+  return jnp.sqrt(sum(jnp.sum(jnp.square(x)) for x in jax.tree.leaves(val)))
 
 
 def _mean_of(tree: Any, fn: Callable) -> jax.Array:
@@ -52,29 +60,29 @@ def _mean_of(tree: Any, fn: Callable) -> jax.Array:
   return sum(jnp.sum(fn(x)) for x in leaves) / sum(jnp.size(x) for x in leaves)
 
 
-def tree_mean(tree: Any) -> jax.Array:
-  return _mean_of(tree, lambda x: x)
+def tree_mean(val: Any) -> jax.Array:
+  return _mean_of(val, lambda x: x)
 
 
-def tree_mean_abs(tree: Any) -> jax.Array:
-  return _mean_of(tree, jnp.abs)
+def tree_mean_abs(val: Any) -> jax.Array:
+  return _mean_of(val, jnp.abs)
 
 
-def tree_zip_jnp(trees: Sequence[Any]) -> Any:
-  return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
+def tree_zip_jnp(xs: Sequence[Any]) -> Any:
+  return jax.tree.map(lambda *leaves: jnp.stack(leaves), *xs)
 
 
-def tree_zip_onp(trees: Sequence[Any]) -> Any:
-  return jax.tree.map(lambda *xs: np.stack(xs), *trees)
+def tree_zip_onp(xs: Sequence[Any]) -> Any:
+  return jax.tree.map(lambda *leaves: np.stack(leaves), *xs)
 
 
-def first_dim(tree: Any) -> int:
-  return jax.tree.leaves(tree)[0].shape[0]
+def first_dim(a: Any) -> int:
+  return jax.tree.leaves(a)[0].shape[0]
 
 
-def match_type(tree: Any, like: Any) -> Any:
-  """``tree`` with every leaf cast to the dtype of the matching leaf of ``like``."""
-  return jax.tree.map(lambda x, y: jnp.asarray(x, jnp.asarray(y).dtype), tree, like)
+def match_type(struct1: Any, struct2: Any) -> Any:
+  """``struct1`` with every leaf cast to the dtype of the matching leaf of ``struct2``."""
+  return jax.tree.map(lambda x, y: jnp.asarray(x, jnp.asarray(y).dtype), struct1, struct2)
 
 
 def _path_name(path) -> str:
@@ -93,8 +101,11 @@ def map_named(function: Callable[[str, Any], Any], val: Any, key: str = "") -> A
       lambda path, x: function("/".join(p for p in (key, _path_name(path)) if p), x), val)
 
 
-def strip_weak_type(tree: Any) -> Any:
-  return jax.tree.map(lambda x: jnp.asarray(x, jnp.asarray(x).dtype) + jnp.zeros((), jnp.asarray(x).dtype), tree)
+def strip_weak_type(pytree: Any) -> Any:
+  return jax.tree.map(lambda x: jnp.asarray(x, jnp.asarray(x).dtype) + jnp.zeros((), jnp.asarray(x).dtype), pytree)
+
+
+FilterFN = Callable[[str, Any], bool]
 
 
 @dataclasses.dataclass(frozen=True)

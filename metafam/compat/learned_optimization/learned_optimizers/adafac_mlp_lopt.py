@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from metafam.compat.learned_optimization.learned_optimizers._features import (  # noqa: F401  LO names
+    PRNGKey, decay_to_param, param_to_decay, second_moment_normalizer, tanh_embedding)
 from metafam.compat.learned_optimization.learned_optimizers.base import LOOptFn, reject_unsupported
 from metafam.optimizers import adafac_mlp_lopt as _adafac
 

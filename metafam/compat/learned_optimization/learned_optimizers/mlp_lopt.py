@@ -7,8 +7,12 @@ accepted and ignored. The features are metafam's (see `metafam.optimizers.mlp_lo
 
 from __future__ import annotations
 
+import jax
+
 from metafam.compat.learned_optimization.learned_optimizers.base import LOOptFn
 from metafam.optimizers import mlp_lopt as _mlp
+
+PRNGKey = jax.Array
 
 __all__ = ["MLPLOpt"]
 

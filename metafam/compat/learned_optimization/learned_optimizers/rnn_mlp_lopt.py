@@ -11,8 +11,12 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import jax
+
 from metafam.compat.learned_optimization.learned_optimizers.base import LOOptFn, reject_unsupported
 from metafam.optimizers import rnn_mlp_lopt as _rnn
+
+PRNGKey = jax.Array
 
 __all__ = ["RNNMLPLOpt"]
 

@@ -28,6 +28,16 @@ class LOEstimatorFace:
   def learned_opt(self) -> Any:
     return self.truncated_step.learned_opt
 
+  def task_name(self) -> str:
+    """The truncated step's task name (for logging), as the reference's estimators report it."""
+    name_fn = getattr(self.truncated_step, "task_name", None)
+    return name_fn() if callable(name_fn) else "default_task"
+
+  def cfg_name(self) -> str:
+    """The truncated step's configuration name (for logging)."""
+    name_fn = getattr(self.truncated_step, "cfg_name", None)
+    return name_fn() if callable(name_fn) else "default_cfg"
+
   def init_worker_state(self, worker_weights: Any, key: jax.Array) -> Any:
     return super().init_worker_state(gradient_learner.theta_of(worker_weights), key)
 
@@ -40,6 +50,34 @@ class LOEstimatorFace:
     out = gradient_learner.GradientEstimatorOut(mean_loss=estimate.meta_loss, grad=estimate.grad,
                                                 unroll_state=new_state, unroll_info=None)
     return out, gradient_learner._as_metrics(estimate.metrics)
+
+
+def vec_key_split(key: jax.Array):
+  """``(k1, k2)``: each key of a stack of keys split in two (the reference's per-device key split)."""
+  return jax.vmap(lambda k: tuple(jax.random.split(k)))(key)
+
+
+class DeviceSpread:
+  """Mixin for the reference's multi-device estimators (``PMAPFullES``, ``TruncatedPESPMAP``).
+
+  metafam spreads lanes over devices with `jax.sharding` in the truncated step itself (``devices=`` of
+  `VectorizedLOptTruncatedStep` / metafam's `TruncatedStep`), not with ``pmap``; the estimator is the single-device
+  one on that sharded step. ``num_devices`` (None: the step's own placement) must equal the number of devices the
+  step's lanes are spread over (ValueError otherwise); ``replicate_data_across_devices=True`` is not modelled
+  (NotImplementedError: every lane draws its own batches).
+  """
+
+  def _check_devices(self, num_devices: Any, replicate_data_across_devices: bool, owner: str) -> None:
+    if replicate_data_across_devices:
+      raise NotImplementedError(f"{owner}: replicate_data_across_devices=True has no counterpart in metafam (each "
+                                "lane samples its own batches on the device).")
+    mesh = getattr(self.truncated_step, "mesh", None)
+    spread = 1 if mesh is None else int(mesh.size)
+    if num_devices is not None and int(num_devices) != spread:
+      raise ValueError(f"{owner}: num_devices={num_devices} but the truncated step's lanes are on {spread} "
+                       "device(s); build the truncated step with devices=num_devices.")
+    self.num_devices = spread
+    self.replicate_data_across_devices = False
 
 
 def check_step(truncated_step: Any, owner: str) -> None:

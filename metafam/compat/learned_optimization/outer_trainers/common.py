@@ -18,7 +18,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -28,6 +28,13 @@ from metafam.compat.learned_optimization.outer_trainers.truncated_step import Tr
 from metafam.inner.truncated_step import TruncatedStep as _MFTruncatedStep
 
 __all__ = ["sample_perturbations", "vector_sample_perturbations", "truncated_unroll", "maybe_stacked_es_unroll"]
+
+# The reference's type aliases.
+MetaParams = Any
+OuterState = Any
+UnrollState = Any
+T = TypeVar("T")
+G = TypeVar("G")
 
 
 def sample_perturbations(variables: Any, rng: jax.Array, std: float) -> Any:

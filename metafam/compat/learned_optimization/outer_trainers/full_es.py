@@ -13,7 +13,7 @@ batches for every lane; normalized as metafam's loss kind says); anything else: 
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -23,7 +23,25 @@ from metafam.inner.schedules import ConstantSchedule, NeverEndingSchedule
 from metafam.optimizers import low_rank
 from metafam.outer_trainers import estimators as _estimators
 
-__all__ = ["FullES"]
+__all__ = ["FullES", "PMAPFullES", "vec_key_split", "OverrideStepVectorizedTruncatedStep", "UnrollState",
+           "PRNGKey", "MetaParams"]
+
+PRNGKey = jax.Array
+MetaParams = Any
+UnrollState = Any  # FullES is stateless: its worker state is {}
+vec_key_split = _adapter.vec_key_split
+
+
+class OverrideStepVectorizedTruncatedStep(Protocol):
+  """A vectorized truncated step whose ``init_step_state`` / ``unroll_step`` take a ``num_steps_override`` (the
+  reference's requirement on steps used by `FullES`; `VectorizedLOptTruncatedStep` is one)."""
+
+  def init_step_state(self, theta, outer_state, key, theta_is_vector=False, num_steps_override=None):
+    ...
+
+  def unroll_step(self, theta, unroll_state, key, data, outer_state, theta_is_vector=False,
+                  override_num_steps=None):
+    ...
 
 LOSS_TYPES = _estimators.FULL_ES_LOSS_TYPES + ("last_recompute",)
 
@@ -40,8 +58,8 @@ class FullES(_adapter.LOEstimatorFace, _estimators.FullES):
 
   def __init__(self, truncated_step: Any, truncation_schedule: Any = None, std: float = 0.01,
                steps_per_jit: int = 10, loss_type: str = "avg", recompute_samples: int = 50,
-               recompute_split: str = "train", clip_loss_diff: Optional[float] = None,
-               stack_antithetic_samples: bool = False, sign_delta_loss_scalar: Optional[float] = None,
+               clip_loss_diff: Optional[float] = None, stack_antithetic_samples: bool = False,
+               sign_delta_loss_scalar: Optional[float] = None, recompute_split: str = "train",
                unroll_length: Optional[int] = None, **metafam_kwargs: Any):
     _adapter.check_step(truncated_step, "FullES")
     if loss_type not in LOSS_TYPES:
@@ -98,3 +116,15 @@ class FullES(_adapter.LOEstimatorFace, _estimators.FullES):
 
 
 gradient_learner.GradientEstimator.register(FullES)
+
+
+class PMAPFullES(_adapter.DeviceSpread, FullES):
+  """`FullES` over a truncated step whose lanes are spread over several devices (see `_adapter.DeviceSpread`)."""
+
+  def __init__(self, *args: Any, num_devices: Optional[int] = None, replicate_data_across_devices: bool = False,
+               **kwargs: Any):
+    super().__init__(*args, **kwargs)
+    self._check_devices(num_devices, replicate_data_across_devices, "PMAPFullES")
+
+
+gradient_learner.GradientEstimator.register(PMAPFullES)

@@ -12,6 +12,10 @@
 * The data classes `OuterState`, `WorkerWeights`, `GradientLearnerState`, `GradientEstimatorState`, `UnrollInfo`,
   `GradientEstimatorOut`, `AggregatedGradient`, `WorkerComputeOut`, `SingleMachineState`.
 
+Duck typing: forks of this module define their own ``WorkerWeights`` / ``OuterState``; the estimators and
+`gradient_worker_compute` accept any object with the fields ``theta``, ``theta_model_state`` and ``outer_state``
+(`is_worker_weights`), and `SingleMachineGradientLearner` any ``meta_init`` with ``init(key)`` (`MetaInitializer`).
+
 Non-finite values: the worker path zeroes non-finite gradient entries and reports a non-finite loss as 20, as the
 reference does; the `MetaTrainer` path instead skips a meta-update whose estimate had no finite step or whose
 gradient is non-finite (theta unchanged, metric ``update_skipped``), and reports the loss of such a step as 20.
@@ -22,10 +26,11 @@ from __future__ import annotations
 import abc
 import dataclasses
 import functools
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from metafam.compat.learned_optimization import checkpoints
@@ -39,7 +44,11 @@ from metafam.outer_trainers.meta_trainer import MetaTrainer, MetaTrainState
 __all__ = ["OuterState", "WorkerWeights", "GradientLearnerState", "GradientEstimatorState", "UnrollInfo",
            "GradientEstimatorOut", "AggregatedGradient", "WorkerComputeOut", "SingleMachineState",
            "ParameterCheckpoint", "OptCheckpoint", "GradientEstimator", "GradientLearner", "gradient_worker_compute",
-           "SingleMachineGradientLearner"]
+           "SingleMachineGradientLearner", "MetaInitializer", "PRNGKey", "MetaParams", "ThetaModelState"]
+
+PRNGKey = jax.Array
+MetaParams = Any
+ThetaModelState = Any
 
 _NAN_LOSS = 20.0  # the reference's stand-in for a non-finite meta-loss
 
@@ -128,14 +137,36 @@ class GradientEstimator(abc.ABC):
     """One estimate and the next state."""
 
 
+class MetaInitializer(Protocol):
+  """Anything with ``init(key) -> theta`` (a learned optimizer, or any object making the meta-parameters)."""
+
+  def init(self, key: PRNGKey) -> MetaParams:
+    ...
+
+
+def is_worker_weights(obj: Any) -> bool:
+  """Whether ``obj`` has the fields of `WorkerWeights` (``theta``, ``theta_model_state``, ``outer_state``): any
+  such object is accepted, e.g. a user's own namedtuple or dataclass in a fork of this module."""
+  return all(hasattr(obj, f) for f in ("theta", "theta_model_state", "outer_state"))
+
+
 def theta_of(weights_or_theta: Any) -> Any:
-  """The meta-parameters: ``worker_weights.theta`` for `WorkerWeights`, else the argument itself."""
-  return weights_or_theta.theta if isinstance(weights_or_theta, WorkerWeights) else weights_or_theta
+  """The meta-parameters: ``worker_weights.theta`` for a `WorkerWeights`-like object, else the argument itself."""
+  return weights_or_theta.theta if is_worker_weights(weights_or_theta) else weights_or_theta
 
 
 def _as_metrics(metrics: Mapping[str, Any], agg: str = "mean") -> Dict[str, Any]:
   """metafam metrics under the reference's ``"aggregation||name"`` keys."""
   return {k if "||" in k else f"{agg}||{k}": v for k, v in metrics.items()}
+
+
+def _event_of(info: Any, worker_weights: Any, key: jax.Array) -> Dict[str, Any]:
+  """One step of an estimator's ``unroll_info`` (``[steps, lanes]`` leaves), drawn uniformly with ``key``, as the
+  reference's event record: the step's losses per lane, its task params, iteration and the outer iteration."""
+  idx = int(jax.random.randint(key, (), 0, len(info.loss)))
+  pick = lambda x: None if x is None else np.asarray(x)[idx]
+  return {"loss": np.asarray(info.loss)[idx], "task_param": jax.tree.map(pick, info.task_param),
+          "iteration": pick(info.iteration), "outer_iteration": worker_weights.outer_state.outer_iteration}
 
 
 @jax.jit
@@ -148,24 +179,34 @@ def _finite_mean(grads: List[Any], losses: List[Any], nan_loss: Any):
 
 def gradient_worker_compute(worker_weights: WorkerWeights, gradient_estimators: Sequence[Any],
                             unroll_states: Sequence[Any], key: jax.Array, with_metrics: bool = False,
-                            device: Any = None, clip_nan_loss_to_value: float = _NAN_LOSS,
-                            extra_metrics: bool = True) -> WorkerComputeOut:
+                            clip_nan_loss_to_value: Optional[float] = _NAN_LOSS, extra_metrics: bool = True,
+                            device: Any = None) -> WorkerComputeOut:
   """Runs every estimator once on its state and averages the gradients.
 
   Non-finite gradient entries become 0 and a non-finite mean loss becomes ``clip_nan_loss_to_value``.
-  ``device`` is not used (metafam estimators place their own lanes).
+  ``device`` is not used (metafam estimators place their own lanes). ``worker_weights`` may be any object with
+  `WorkerWeights`' fields; the estimators may be any objects with ``compute_gradient_estimate`` whose output has
+  ``mean_loss``, ``grad`` and ``unroll_state`` (duck typing, as forks of this module rely on); an output's
+  ``unroll_info`` (``[steps, lanes]`` leaves) gives one `event_info` record per estimator, at a step drawn with
+  ``key``.
   """
+  if not is_worker_weights(worker_weights):
+    raise TypeError("gradient_worker_compute: worker_weights needs the fields theta, theta_model_state and "
+                    f"outer_state (like WorkerWeights), got {type(worker_weights).__name__}.")
   if len(gradient_estimators) != len(unroll_states):
     raise ValueError(f"got {len(gradient_estimators)} gradient estimators but {len(unroll_states)} unroll states.")
   if not gradient_estimators:
     raise ValueError("gradient_worker_compute needs at least one gradient estimator.")
-  grads, losses, states, metrics = [], [], [], {}
+  grads, losses, states, metrics, events = [], [], [], {}, []
   for i, (estimator, state) in enumerate(zip(gradient_estimators, unroll_states)):
     key, sub = jax.random.split(key)
     out, est_metrics = estimator.compute_gradient_estimate(worker_weights, sub, state, with_summary=with_metrics)
     grads.append(out.grad)
     losses.append(out.mean_loss)
     states.append(out.unroll_state)
+    info = getattr(out, "unroll_info", None)
+    if info is not None:
+      events.append(_event_of(info, worker_weights, jax.random.fold_in(sub, 1)))
     if with_metrics:
       family = getattr(getattr(estimator, "task_family", None), "name", f"estimator{i}")
       for k, v in est_metrics.items():
@@ -175,9 +216,9 @@ def gradient_worker_compute(worker_weights: WorkerWeights, gradient_estimators: 
       if extra_metrics:
         metrics[f"mean||{family}/grad_norm"] = optax.tree.norm(out.grad)
         metrics[f"mean||{family}/mean_loss"] = out.mean_loss
-  grad, loss = _finite_mean(grads, losses, clip_nan_loss_to_value)
+  grad, loss = _finite_mean(grads, losses, jnp.nan if clip_nan_loss_to_value is None else clip_nan_loss_to_value)
   to_put = AggregatedGradient(theta_grads=grad, theta_model_state=worker_weights.theta_model_state, mean_loss=loss)
-  return WorkerComputeOut(to_put=to_put, unroll_states=states, metrics=metrics, event_info=[])
+  return WorkerComputeOut(to_put=to_put, unroll_states=states, metrics=metrics, event_info=events)
 
 
 class GradientLearner:
@@ -272,8 +313,9 @@ class SingleMachineGradientLearner:
   ``params`` are theta) and one worker state per estimator. ``update`` does not consume its input state.
   """
 
-  def __init__(self, learned_opt: Any, gradient_estimators: Sequence[Any], theta_opt: Any,
+  def __init__(self, meta_init: MetaInitializer, gradient_estimators: Sequence[Any], theta_opt: Any,
                num_steps: Optional[int] = None):
+    learned_opt = meta_init
     if isinstance(gradient_estimators, (list, tuple)):
       gradient_estimators = list(gradient_estimators)
     else:

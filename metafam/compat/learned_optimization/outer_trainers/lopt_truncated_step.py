@@ -27,12 +27,15 @@ not used: metafam samples each lane's batch on the device from the family's data
 loss at its current params on ``data[i]``), ``get_batch(steps=None)`` / ``get_outer_batch(steps=None)`` (host
 batches ``[num_tasks, ...]`` or ``[steps, num_tasks, ...]`` of the train split / the meta-loss split), ``task_name()``
 and ``cfg_name()``. The state's ``inner_step`` is its per-lane ``iteration``.
+
+The reference's per-lane functions (``init_truncation_state``, ``truncated_unroll_one_step``, ...) and
+``SimpleLOptTruncatedStep`` are here too, for code that drives inner training itself (`_lopt_functions`).
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Any, Optional
+from typing import Any, Optional, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -40,11 +43,28 @@ import numpy as np
 
 from metafam.compat.learned_optimization import training
 from metafam.compat.learned_optimization.outer_trainers import truncation_schedule
+from metafam.compat.learned_optimization.outer_trainers._lopt_functions import (  # noqa: F401  LO names
+    TruncatedUnrollState, init_truncation_state, init_truncation_state_vec_theta, progress_or_reset_inner_opt_state,
+    truncated_unroll_one_step, truncated_unroll_one_step_vec_theta, vectorized_loss_and_aux)
+from metafam.compat.learned_optimization.outer_trainers import truncated_step as truncated_step_lib
 from metafam.compat.learned_optimization.outer_trainers.truncated_step import TruncatedUnrollOut
 from metafam.compat.learned_optimization.tasks import base as tasks_base
 from metafam.inner.truncated_step import TruncatedStep
 
-__all__ = ["VectorizedLOptTruncatedStep", "SimpleVecLOptTruncatedStep"]
+__all__ = ["VectorizedLOptTruncatedStep", "SimpleVecLOptTruncatedStep", "SimpleLOptTruncatedStep",
+           "TruncatedUnrollState", "init_truncation_state", "init_truncation_state_vec_theta",
+           "progress_or_reset_inner_opt_state", "truncated_unroll_one_step", "truncated_unroll_one_step_vec_theta",
+           "vectorized_loss_and_aux"]
+
+# The reference's type aliases.
+PRNGKey = jax.Array
+MetaParams = Any
+InnerState = Any
+InnerBatch = Any
+OuterBatch = Any
+OuterState = Any
+T = TypeVar("T")
+G = TypeVar("G")
 
 
 def _looks_like_key(x: Any) -> bool:
@@ -184,3 +204,43 @@ class SimpleVecLOptTruncatedStep(VectorizedLOptTruncatedStep):
     super().__init__(tasks_base.single_task_to_family(task), lopt,
                      truncation_schedule.ConstantTruncationSchedule(unroll_length), num_tasks, **kwargs)
     self.task, self.unroll_length = task, unroll_length
+
+
+class SimpleLOptTruncatedStep(truncated_step_lib.TruncatedStep):
+  """One copy of ``task`` trained by ``lopt`` in trajectories of ``unroll_length`` steps, as a user-level
+  `truncated_step.TruncatedStep` (one lane; `truncated_step.VectorizedTruncatedStep` maps it over lanes). A lane
+  past ``unroll_length`` steps is re-initialized (that step has ``mask=False``, ``is_done=True``)."""
+
+  def __init__(self, task: Any, lopt: Any, unroll_length: int = 5):
+    self.task, self.lopt, self.unroll_length = task, lopt, unroll_length
+
+  def outer_init(self, key):
+    return self.lopt.init(key)
+
+  def init_step_state(self, theta, outer_state, key):
+    return self.lopt.opt_fn(theta).init(self.task.init(key))
+
+  def unroll_step(self, theta, unroll_state, key, data, outer_state):
+    opt = self.lopt.opt_fn(theta)
+
+    def train(opt_state):
+      loss, grad = jax.value_and_grad(self.task.loss)(opt.get_params(opt_state), key, data)
+      opt_state = opt.update(opt_state, grad, loss=loss)
+      return opt_state, TruncatedUnrollOut(loss=jnp.asarray(loss, jnp.float32), is_done=jnp.asarray(False),
+                                           task_param=None, iteration=opt_state.iteration, mask=jnp.asarray(True))
+
+    def reset(opt_state):
+      opt_state = opt.init(self.task.init(key))
+      return opt_state, TruncatedUnrollOut(loss=jnp.asarray(0.0, jnp.float32), is_done=jnp.asarray(True),
+                                           task_param=None, iteration=opt_state.iteration, mask=jnp.asarray(False))
+
+    return jax.lax.cond(unroll_state.iteration < self.unroll_length, train, reset, unroll_state)
+
+  def meta_loss_batch(self, theta, unroll_state, key, data, outer_state):
+    return self.task.loss(self.lopt.opt_fn(theta).get_params(unroll_state), key, data)
+
+  def get_batch(self, steps=None):
+    return training.vec_get_batch(self.task, steps, split="train")
+
+  def get_outer_batch(self, steps=None):
+    return training.vec_get_batch(self.task, steps, split="train")

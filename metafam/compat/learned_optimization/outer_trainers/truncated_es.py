@@ -7,15 +7,21 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+import jax
+
 from metafam.compat.learned_optimization.outer_trainers import _adapter, gradient_learner
 from metafam.outer_trainers import estimators as _estimators
 
-__all__ = ["TruncatedES"]
+__all__ = ["TruncatedES", "PRNGKey", "MetaParams", "UnrollState"]
+
+PRNGKey = jax.Array
+MetaParams = Any
+UnrollState = Any  # the worker state: metafam's lane state
 
 
 class TruncatedES(_adapter.LOEstimatorFace, _estimators.TruncatedES):
 
-  def __init__(self, truncated_step: Any, unroll_length: int = 20, std: float = 0.01, steps_per_jit: int = 10,
+  def __init__(self, truncated_step: Any, unroll_length: int = 20, steps_per_jit: int = 10, std: float = 0.01,
                stack_antithetic_samples: bool = False, sign_delta_loss_scalar: Optional[float] = None,
                **metafam_kwargs: Any):
     _adapter.check_truncation_args("TruncatedES", truncated_step, unroll_length, "unroll_length", steps_per_jit,

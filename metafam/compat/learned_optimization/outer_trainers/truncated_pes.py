@@ -15,10 +15,20 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+import jax
+
 from metafam.compat.learned_optimization.outer_trainers import _adapter, gradient_learner
 from metafam.outer_trainers import estimators as _estimators
 
-__all__ = ["TruncatedPES"]
+__all__ = ["TruncatedPES", "TruncatedPESPMAP", "PESWorkerState", "vec_key_split", "PRNGKey", "MetaParams",
+           "TruncatedUnrollState"]
+
+PRNGKey = jax.Array
+MetaParams = Any
+TruncatedUnrollState = Any
+# The worker state of `TruncatedPES`: metafam's (lanes, accumulator, ...).
+PESWorkerState = _estimators.PESWorkerState
+vec_key_split = _adapter.vec_key_split
 
 
 class TruncatedPES(_adapter.LOEstimatorFace, _estimators.PES):
@@ -35,3 +45,16 @@ class TruncatedPES(_adapter.LOEstimatorFace, _estimators.PES):
 
 
 gradient_learner.GradientEstimator.register(TruncatedPES)
+
+
+class TruncatedPESPMAP(_adapter.DeviceSpread, TruncatedPES):
+  """`TruncatedPES` over a truncated step whose lanes are spread over several devices (`_adapter.DeviceSpread`).
+  ``num_devices`` defaults to the reference's 8 only when given; None takes the step's placement."""
+
+  def __init__(self, *args: Any, num_devices: Optional[int] = None, replicate_data_across_devices: bool = False,
+               **kwargs: Any):
+    super().__init__(*args, **kwargs)
+    self._check_devices(num_devices, replicate_data_across_devices, "TruncatedPESPMAP")
+
+
+gradient_learner.GradientEstimator.register(TruncatedPESPMAP)

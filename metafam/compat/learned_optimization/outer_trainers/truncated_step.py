@@ -25,6 +25,13 @@ from metafam.compat.learned_optimization import tree_utils
 
 __all__ = ["TruncatedUnrollOut", "TruncatedStep", "VectorizedTruncatedStep"]
 
+# The reference's type aliases.
+MetaParams = Any
+OuterState = Any
+InnerState = Any
+OuterBatch = Any
+InnerBatch = Any
+
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)

@@ -10,7 +10,7 @@ handed to `metafam.inner.TruncatedStep` as is. ``schedule.schedule`` is the meta
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -26,6 +26,12 @@ __all__ = ["TruncationState", "TruncationSchedule", "ConstantTruncationSchedule"
 class TruncationState:
   """The current trajectory's length (int32)."""
   length: jax.Array
+
+
+# The reference's names: its constant schedule's state type is the shared state here.
+T = TypeVar("T")
+PRNGKey = jax.Array
+ConstantTruncationState = TruncationState
 
 
 class TruncationSchedule:

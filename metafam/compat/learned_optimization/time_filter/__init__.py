@@ -1,0 +1,1 @@
+"""`learned_optimization.time_filter`: its modules raise ImportError on import (see COVERAGE.md)."""
