@@ -295,7 +295,8 @@ def antithetic_es_value_and_grad(loss_fn: Callable, params: Any, key: jax.Array,
   value ``= mean_i (f(p + e_i) + f(p - e_i)) / 2`` and gradient ``= mean_i e_i (f(p + e_i) - f(p - e_i)) / (2
   std^2)``, an unbiased estimate of the gradient of the Gaussian-smoothed loss (exact in expectation for
   quadratics). The ``2 * n_pairs`` evaluations run under one `jax.vmap`. With ``has_aux`` the loss returns
-  ``(loss, aux)`` and the result is ``((value, aux), grad)`` with the aux of the first positive evaluation.
+  ``(loss, aux)`` and the result is ``((value, aux), grad)`` with every evaluation's aux stacked as
+  ``[n_pairs, 2 (plus, minus), ...]``.
   """
   n_pairs = check_positive_int("n_pairs", n_pairs)
   eps = jax.vmap(lambda k: sample_perturbation(params, k, std))(jax.random.split(key, n_pairs))
@@ -308,9 +309,7 @@ def antithetic_es_value_and_grad(loss_fn: Callable, params: Any, key: jax.Array,
   grad = jax.tree.map(lambda e: jnp.mean(e * diff.reshape((-1,) + (1,) * (e.ndim - 1)).astype(e.dtype), axis=0),
                       eps)
   value = jnp.mean(losses)
-  if has_aux:
-    return (value, jax.tree.map(lambda a: a[0, 0], aux)), grad
-  return value, grad
+  return ((value, aux), grad) if has_aux else (value, grad)
 
 
 class ESGradients(TaskWrapper):

@@ -20,7 +20,7 @@ Registered (Shakespeare, V = 76, T = 64, batch 32):
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import haiku as hk
 import jax
@@ -33,19 +33,49 @@ from metafam.tasks.base import Task
 from metafam.tasks.conv import Activation, select_activation, smoothed_cross_entropy
 
 
-def lstm_lm_forward(vocab_size: int, embed_size: int, hidden_size: int) -> hk.Transformed:
-  """A haiku LSTM LM ``forward(obs i32[B, T], embed_scale=1.0) -> logits f32[B, T, vocab_size]``.
+class IRNN(hk.VanillaRNN):
+  """A ReLU RNN whose recurrent weights start as ``gain * I`` (Le et al., 2015): ``h' = relu(W x + U h + b)``.
 
-  ``embed_scale`` multiplies the embedded inputs (may be traced).
+  Parameters for input size E and hidden H: ``(E + 1) * H + H * H`` plus ``H`` more with ``double_bias``.
+  """
+
+  def __init__(self, hidden_size: int, double_bias: bool = True, name: Optional[str] = None, gain: float = 1.0):
+    super().__init__(hidden_size=hidden_size, double_bias=double_bias, name=name)
+    self.gain = gain
+
+  def __call__(self, inputs, prev_state):
+    recurrent = hk.Linear(self.hidden_size, with_bias=self.double_bias, w_init=hk.initializers.Identity(self.gain))
+    out = jax.nn.relu(hk.Linear(self.hidden_size)(inputs) + recurrent(prev_state))
+    return out, out
+
+
+def rnn_lm_forward(vocab_size: int, embed_size: int, core_fn: Callable[[], hk.RNNCore],
+                   learned_initial_state: bool = False) -> hk.Transformed:
+  """A haiku RNN LM ``forward(obs i32[B, T], embed_scale=1.0) -> logits f32[B, T, vocab_size]``.
+
+  Embedding (``V * E``) -> the core ``core_fn()`` unrolled over time -> Linear(V) (``(H + 1) * V``). With
+  ``learned_initial_state`` the core's initial state is a parameter (zeros at init, one copy per state leaf,
+  shared across the batch). ``embed_scale`` multiplies the embedded inputs (may be traced).
   """
 
   def forward(obs, embed_scale=1.0):
     x = hk.Embed(vocab_size, embed_size, name="embed")(obs) * embed_scale
-    core = hk.LSTM(hidden_size, name="lstm")
-    outputs, _ = hk.dynamic_unroll(core, x, core.initial_state(obs.shape[0]), time_major=False)
+    core = core_fn()
+    state = core.initial_state(obs.shape[0])
+    if learned_initial_state:
+      leaves, treedef = jax.tree.flatten(core.initial_state(1))
+      learned = [hk.get_parameter(f"initial_state_{i}", leaf.shape, leaf.dtype, init=jnp.zeros)
+                 for i, leaf in enumerate(leaves)]
+      state = jax.tree.unflatten(treedef, [jnp.tile(v, (obs.shape[0],) + (1,) * (v.ndim - 1)) for v in learned])
+    outputs, _ = hk.dynamic_unroll(core, x, state, time_major=False)
     return hk.Linear(vocab_size, name="logits")(outputs)
 
   return hk.without_apply_rng(hk.transform(forward))
+
+
+def lstm_lm_forward(vocab_size: int, embed_size: int, hidden_size: int) -> hk.Transformed:
+  """`rnn_lm_forward` with one haiku LSTM of ``hidden_size`` units (``4*H*(E + H) + 4*H`` parameters)."""
+  return rnn_lm_forward(vocab_size, embed_size, lambda: hk.LSTM(hidden_size, name="lstm"))
 
 
 def causal_self_attention(x: jax.Array, num_heads: int, name: str) -> jax.Array:
