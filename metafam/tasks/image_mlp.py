@@ -35,7 +35,7 @@ def normalization_layer(norm: Optional[str], name: str) -> Callable[[jax.Array],
 
 def mlp_forward(hidden_sizes: Sequence[int], num_classes: int,
                 activations: Sequence[Callable[[jax.Array], jax.Array]], norm: Optional[str] = None,
-                dropout_rate: float = 0.0) -> hk.Transformed:
+                dropout_rate: float = 0.0, w_init: Optional[hk.initializers.Initializer] = None) -> hk.Transformed:
   """A haiku MLP ``forward(images, activation_index=0, dropout_key=None) -> logits``.
 
   flatten -> [Linear -> norm -> dropout -> activation] * len(hidden_sizes) -> Linear(num_classes). With several
@@ -43,7 +43,8 @@ def mlp_forward(hidden_sizes: Sequence[int], num_classes: int,
   config leaf. ``norm`` is one of `NORMS` (`normalization_layer`); with "batch_norm" the result is an
   ``hk.TransformedWithState`` (``init -> (params, state)``, ``apply(params, state, ...) -> (logits, state)``).
   Dropout (rate ``dropout_rate``, before the activation as in ``hk.nets.MLP``) is applied only when ``dropout_key``
-  is given.
+  is given. ``w_init`` initializes every weight matrix (haiku's default, truncated normal of std ``1/sqrt(fan_in)``,
+  if None); it may close over traced config values.
   """
   activations = tuple(activations)
   if norm not in NORMS:
@@ -58,11 +59,11 @@ def mlp_forward(hidden_sizes: Sequence[int], num_classes: int,
       act = lambda v: jax.lax.switch(activation_index, activations, v)
     x = images.reshape(images.shape[0], -1)
     for i, h in enumerate(hidden_sizes):
-      x = normalization_layer(norm, f"norm_{i}")(hk.Linear(h, name=f"linear_{i}")(x))
+      x = normalization_layer(norm, f"norm_{i}")(hk.Linear(h, w_init=w_init, name=f"linear_{i}")(x))
       if dropout_rate and dropout_key is not None:
         x = hk.dropout(jax.random.fold_in(dropout_key, i), dropout_rate, x)
       x = act(x)
-    return hk.Linear(num_classes, name="logits")(x)
+    return hk.Linear(num_classes, w_init=w_init, name="logits")(x)
 
   return hk.without_apply_rng(hk.transform_with_state(forward) if norm == "batch_norm" else hk.transform(forward))
 

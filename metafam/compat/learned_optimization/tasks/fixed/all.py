@@ -7,10 +7,9 @@ metafam cannot serve offline raise `DatasetUnavailableError` only when a batch i
 
 from __future__ import annotations
 
-from metafam.compat.learned_optimization.tasks.fixed import (conv, es_wrapped, image_mlp, image_mlp_ae, mlp_mixer,
-                                                             resnet, rnn_lm, transformer_lm, vit)
+from metafam.compat.learned_optimization.tasks.fixed import conv, es_wrapped, image_mlp, image_mlp_ae, rnn_lm
 
-_MODULES = (conv, image_mlp, image_mlp_ae, resnet, rnn_lm, es_wrapped, transformer_lm, mlp_mixer, vit)
+_MODULES = (conv, image_mlp, image_mlp_ae, rnn_lm, es_wrapped)
 
 FIXED_TASKS = {name: getattr(module, name) for module in _MODULES for name in module.TASKS}
 

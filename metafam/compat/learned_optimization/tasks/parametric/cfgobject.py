@@ -72,9 +72,9 @@ class CFGNamed:
     return f"CFGNamed(obj={self.name}, kwargs={self.values})"
 
 
-_CONFIGURABLE_MODULES = ("tasks.datasets.image", "tasks.datasets.language", "tasks.quadratics",
-                         "tasks.task_augmentation", "tasks.es_wrapper", "tasks.fixed.all",
-                         "tasks.parametric.image_mlp", "tasks.parametric.parametric_utils")
+_CONFIGURABLE_MODULES = ("tasks.datasets.image", "tasks.datasets.language", "tasks.parametric.image_mlp",
+                         "tasks.parametric.parametric_utils", "tasks.quadratics", "tasks.task_augmentation",
+                         "tasks.es_wrapper", "tasks.fixed.all")
 
 
 def _configurable(name: str) -> Any:
