@@ -24,7 +24,9 @@ __all__ = list(TASKS) + ["TASKS", "build"]
 def build(name: str) -> es_wrapper.ESTask:
   """The task ``name`` of ``TASKS``."""
   inner, n_pairs = TASKS[name]
-  return es_wrapper.ESTask(image_mlp.build(inner), 0.01, n_pairs=n_pairs)
+  task = es_wrapper.ESTask(image_mlp.build(inner), 0.01, n_pairs=n_pairs)
+  task.name = name
+  return task
 
 
 def _task_fn(name: str):
