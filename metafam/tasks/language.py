@@ -78,45 +78,86 @@ def lstm_lm_forward(vocab_size: int, embed_size: int, hidden_size: int) -> hk.Tr
   return rnn_lm_forward(vocab_size, embed_size, lambda: hk.LSTM(hidden_size, name="lstm"))
 
 
-def causal_self_attention(x: jax.Array, num_heads: int, name: str) -> jax.Array:
-  """Multi-head causal self-attention of ``x f32[B, T, d]`` (fused QKV projection, output projection)."""
+def self_attention(x: jax.Array, num_heads: int, name: str, causal: bool = True, key_size: Optional[int] = None,
+                   mask: Optional[jax.Array] = None, w_init=None, output_size: Optional[int] = None) -> jax.Array:
+  """Multi-head self-attention of ``x f32[B, T, d]``: fused QKV projection (``(d + 1) * 3 * heads * key_size``
+  parameters; ``key_size`` defaults to ``d / heads``), scaled dot products, an output projection to
+  ``output_size`` (default ``d``; ``(heads * key_size + 1) * output_size``). ``causal`` lets position t attend to positions <= t only; ``mask`` (bool,
+  broadcastable to ``[B, heads, T, T]``, e.g. ``[B, 1, 1, T]`` for padding) removes more keys."""
   batch, length, width = x.shape
-  head = width // num_heads
-  qkv = hk.Linear(3 * width, name=f"{name}_qkv")(x).reshape(batch, length, 3, num_heads, head)
+  head = width // num_heads if key_size is None else int(key_size)
+  qkv = hk.Linear(3 * num_heads * head, w_init=w_init, name=f"{name}_qkv")(x)
+  qkv = qkv.reshape(batch, length, 3, num_heads, head)
   q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
   logits = jnp.einsum("bthd,bshd->bhts", q, k) / math.sqrt(head)
-  causal = jnp.tril(jnp.ones((length, length), bool))
-  weights = jax.nn.softmax(jnp.where(causal, logits, jnp.finfo(logits.dtype).min), axis=-1)
-  out = jnp.einsum("bhts,bshd->bthd", weights, v).reshape(batch, length, width)
-  return hk.Linear(width, name=f"{name}_out")(out)
+  keep = jnp.ones((length, length), bool) if not causal else jnp.tril(jnp.ones((length, length), bool))
+  if mask is not None:
+    keep = jnp.logical_and(keep, mask)
+  weights = jax.nn.softmax(jnp.where(keep, logits, jnp.finfo(logits.dtype).min), axis=-1)
+  out = jnp.einsum("bhts,bshd->bthd", weights, v).reshape(batch, length, num_heads * head)
+  return hk.Linear(output_size or width, w_init=w_init, name=f"{name}_out")(out)
+
+
+def causal_self_attention(x: jax.Array, num_heads: int, name: str) -> jax.Array:
+  """`self_attention` with ``causal=True`` and the default key size."""
+  return self_attention(x, num_heads, name, causal=True)
+
+
+def transformer_block(x: jax.Array, index: int, num_heads: int, mlp_size: int, act: Activation,
+                      causal: bool = True, key_size: Optional[int] = None, mask: Optional[jax.Array] = None,
+                      w_init=None, dropout_rate: float = 0.0, dropout_key: Optional[jax.Array] = None) -> jax.Array:
+  """One pre-LayerNorm block: ``x + attn(LN(x))`` then ``x + W2 act(W1 LN(x))`` (`self_attention`; MLP width
+  ``mlp_size``). Dropout of rate ``dropout_rate`` on both residual branches when ``dropout_key`` is given.
+  Parameters: ``4*d`` (two LayerNorms) + attention (see `self_attention`) + ``(d + 1)*M + (M + 1)*d``."""
+  layer_norm = lambda name: hk.LayerNorm(axis=-1, create_scale=True, create_offset=True, name=name)
+  drop = lambda h, j: (h if not dropout_rate or dropout_key is None
+                       else hk.dropout(jax.random.fold_in(dropout_key, 2 * index + j), dropout_rate, h))
+  width = x.shape[-1]
+  x = x + drop(self_attention(layer_norm(f"ln_attn_{index}")(x), num_heads, f"attn_{index}", causal, key_size,
+                              mask, w_init), 0)
+  h = act(hk.Linear(mlp_size, w_init=w_init, name=f"mlp_in_{index}")(layer_norm(f"ln_mlp_{index}")(x)))
+  return x + drop(hk.Linear(width, w_init=w_init, name=f"mlp_out_{index}")(h), 1)
 
 
 def transformer_lm_forward(vocab_size: int, sequence_length: int, model_size: int = 64, num_layers: int = 2,
                            num_heads: int = 4, mlp_size: Optional[int] = None,
-                           activations: Sequence[Activation] = (jax.nn.gelu,)) -> hk.Transformed:
-  """A pre-LayerNorm causal transformer ``forward(obs i32[B, T], activation_index=0, embed_scale=1.0) -> logits``.
+                           activations: Sequence[Activation] = (jax.nn.gelu,), positions: bool = True,
+                           key_size: Optional[int] = None, dropout_rate: float = 0.0, w_init=None) -> hk.Transformed:
+  """A pre-LayerNorm causal transformer ``forward(obs i32[B, T], activation_index=0, embed_scale=1.0, mask=None,
+  dropout_key=None) -> logits``.
 
-  ``T <= sequence_length`` (learned positions). The MLP activation is ``activations[activation_index]``, dispatched
-  with `jax.lax.switch` when there are several; ``embed_scale`` multiplies the token embeddings. Both may be traced.
+  ``T <= sequence_length`` (learned positions; none with ``positions=False``). The MLP activation is
+  ``activations[activation_index]``, dispatched with `jax.lax.switch` when there are several; ``embed_scale``
+  multiplies the token embeddings. Both may be traced. ``mask`` (bool ``[B, T]``) hides padding keys; dropout
+  (``dropout_rate``) is applied when ``dropout_key`` is given; ``key_size`` and ``w_init`` as in `transformer_block`.
   """
-  if model_size % num_heads:
+  if key_size is None and model_size % num_heads:
     raise ValueError(f"model_size {model_size} must be divisible by num_heads {num_heads}.")
   mlp_size = 4 * model_size if mlp_size is None else mlp_size
 
-  def forward(obs, activation_index=0, embed_scale=1.0):
-    act = select_activation(activations, activation_index)
-    x = hk.Embed(vocab_size, model_size, name="embed")(obs) * embed_scale
-    positions = hk.get_parameter("position_embeddings", [sequence_length, model_size], x.dtype,
-                                 init=hk.initializers.TruncatedNormal())
-    x = x + positions[:obs.shape[1]]
-    layer_norm = lambda name: hk.LayerNorm(axis=-1, create_scale=True, create_offset=True, name=name)
-    for i in range(num_layers):
-      x = x + causal_self_attention(layer_norm(f"ln_attn_{i}")(x), num_heads, name=f"attn_{i}")
-      h = act(hk.Linear(mlp_size, name=f"mlp_in_{i}")(layer_norm(f"ln_mlp_{i}")(x)))
-      x = x + hk.Linear(model_size, name=f"mlp_out_{i}")(h)
-    return hk.Linear(vocab_size, name="logits")(layer_norm("ln_final")(x))
+  def forward(obs, activation_index=0, embed_scale=1.0, mask=None, dropout_key=None):
+    return transformer_lm_logits(obs, vocab_size, sequence_length, model_size, num_layers, num_heads, mlp_size,
+                                 select_activation(activations, activation_index), positions, key_size, w_init,
+                                 dropout_rate, embed_scale, mask, dropout_key)
 
   return hk.without_apply_rng(hk.transform(forward))
+
+
+def transformer_lm_logits(obs, vocab_size, sequence_length, model_size, num_layers, num_heads, mlp_size, act,
+                          positions=True, key_size=None, w_init=None, dropout_rate=0.0, embed_scale=1.0, mask=None,
+                          dropout_key=None) -> jax.Array:
+  """The body of `transformer_lm_forward` (call inside a haiku transform): logits ``f32[B, T, vocab_size]``."""
+  x = hk.Embed(vocab_size, model_size, name="embed")(obs) * embed_scale
+  if positions:
+    table = hk.get_parameter("position_embeddings", [sequence_length, model_size], x.dtype,
+                             init=hk.initializers.TruncatedNormal())
+    x = x + table[:obs.shape[1]]
+  keys_mask = None if mask is None else mask[:, None, None, :]
+  for i in range(num_layers):
+    x = transformer_block(x, i, num_heads, mlp_size, act, True, key_size, keys_mask, w_init, dropout_rate,
+                          dropout_key)
+  x = hk.LayerNorm(axis=-1, create_scale=True, create_offset=True, name="ln_final")(x)
+  return hk.Linear(vocab_size, name="logits")(x)
 
 
 def token_cross_entropy_and_accuracy(logits: jax.Array, targets: jax.Array, smoothing=0.0):

@@ -20,7 +20,7 @@ from metafam.compat.learned_optimization.tasks.datasets import base as dbase
 from metafam.compat.learned_optimization.tasks.datasets import image, language
 from metafam.compat.learned_optimization.tasks.fixed import all as fixed_all
 from metafam.compat.learned_optimization.tasks.fixed import (conv, es_wrapped, image_mlp, image_mlp_ae,
-                                                             rnn_lm)
+                                                             rnn_lm, transformer_lm)
 from metafam.compat.learned_optimization.tasks.parametric import cfgobject
 from metafam.compat.learned_optimization.tasks.parametric import image_mlp as p_image_mlp
 from metafam.compat.learned_optimization.tasks.parametric import parametric_utils as pu
@@ -210,12 +210,17 @@ def test_every_fixed_task_builds_without_data_and_has_its_closed_form_parameter_
       cores = {"LSTM": 4 * h * (e + h) + 4 * h + 2 * h, "GRU": 3 * h * (e + h) + 3 * h + h,
                "VanillaRNN": (e + 1) * h + (h + 1) * h + h, "IRNN": (e + 1) * h + (h + 1) * h + h}
       assert count == v * e + cores[core] + (h + 1) * v, name
+    elif name in transformer_lm.TASKS:
+      c, v = transformer_lm.TASKS[name], 32100
+      d, L, H = c["d_model"], c["num_layers"], c["num_heads"]
+      block = 4 * d + (d + 1) * 3 * 32 * H + (32 * H + 1) * d + (d + 1) * 4 * d + (4 * d + 1) * d
+      assert count == v * d + L * block + 2 * d + (d + 1) * v, name
     else:
       pytest.fail(f"{name}: no closed form in this test")
     counted += 1
     with pytest.raises(dbase.DatasetUnavailableError):
       next(task.datasets.train)
-  assert counted == sum("FashionMnist" not in n for n in fixed_all.FIXED_TASKS) >= 58
+  assert counted == sum("FashionMnist" not in n for n in fixed_all.FIXED_TASKS) >= 74
 
 
 @pytest.mark.parametrize("name,shape", [
@@ -429,3 +434,22 @@ def test_parametric_normalizer_matches_its_definition():
   top = math.log(20)
   want = (np.asarray([0.0, math.log(10), top, top]) - math.log(2)) * 10 / math.log(10)
   np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_transformer_lm_masks_padding_and_attends_causally():
+  from metafam.compat.learned_optimization.tasks import transformer
+  import haiku as hk
+  net = hk.transform(lambda obs, mask: transformer.Transformer(4, 2, 32, 50, 0.0)(obs, mask, is_training=False))
+  obs = jax.random.randint(KEY, (2, 10), 1, 50)
+  params = net.init(KEY, obs, None)
+  out = net.apply(params, None, obs, None)
+  changed = obs.at[:, 6].set((obs[:, 6] + 1) % 50)  # a later token cannot change earlier outputs
+  out2 = net.apply(params, None, changed, None)
+  np.testing.assert_allclose(out[:, :6], out2[:, :6], atol=1e-5)
+  assert not np.allclose(out[:, 6:], out2[:, 6:])
+  mask = jnp.ones((2, 10), bool).at[:, 3].set(False)  # a masked key is invisible to every query
+  np.testing.assert_allclose(net.apply(params, None, obs.at[:, 3].set(7), mask)[:, 5:],
+                             net.apply(params, None, obs, mask)[:, 5:], atol=1e-5)
+  task = transformer_lm.build("TransformerLM_LM1B_MultiRuntime_0")
+  p = jax.eval_shape(task.init, KEY)
+  assert num_params(p) > 0 and task.name == "TransformerLM_LM1B_MultiRuntime_0"

@@ -7,9 +7,10 @@ metafam cannot serve offline raise `DatasetUnavailableError` only when a batch i
 
 from __future__ import annotations
 
-from metafam.compat.learned_optimization.tasks.fixed import conv, es_wrapped, image_mlp, image_mlp_ae, rnn_lm
+from metafam.compat.learned_optimization.tasks.fixed import (conv, es_wrapped, image_mlp, image_mlp_ae, rnn_lm,
+                                                             transformer_lm)
 
-_MODULES = (conv, image_mlp, image_mlp_ae, rnn_lm, es_wrapped)
+_MODULES = (conv, image_mlp, image_mlp_ae, rnn_lm, es_wrapped, transformer_lm)
 
 FIXED_TASKS = {name: getattr(module, name) for module in _MODULES for name in module.TASKS}
 
