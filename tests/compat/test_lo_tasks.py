@@ -19,18 +19,21 @@ from metafam.compat.learned_optimization.tasks import base, es_wrapper
 from metafam.compat.learned_optimization.tasks.datasets import base as dbase
 from metafam.compat.learned_optimization.tasks.datasets import image, language
 from metafam.compat.learned_optimization.tasks.fixed import all as fixed_all
-from metafam.compat.learned_optimization.tasks.fixed import (conv, es_wrapped, image_mlp, image_mlp_ae,
-                                                             rnn_lm, transformer_lm)
+from metafam.compat.learned_optimization.tasks.fixed import (conv, es_wrapped, image_mlp, image_mlp_ae, mlp_mixer,
+                                                             resnet, rnn_lm, transformer_lm, vit)
 from metafam.compat.learned_optimization.tasks.parametric import cfgobject
 from metafam.compat.learned_optimization.tasks.parametric import image_mlp as p_image_mlp
 from metafam.compat.learned_optimization.tasks.parametric import parametric_utils as pu
+from metafam.tasks import vision
 from metafam.tasks._nn import num_params
+from metafam.tasks.resnet import resnet_num_params
 
 KEY = jax.random.PRNGKey(0)
 
 # LO's (num_classes, channels) per dataset function, and the image side its default `image_size` gives.
 LO_IMAGE = {"fashion_mnist": (10, 1, 28), "mnist": (10, 1, 28), "cifar10": (10, 3, 32), "cifar100": (100, 3, 32),
-            "imagenet16": (1000, 3, 16), "imagenet32": (1000, 3, 32)}
+            "imagenet16": (1000, 3, 16), "imagenet32": (1000, 3, 32), "ImageNet64": (1000, 3, 64),
+            "Food101_64": (101, 3, 64), "Cifar100": (100, 3, 32)}
 
 
 def _zeros(abstract):
@@ -215,12 +218,27 @@ def test_every_fixed_task_builds_without_data_and_has_its_closed_form_parameter_
       d, L, H = c["d_model"], c["num_layers"], c["num_heads"]
       block = 4 * d + (d + 1) * 3 * 32 * H + (32 * H + 1) * d + (d + 1) * 4 * d + (4 * d + 1) * d
       assert count == v * d + L * block + 2 * d + (d + 1) * v, name
+    elif name in vit.TASKS:
+      cfg_fn, dataset, _ = vit.TASKS[name]
+      c, (k, ch, side) = cfg_fn(), LO_IMAGE[dataset]
+      t = c["transformer"]
+      assert count == vision.vit_num_params((side, side, ch), k, 16, c["hidden_size"], t["num_layers"],
+                                            t["mlp_dim"]), name
+    elif name in mlp_mixer.TASKS:
+      cfg_fn, dataset, _ = mlp_mixer.TASKS[name]
+      c, (k, ch, side) = cfg_fn(), LO_IMAGE[dataset]
+      assert count == vision.mlp_mixer_num_params((side, side, ch), k, 16, c["hidden_dim"], c["num_blocks"],
+                                                  c["tokens_mlp_dim"], c["channels_mlp_dim"]), name
+    elif name in resnet.TASKS:
+      c = resnet.TASKS[name]
+      assert count == resnet_num_params(3, 1000, c["blocks_per_group"], c["channels_per_group"],
+                                        c["use_projection"], 64, c["initial_conv_kernel_size"]), name
     else:
       pytest.fail(f"{name}: no closed form in this test")
     counted += 1
     with pytest.raises(dbase.DatasetUnavailableError):
       next(task.datasets.train)
-  assert counted == sum("FashionMnist" not in n for n in fixed_all.FIXED_TASKS) >= 74
+  assert counted == sum("FashionMnist" not in n for n in fixed_all.FIXED_TASKS) >= 100
 
 
 @pytest.mark.parametrize("name,shape", [
@@ -249,7 +267,11 @@ def test_offline_fixed_tasks_give_a_finite_loss_on_a_real_batch_of_los_shape(nam
     pytest.param("ImageMLP_Cifar10BW8_Relu32", marks=pytest.mark.slow),
     pytest.param("ImageMLP_Cifar10_128x128x128_LayerNorm_Tanh", marks=pytest.mark.slow),
     pytest.param("RNNLM_lm1bbytes_Patch32_GRU128_Embed64", marks=pytest.mark.slow),
-    pytest.param("RNNLM_lm1bbytes_Patch32_IRNN128_Embed64", marks=pytest.mark.slow)])
+    pytest.param("RNNLM_lm1bbytes_Patch32_IRNN128_Embed64", marks=pytest.mark.slow),
+    pytest.param("VIT_Cifar100_skinnydeep", marks=pytest.mark.slow),
+    pytest.param("MLPMixer_Cifar100_tiny16", marks=pytest.mark.slow),
+    pytest.param("Resnet_MultiRuntime_0", marks=pytest.mark.slow),
+    pytest.param("TransformerLM_LM1B_MultiRuntime_2", marks=pytest.mark.slow)])
 def test_unavailable_tasks_run_on_batches_shaped_like_their_abstract_batch(name):
   if True:
     task = fixed_all.FIXED_TASKS[name]()
@@ -453,3 +475,66 @@ def test_transformer_lm_masks_padding_and_attends_causally():
   task = transformer_lm.build("TransformerLM_LM1B_MultiRuntime_0")
   p = jax.eval_shape(task.init, KEY)
   assert num_params(p) > 0 and task.name == "TransformerLM_LM1B_MultiRuntime_0"
+
+
+def _count(net, *args):
+  params = jax.eval_shape(net.init, KEY, *args)
+  return num_params(params[0] if isinstance(params, tuple) else params)
+
+
+@pytest.mark.parametrize("classifier", ["token", "gap"])
+def test_vision_models_have_their_closed_form_parameter_counts(classifier):
+  # Hand count for a 32x32x3 image, patch 8 (N = 16), D = 48, 2 layers, MLP 96, K = 10:
+  # embedding 193*48 + class token 48 + positions 17*48 + 2 * (192 + 49*144 + 49*48 + 49*96 + 97*48) + 96 + 49*10.
+  images = jnp.zeros((2, 32, 32, 3))
+  want = 193 * 48 + 2 * (192 + 49 * 144 + 49 * 48 + 49 * 96 + 97 * 48) + 96 + 490 + (48 + 17 * 48 if classifier ==
+                                                                                       "token" else 16 * 48)
+  assert vision.vit_num_params((32, 32, 3), 10, 8, 48, 2, 96, classifier) == want
+  assert _count(vision.vit_forward(10, 8, 48, 2, 4, 96, classifier), images) == want
+  # Mixer, same stem, 2 blocks, token MLP 24, channel MLP 96: 2 * (192 + 17*24 + 25*16 + 49*96 + 97*48) + 96 + 490.
+  mixer = 193 * 48 + 2 * (192 + 17 * 24 + 25 * 16 + 49 * 96 + 97 * 48) + 96 + 490
+  assert _count(vision.mlp_mixer_forward(10, 8, 48, 2, 24, 96), images) == mixer
+  with pytest.raises(ValueError, match="multiples of patch_size"):
+    vision.vit_forward(10, 5, 48, 1, 4, 96).init(KEY, images)
+
+
+@pytest.mark.slow
+def test_vit_reads_positions_and_keeps_examples_independent():
+  # The class-token ViT reads position embeddings: permuting patches changes the logits (it is not a bag of
+  # patches), while each image's logits depend on that image only (no mixing across the batch).
+  net = vision.vit_forward(5, 4, 16, 1, 2, 32)
+  x = jax.random.normal(KEY, (3, 8, 8, 2))
+  params = jax.jit(net.init)(KEY, x)
+  params = jax.tree.map(lambda a: a + 0.1 * jax.random.normal(KEY, a.shape), params)
+  apply = jax.jit(net.apply)
+  np.testing.assert_allclose(apply(params, x)[:1], apply(params, x[:1]), atol=1e-5)
+  swapped = x.at[:, :4].set(x[:, 4:]).at[:, 4:].set(x[:, :4])
+  assert not np.allclose(apply(params, x), apply(params, swapped), atol=1e-4)
+
+
+def test_resnet_parameter_count_and_batch_norm_state():
+  import haiku as hk
+  from metafam.tasks.resnet import ResNet
+  cfg = dict(blocks_per_group=(2, 1, 1, 1), use_projection=(False, True, True, True),
+             channels_per_group=(12, 8, 16, 32), initial_conv_kernel_size=3, max_pool=False, resnet_v2=True)
+  net = hk.transform_with_state(lambda x: ResNet(num_classes=7, initial_conv_channels=12, **cfg)(x, True))
+  x = jax.random.normal(KEY, (4, 16, 16, 3))
+  assert _count(net, x) == resnet_num_params(3, 7, cfg["blocks_per_group"], cfg["channels_per_group"],
+                                             cfg["use_projection"], 12, 3)
+  with pytest.raises(ValueError, match="use_projection"):
+    hk.transform(lambda: ResNet((1, 1, 1, 1), 10, use_projection=(True,))).init(KEY)
+  for name in ("ResNet", "BlockV1", "BlockV2", "BlockGroup", "check_length", "FloatStrOrBool"):
+    assert hasattr(__import__("metafam.compat.learned_optimization.tasks.resnet", fromlist=[name]), name)
+
+
+@pytest.mark.slow
+def test_resnet_runs_and_updates_its_batch_norm_statistics():
+  import haiku as hk
+  from metafam.tasks.resnet import ResNet
+  net = hk.transform_with_state(lambda x: ResNet((1, 1, 1, 1), 7, resnet_v2=True, channels_per_group=(8, 8, 8, 8),
+                                                 initial_conv_channels=8)(x, True))
+  x = jax.random.normal(KEY, (4, 16, 16, 3))
+  params, state = jax.jit(net.init)(KEY, x)
+  logits, new_state = jax.jit(net.apply)(params, state, None, x)
+  np.testing.assert_allclose(logits, 0.0)  # haiku's ResNet zero-initializes the logits layer
+  assert all(int(v) == 1 for v in jax.tree.leaves(new_state) if jnp.ndim(v) == 0)

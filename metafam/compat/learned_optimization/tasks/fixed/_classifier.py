@@ -21,6 +21,13 @@ from metafam.datasets.base import Datasets
 from metafam.tasks.image_mlp import cross_entropy_and_accuracy
 
 
+def patch_model_normalizer(loss: jax.Array, num_classes: int) -> jax.Array:
+  """The reference's ViT / MLP-Mixer normalizer: ``10 * loss / log(2K)`` clipped to [0, 10] (non-finite -> 10)."""
+  top = math.log(2 * num_classes)
+  loss = jnp.nan_to_num(loss, nan=top, posinf=top, neginf=top)
+  return jnp.clip(10 * loss / top, 0, 10)
+
+
 class ImageClassifier(base.Task):
   """A reference fixed image task: ``net`` (haiku, optionally with state) on ``datasets``, named ``name``."""
 
