@@ -7,6 +7,7 @@ derived from whichever one a subclass writes). `TaskFamily` is metafam's family 
 
 from __future__ import annotations
 
+import importlib
 from typing import Any, Callable, Optional, Sequence, TypeVar
 
 import jax
@@ -84,11 +85,12 @@ def sample_single_task_family(key: PRNGKey, task_family: TaskFamily) -> TaskFami
 
 
 def get_task_from_name(task_name: str) -> Task:
-  """A new instance of the reference's fixed task ``task_name`` (`tasks.fixed.all.FIXED_TASKS`; unknown names
-  raise metafam's UnknownNameError listing the valid ones)."""
+  """A new instance of the reference's fixed task ``task_name`` (`tasks.fixed.all.FIXED_TASKS`, read by module
+  name at call time as the reference's gin lookup; unknown names raise metafam's UnknownNameError listing the
+  valid ones)."""
   from metafam._registry import lookup
-  from metafam.compat.learned_optimization.tasks.fixed.all import FIXED_TASKS
-  return lookup(FIXED_TASKS, task_name, "learned_optimization fixed task")()
+  table = importlib.import_module("metafam.compat.learned_optimization.tasks.fixed.all").FIXED_TASKS
+  return lookup(table, task_name, "learned_optimization fixed task")()
 
 
 def sample_task_family_from_task_fns(key: PRNGKey, task_names: Sequence[str]) -> TaskFamily:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 import os
 import threading
 from typing import Any, Callable, Iterator, Optional, Sequence, Tuple
@@ -96,8 +97,8 @@ class LazyDataset(Datasets):
 
 def dataset_lru_cache_clear() -> None:
   """Empties the caches of the dataset functions of this compatibility package and of metafam's readers."""
-  from metafam.compat.learned_optimization.tasks.datasets import language
   from metafam.datasets import cifar, images, text
+  language = importlib.import_module("metafam.compat.learned_optimization.tasks.datasets.language")  # imports us
   for fn in (_image_classification_datasets, *language.CACHED, images.fashion_mnist_datasets,
              cifar.cifar10_datasets, text.shakespeare_char_datasets):
     fn.cache_clear()
