@@ -538,3 +538,38 @@ def test_resnet_runs_and_updates_its_batch_norm_statistics():
   logits, new_state = jax.jit(net.apply)(params, state, None, x)
   np.testing.assert_allclose(logits, 0.0)  # haiku's ResNet zero-initializes the logits layer
   assert all(int(v) == 1 for v in jax.tree.leaves(new_state) if jnp.ndim(v) == 0)
+
+
+# -- quadratics and task augmentation additions --------------------------------------------------------------------
+def test_noisy_mean_quadratic_has_the_noise_averaged_closed_form():
+  from metafam.compat.learned_optimization.tasks import quadratics
+  task = quadratics.NoisyMeanQuadraticTask(dim=3, noise_stdev=0.5)
+  x = task.init(KEY)
+  assert x.shape == (3, 1)
+  exact = float((x.T @ task.hess @ x)[0, 0])
+  np.testing.assert_allclose(quadratics.NoisyMeanQuadraticTask(3, 0.0).loss(x, KEY, None), exact, rtol=1e-5)
+  np.testing.assert_allclose(task.hess, task.hess.T) and np.all(np.linalg.eigvalsh(task.hess) > -1e-5)
+  losses = jax.vmap(lambda k: task.loss(x, k, None))(jax.random.split(KEY, 4000))
+  want = exact + 0.25 * float(jnp.trace(task.hess))  # E (x - n)^T H (x - n) = x^T H x + s^2 tr H
+  assert abs(float(losses.mean()) - want) < 5 * float(losses.std()) / np.sqrt(4000)
+  with pytest.raises(ValueError, match="noise_stdev"):
+    quadratics.NoisyMeanQuadraticTask(2, -1.0)
+
+
+def test_reduced_batchsize_task_and_wrapped_family():
+  from metafam.compat.learned_optimization.tasks import task_augmentation as ta
+  inner = image_mlp.build("ImageMLP_FashionMnist8_Relu32")
+  task = ta.ReducedBatchsizeTask(inner, 0.25)
+  assert task.datasets.abstract_batch["image"].shape == (32, 8, 8, 1)
+  batch = next(task.datasets.train)
+  assert batch["image"].shape == (32, 8, 8, 1) and batch["label"].shape == (32,)
+  params = inner.init(KEY)
+  np.testing.assert_allclose(task.loss(params, KEY, batch), inner.loss(params, KEY, batch), rtol=1e-6)
+  with pytest.raises(ValueError, match="fraction_of_batchsize"):
+    ta.ReducedBatchsizeTask(inner, 1.5)
+  family = ta.WrappedTaskFamilyWithTaskWrapper(base.single_task_to_family(inner),
+                                               lambda t: ta.ReducedBatchsizeTask(t, 0.5), name="half")
+  cfg = family.sample(KEY)
+  assert cfg.name == "WrappedTaskFamilyWithTaskWrapper" and family.name == "half"
+  assert family.task_fn(cfg).datasets.abstract_batch["label"].shape == (64,)
+  assert ta.LogFeat is cfgobject.LogFeature
