@@ -48,17 +48,21 @@ def smoothed_cross_entropy(logits: jax.Array, labels: jax.Array, smoothing=0.0) 
 
 
 def conv_forward(channels: Sequence[int], num_classes: int, activations: Sequence[Activation],
-                 kernel_size: int = 3, strides: Optional[Sequence[int]] = None, norm: Optional[str] = None,
-                 pool: str = "avg") -> hk.Transformed:
+                 kernel_size=3, strides: Optional[Sequence[int]] = None, norm: Optional[str] = None,
+                 pool: str = "avg", w_init=None) -> hk.Transformed:
   """A haiku conv net ``forward(images f32[B, H, W, C], activation_index=0) -> logits f32[B, num_classes]``.
 
   Each layer is ``Conv2D(SAME padding) -> activation -> norm``; then a global ``pool`` ("avg" or "max") and a
   Linear. ``strides`` (default: 2 for every layer) sets each conv's stride; a side shrinks as ``ceil(side /
   stride)``. ``norm`` is one of `metafam.tasks.image_mlp.NORMS` (with "batch_norm" the result is an
   ``hk.TransformedWithState``); norms add ``2 * c`` parameters per layer. With several ``activations`` the int32
-  ``activation_index`` picks one via `jax.lax.switch` (may be a vmapped config leaf).
+  ``activation_index`` picks one via `jax.lax.switch` (may be a vmapped config leaf). ``kernel_size`` is one side
+  for every layer or one per layer; ``w_init`` initializes the conv kernels (haiku's default if None).
   """
   channels = tuple(int(c) for c in channels)
+  kernels = (kernel_size,) * len(channels) if isinstance(kernel_size, int) else tuple(kernel_size)
+  if len(kernels) != len(channels):
+    raise ValueError(f"kernel_size must be one size or one per conv layer ({len(channels)}), got {kernel_size!r}.")
   strides = (2,) * len(channels) if strides is None else tuple(int(s) for s in strides)
   if len(strides) != len(channels):
     raise ValueError(f"strides must give one stride per conv layer ({len(channels)}), got {strides!r}.")
@@ -70,8 +74,8 @@ def conv_forward(channels: Sequence[int], num_classes: int, activations: Sequenc
   def forward(images, activation_index=0):
     act = select_activation(activations, activation_index)
     x = images
-    for i, (c, s) in enumerate(zip(channels, strides)):
-      x = act(hk.Conv2D(c, kernel_size, stride=s, padding="SAME", name=f"conv_{i}")(x))
+    for i, (c, k, s) in enumerate(zip(channels, kernels, strides)):
+      x = act(hk.Conv2D(c, k, stride=s, padding="SAME", w_init=w_init, name=f"conv_{i}")(x))
       x = normalization_layer(norm, f"norm_{i}")(x)
     x = jnp.mean(x, axis=(1, 2)) if pool == "avg" else jnp.max(x, axis=(1, 2))
     return hk.Linear(num_classes, name="logits")(x)

@@ -50,16 +50,17 @@ class IRNN(hk.VanillaRNN):
 
 
 def rnn_lm_forward(vocab_size: int, embed_size: int, core_fn: Callable[[], hk.RNNCore],
-                   learned_initial_state: bool = False) -> hk.Transformed:
+                   learned_initial_state: bool = False, w_init=None) -> hk.Transformed:
   """A haiku RNN LM ``forward(obs i32[B, T], embed_scale=1.0) -> logits f32[B, T, vocab_size]``.
 
   Embedding (``V * E``) -> the core ``core_fn()`` unrolled over time -> Linear(V) (``(H + 1) * V``). With
   ``learned_initial_state`` the core's initial state is a parameter (zeros at init, one copy per state leaf,
-  shared across the batch). ``embed_scale`` multiplies the embedded inputs (may be traced).
+  shared across the batch). ``embed_scale`` multiplies the embedded inputs (may be traced). ``w_init`` (haiku's
+  defaults if None) initializes the embedding table and the output weights.
   """
 
   def forward(obs, embed_scale=1.0):
-    x = hk.Embed(vocab_size, embed_size, name="embed")(obs) * embed_scale
+    x = hk.Embed(vocab_size, embed_size, w_init=w_init, name="embed")(obs) * embed_scale
     core = core_fn()
     state = core.initial_state(obs.shape[0])
     if learned_initial_state:
@@ -68,7 +69,7 @@ def rnn_lm_forward(vocab_size: int, embed_size: int, core_fn: Callable[[], hk.RN
                  for i, leaf in enumerate(leaves)]
       state = jax.tree.unflatten(treedef, [jnp.tile(v, (obs.shape[0],) + (1,) * (v.ndim - 1)) for v in learned])
     outputs, _ = hk.dynamic_unroll(core, x, state, time_major=False)
-    return hk.Linear(vocab_size, name="logits")(outputs)
+    return hk.Linear(vocab_size, w_init=w_init, name="logits")(outputs)
 
   return hk.without_apply_rng(hk.transform(forward))
 

@@ -548,7 +548,8 @@ def test_noisy_mean_quadratic_has_the_noise_averaged_closed_form():
   assert x.shape == (3, 1)
   exact = float((x.T @ task.hess @ x)[0, 0])
   np.testing.assert_allclose(quadratics.NoisyMeanQuadraticTask(3, 0.0).loss(x, KEY, None), exact, rtol=1e-5)
-  np.testing.assert_allclose(task.hess, task.hess.T) and np.all(np.linalg.eigvalsh(task.hess) > -1e-5)
+  np.testing.assert_allclose(task.hess, task.hess.T)
+  assert np.all(np.linalg.eigvalsh(np.asarray(task.hess)) > -1e-5)
   losses = jax.vmap(lambda k: task.loss(x, k, None))(jax.random.split(KEY, 4000))
   want = exact + 0.25 * float(jnp.trace(task.hess))  # E (x - n)^T H (x - n) = x^T H x + s^2 tr H
   assert abs(float(losses.mean()) - want) < 5 * float(losses.std()) / np.sqrt(4000)
@@ -573,3 +574,24 @@ def test_reduced_batchsize_task_and_wrapped_family():
   assert cfg.name == "WrappedTaskFamilyWithTaskWrapper" and family.name == "half"
   assert family.task_fn(cfg).datasets.abstract_batch["label"].shape == (64,)
   assert ta.LogFeat is cfgobject.LogFeature
+
+
+def test_parametric_conv_and_rnn_families_vmap_with_closed_form_sizes():
+  from metafam.compat.learned_optimization.tasks.parametric import image_conv, lm_rnn
+  conv_family = image_conv.ParametricImageConv(image.fashion_mnist_datasets(8, (8, 8)), 10, (6, 5), [(3, 3)] * 2,
+                                               (2, 1))
+  rnn_family = lm_rnn.ParametricLMRNN(language.lm1b_bytes_datasets(4, 6), 12, 5, lm_rnn.gru_fn(), vocab_size=40)
+  keys = jax.random.split(KEY, 3)
+  for family, batch, want in [
+      (conv_family, next(conv_family.datasets.train), (9 + 1) * 6 + (54 + 1) * 5 + 6 * 10),
+      (rnn_family, {"obs": jnp.full((4, 6), 300, jnp.int32).at[:, 0].set(3), "target": jnp.ones((4, 6), jnp.int32)},
+       40 * 5 + 3 * 12 * (5 + 12) + 3 * 12 + 12 + 13 * 40)]:  # GRU + learned initial state; ids >= 40 folded
+    cfgs = jax.vmap(family.sample)(keys)
+    assert num_params(jax.eval_shape(family.task_fn(family.sample(KEY)).init, KEY)) == want
+    losses = jax.jit(jax.vmap(lambda c, k: family.task_fn(c).loss(family.task_fn(c).init(k), k, batch)))(cfgs, keys)
+    assert losses.shape == (3,) and np.all(np.isfinite(losses))
+  cfg = image_conv.sample_image_conv(KEY)
+  assert len(cfg.kwargs["strides"]) == len(cfg.kwargs["kernel_sizes"]) == len(cfg.kwargs["hidden_sizes"].value)
+  assert isinstance(cfgobject.object_from_config(lm_rnn.sample_lm_rnn(KEY)), lm_rnn.ParametricLMRNN)
+  with pytest.raises(ValueError, match="one entry per layer"):
+    image_conv.ParametricImageConv(conv_family.datasets, 10, (4,), [], (1,))

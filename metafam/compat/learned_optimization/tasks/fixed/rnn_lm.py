@@ -54,16 +54,17 @@ class TeacherForcedRNNLM(base.Task):
   """An RNN LM on ``{"obs", "target"}`` batches; ``rnn_core_fn()`` builds the core inside the haiku function.
 
   ``vocab_size`` None uses the datasets' ``extra_info["vocab_size"]``; a smaller one folds larger ids into
-  ``1 + id % (vocab_size - 1)`` (observations and targets).
+  ``1 + id % (vocab_size - 1)`` (observations and targets). ``w_init`` initializes the embedding and output weights.
   """
 
   def __init__(self, rnn_core_fn: Callable[[], hk.RNNCore], embedding_dim: int, vocab_size: Optional[int],
-               datasets: Datasets):
+               datasets: Datasets, w_init=None):
     super().__init__()
     self.datasets = datasets
     self._max_vocab = int(datasets.extra_info["vocab_size"])
     self._vocab_size = self._max_vocab if vocab_size is None else int(vocab_size)
-    self.net = rnn_lm_forward(self._vocab_size, int(embedding_dim), rnn_core_fn, learned_initial_state=True)
+    self.net = rnn_lm_forward(self._vocab_size, int(embedding_dim), rnn_core_fn, learned_initial_state=True,
+                              w_init=w_init)
 
   def init(self, key: PRNGKey) -> Params:
     obs = self.datasets.abstract_batch["obs"]

@@ -37,13 +37,21 @@ def image_classification_normalizer(loss: jax.Array, num_classes: int) -> jax.Ar
   return (loss - np.log(num_classes / 5)) * 10 / np.log(num_classes)
 
 
-class _ImageMLPTask(base.Task):
+def sample_activation_and_initializer(name: str, key: PRNGKey) -> cfgobject.CFGNamed:
+  """``CFGNamed(name, {"initializer": ..., "activation": ...})``: the per-instance part of the image families."""
+  act_key, init_key = jax.random.split(key)
+  return cfgobject.CFGNamed(name, {"initializer": pu.SampleInitializer.sample(init_key),
+                                   "activation": pu.SampleActivation.sample(act_key)})
 
-  def __init__(self, datasets: Datasets, hidden_layers: Sequence[int], num_classes: int, cfg: cfgobject.CFGNamed):
+
+class SampledImageTask(base.Task):
+  """A classifier ``net(images, activation_index)`` (built from the sampled initializer ``cfg``) on ``datasets``
+  with softmax cross-entropy and the parametric normalizer; initialized from the abstract batch."""
+
+  def __init__(self, datasets: Datasets, net_fn, num_classes: int, cfg: cfgobject.CFGNamed):
     super().__init__()
     self.datasets, self.num_classes, self.cfg = datasets, num_classes, cfg
-    w_init = pu.SampleInitializer.get_dynamic(cfg.values["initializer"])
-    self.net = mlp_forward(tuple(hidden_layers), num_classes, pu.SampleActivation.acts, w_init=w_init)
+    self.net = net_fn(pu.SampleInitializer.get_dynamic(cfg.values["initializer"]))
 
   def init(self, key: PRNGKey) -> Params:
     image = self.datasets.abstract_batch["image"]
@@ -67,12 +75,11 @@ class ParametricImageMLP(base.TaskFamily):
     self.datasets, self.num_clases, self.hidden_layers = datasets, int(num_classes), tuple(hidden_layers)
 
   def sample(self, key: PRNGKey) -> cfgobject.CFGNamed:
-    act_key, init_key = jax.random.split(key)
-    return cfgobject.CFGNamed("ParametricImageMLP", {
-        "initializer": pu.SampleInitializer.sample(init_key), "activation": pu.SampleActivation.sample(act_key)})
+    return sample_activation_and_initializer("ParametricImageMLP", key)
 
   def task_fn(self, task_params: cfgobject.CFGNamed) -> base.Task:
-    return _ImageMLPTask(self.datasets, self.hidden_layers, self.num_clases, task_params)
+    net_fn = lambda w_init: mlp_forward(self.hidden_layers, self.num_clases, pu.SampleActivation.acts, w_init=w_init)
+    return SampledImageTask(self.datasets, net_fn, self.num_clases, task_params)
 
 
 def sample_image_mlp(key: PRNGKey) -> cfgobject.CFGObject:
