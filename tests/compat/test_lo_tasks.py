@@ -614,3 +614,22 @@ def test_parametric_conv_and_rnn_families_vmap_with_closed_form_sizes(which):
   assert isinstance(cfgobject.object_from_config(lm_rnn.sample_lm_rnn(KEY)), lm_rnn.ParametricLMRNN)
   with pytest.raises(ValueError, match="one entry per layer"):
     image_conv.ParametricImageConv(conv_family.datasets, 10, (4,), [], (1,))
+
+
+def test_fold_ids_keeps_padding_and_small_ids():
+  ids = jnp.asarray([0, 1, 39, 40, 41, 258])
+  np.testing.assert_array_equal(rnn_lm.fold_ids(ids, 40, 259), [0, 1, 39, 1 + 40 % 39, 1 + 41 % 39, 1 + 258 % 39])
+  np.testing.assert_array_equal(rnn_lm.fold_ids(ids, 300, 259), ids)
+
+
+@pytest.mark.slow
+def test_parametric_lm_transformer_builds_and_runs():
+  from metafam.compat.learned_optimization.tasks.parametric import lm_transformer
+  family = lm_transformer.ParametricLMTransformer(language.lm1b_bytes_datasets(2, 5), 40, 2, 1, 16, 0.1)
+  task = family.task_fn(family.sample(KEY))
+  params = task.init(KEY)
+  batch = {"obs": jnp.full((2, 5), 200, jnp.int32), "target": jnp.full((2, 5), 201, jnp.int32)}
+  assert np.isfinite(task.loss(params, KEY, batch))
+  np.testing.assert_allclose(task.normalizer(jnp.log(40.0)), 10 * np.log(5) / np.log(40), rtol=1e-6)
+  assert isinstance(cfgobject.object_from_config(lm_transformer.sample_lm_transformer(KEY)),
+                    lm_transformer.ParametricLMTransformer)

@@ -42,12 +42,20 @@ TASKS = {f"RNNLM_{d.replace('_', '')}_Patch{t}_{core}{h}_Embed{e}": (d, b, t, co
          for d, b, t, core, h, e in cfgs}
 
 __all__ = list(TASKS) + ["Params", "ModelState", "PRNGKey", "TeacherForcedRNNLM", "cfgs", "softmax_cross_entropy",
-                         "TASKS", "build"]
+                         "TASKS", "build", "fold_ids"]
 
 
 def softmax_cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
   """Per-position ``-log softmax(logits)[label]`` for integer ``labels``."""
   return -jnp.take_along_axis(jax.nn.log_softmax(logits), labels[..., None], axis=-1)[..., 0]
+
+
+def fold_ids(ids: jax.Array, vocab_size: int, max_vocab: int) -> jax.Array:
+  """Token ids of a ``max_vocab`` dataset mapped into ``[0, vocab_size)``: ids ``>= vocab_size`` become ``1 + id %
+  (vocab_size - 1)`` (never the padding id 0); unchanged when ``vocab_size >= max_vocab``."""
+  if vocab_size >= max_vocab:
+    return ids
+  return jnp.where(ids >= vocab_size, 1 + ids % (vocab_size - 1), ids)
 
 
 class TeacherForcedRNNLM(base.Task):
@@ -71,9 +79,7 @@ class TeacherForcedRNNLM(base.Task):
     return self.net.init(key, jnp.ones(obs.shape, obs.dtype))
 
   def _fold(self, ids):
-    if self._vocab_size >= self._max_vocab:
-      return ids
-    return jnp.where(ids >= self._vocab_size, 1 + ids % (self._vocab_size - 1), ids)
+    return fold_ids(ids, self._vocab_size, self._max_vocab)
 
   def loss(self, params: Params, key: PRNGKey, data: Any) -> jax.Array:
     mask = (data["obs"] != 0).astype(jnp.float32)

@@ -8,7 +8,7 @@ and raise `DatasetUnavailableError` when a batch is requested. ``TASKS`` maps ea
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 import haiku as hk
 import jax
@@ -16,7 +16,9 @@ import jax.numpy as jnp
 
 from metafam.compat.learned_optimization.tasks import base
 from metafam.compat.learned_optimization.tasks.datasets import language
+from metafam.compat.learned_optimization.tasks.fixed.rnn_lm import fold_ids
 from metafam.compat.learned_optimization.tasks.transformer import Transformer
+from metafam.datasets.base import Datasets
 
 _RUNTIME = [(5, 20, 1, 4, 8, 0.1), (6, 24, 1, 4, 8, 0.1), (4, 32, 2, 8, 8, 0.0), (4, 32, 1, 8, 16, 0.0),
             (4, 32, 2, 16, 4, 0.0), (4, 32, 1, 8, 32, 0.0), (5, 80, 1, 4, 64, 0.0), (7, 112, 3, 16, 32, 0.0),
@@ -27,22 +29,27 @@ TASKS = {f"TransformerLM_LM1B_MultiRuntime_{i}": dict(zip(_KEYS, c)) for i, c in
 TASKS.update({f"TransformerLM_LM1B_5layer_{d}width": dict(zip(_KEYS, (8, d, 5, 32, 128, 0.1)))
               for d in (32, 128, 256, 512)})
 
-__all__ = list(TASKS) + ["TASKS", "build"]
+__all__ = list(TASKS) + ["TASKS", "build", "TransformerLMTask"]
 
 
-class _TransformerTask(base.Task):
+class TransformerLMTask(base.Task):
+  """`tasks.transformer.Transformer` on ``datasets`` (``{"obs", "target"}``), the cross-entropy averaged over
+  non-padding tokens (``obs != 0``); ``vocab_size`` smaller than the data's folds larger ids (`fold_ids`)."""
 
-  def __init__(self, cfg: Mapping[str, Any], name: str = "__TransformerTask"):
+  def __init__(self, datasets: Datasets, num_heads: int, num_layers: int, d_model: int, dropout_rate: float,
+               vocab_size: Optional[int] = None, name: str = "TransformerLMTask"):
     super().__init__()
-    self.datasets = language.lm1b_32k_datasets(cfg["batch_size"], cfg["sequence_length"])
-    self._cfg, self.name = dict(cfg), name
-    vocab = self.datasets.extra_info["vocab_size"]
+    self.datasets, self.name = datasets, name
+    max_vocab = int(datasets.extra_info["vocab_size"])
+    vocab = max_vocab if vocab_size is None else int(vocab_size)
+    self.vocab_size = vocab
 
     def forward(batch):
-      model = Transformer(cfg["num_heads"], cfg["num_layers"], cfg["d_model"], vocab, cfg["dropout_rate"])
-      mask = batch["obs"] != 0
-      logits = model(batch["obs"], mask=mask, is_training=True)
-      nll = base.softmax_cross_entropy(logits=logits, labels=jax.nn.one_hot(batch["target"], vocab))
+      obs, target = fold_ids(batch["obs"], vocab, max_vocab), fold_ids(batch["target"], vocab, max_vocab)
+      model = Transformer(num_heads, num_layers, d_model, vocab, dropout_rate)
+      mask = obs != 0
+      logits = model(obs, mask=mask, is_training=True)
+      nll = base.softmax_cross_entropy(logits=logits, labels=jax.nn.one_hot(target, vocab))
       return jnp.sum(nll * mask) / jnp.sum(mask)
 
     self._net = hk.transform(forward)
@@ -52,6 +59,14 @@ class _TransformerTask(base.Task):
 
   def loss(self, params, key, data):
     return self._net.apply(params, key, data)
+
+
+class _TransformerTask(TransformerLMTask):
+
+  def __init__(self, cfg: Mapping[str, Any], name: str = "__TransformerTask"):
+    super().__init__(language.lm1b_32k_datasets(cfg["batch_size"], cfg["sequence_length"]), cfg["num_heads"],
+                     cfg["num_layers"], cfg["d_model"], cfg["dropout_rate"], name=name)
+    self._cfg = dict(cfg)
 
 
 def build(name: str) -> base.Task:
