@@ -80,11 +80,13 @@ def lstm_lm_forward(vocab_size: int, embed_size: int, hidden_size: int) -> hk.Tr
 
 
 def self_attention(x: jax.Array, num_heads: int, name: str, causal: bool = True, key_size: Optional[int] = None,
-                   mask: Optional[jax.Array] = None, w_init=None, output_size: Optional[int] = None) -> jax.Array:
+                   mask: Optional[jax.Array] = None, w_init=None, output_size: Optional[int] = None,
+                   dropout_rate: float = 0.0, dropout_key: Optional[jax.Array] = None) -> jax.Array:
   """Multi-head self-attention of ``x f32[B, T, d]``: fused QKV projection (``(d + 1) * 3 * heads * key_size``
   parameters; ``key_size`` defaults to ``d / heads``), scaled dot products, an output projection to
   ``output_size`` (default ``d``; ``(heads * key_size + 1) * output_size``). ``causal`` lets position t attend to positions <= t only; ``mask`` (bool,
-  broadcastable to ``[B, heads, T, T]``, e.g. ``[B, 1, 1, T]`` for padding) removes more keys."""
+  broadcastable to ``[B, heads, T, T]``, e.g. ``[B, 1, 1, T]`` for padding) removes more keys. With a
+  ``dropout_key``, attention weights are dropped at ``dropout_rate``."""
   batch, length, width = x.shape
   head = width // num_heads if key_size is None else int(key_size)
   qkv = hk.Linear(3 * num_heads * head, w_init=w_init, name=f"{name}_qkv")(x)
@@ -95,6 +97,8 @@ def self_attention(x: jax.Array, num_heads: int, name: str, causal: bool = True,
   if mask is not None:
     keep = jnp.logical_and(keep, mask)
   weights = jax.nn.softmax(jnp.where(keep, logits, jnp.finfo(logits.dtype).min), axis=-1)
+  if dropout_rate and dropout_key is not None:
+    weights = hk.dropout(dropout_key, dropout_rate, weights)
   out = jnp.einsum("bhts,bshd->bthd", weights, v).reshape(batch, length, num_heads * head)
   return hk.Linear(output_size or width, w_init=w_init, name=f"{name}_out")(out)
 
@@ -106,16 +110,19 @@ def causal_self_attention(x: jax.Array, num_heads: int, name: str) -> jax.Array:
 
 def transformer_block(x: jax.Array, index: int, num_heads: int, mlp_size: int, act: Activation,
                       causal: bool = True, key_size: Optional[int] = None, mask: Optional[jax.Array] = None,
-                      w_init=None, dropout_rate: float = 0.0, dropout_key: Optional[jax.Array] = None) -> jax.Array:
+                      w_init=None, dropout_rate: float = 0.0, dropout_key: Optional[jax.Array] = None,
+                      attention_dropout_rate: float = 0.0) -> jax.Array:
   """One pre-LayerNorm block: ``x + attn(LN(x))`` then ``x + W2 act(W1 LN(x))`` (`self_attention`; MLP width
-  ``mlp_size``). Dropout of rate ``dropout_rate`` on both residual branches when ``dropout_key`` is given.
+  ``mlp_size``). Dropout of rate ``dropout_rate`` on both residual branches, and ``attention_dropout_rate`` on the
+  attention weights, when ``dropout_key`` is given.
   Parameters: ``4*d`` (two LayerNorms) + attention (see `self_attention`) + ``(d + 1)*M + (M + 1)*d``."""
   layer_norm = lambda name: hk.LayerNorm(axis=-1, create_scale=True, create_offset=True, name=name)
   drop = lambda h, j: (h if not dropout_rate or dropout_key is None
                        else hk.dropout(jax.random.fold_in(dropout_key, 2 * index + j), dropout_rate, h))
   width = x.shape[-1]
+  attn_key = None if dropout_key is None else jax.random.fold_in(jax.random.fold_in(dropout_key, 2 ** 20), index)
   x = x + drop(self_attention(layer_norm(f"ln_attn_{index}")(x), num_heads, f"attn_{index}", causal, key_size,
-                              mask, w_init), 0)
+                              mask, w_init, None, attention_dropout_rate, attn_key), 0)
   h = act(hk.Linear(mlp_size, w_init=w_init, name=f"mlp_in_{index}")(layer_norm(f"ln_mlp_{index}")(x)))
   return x + drop(hk.Linear(width, w_init=w_init, name=f"mlp_out_{index}")(h), 1)
 

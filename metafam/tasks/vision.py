@@ -1,7 +1,7 @@
 """Patch-based image classifiers (dm-haiku): a Vision Transformer and an MLP-Mixer.
 
-Both cut ``f32[B, H, W, C]`` images into ``P x P`` patches with a stride-P convolution (``N = (H/P) * (W/P)``
-tokens of width D; ``(P*P*C + 1) * D`` parameters) and end with a LayerNorm (``2*D``) and a Linear head
+Both cut ``f32[B, H, W, C]`` images into ``P x P`` patches with a stride-P VALID convolution (``N = floor(H/P) *
+floor(W/P)`` tokens of width D; ``(P*P*C + 1) * D`` parameters) and end with a LayerNorm (``2*D``) and a Linear head
 (``(D + 1) * K``).
 
 * `vit_forward` (Dosovitskiy et al., 2021): a learned class token (``D``) and position embeddings (``(N + 1) * D``;
@@ -28,8 +28,8 @@ CLASSIFIERS = ("token", "gap")
 
 def _patches(images: jax.Array, patch_size: int, width: int) -> jax.Array:
   h, w = images.shape[1:3]
-  if h % patch_size or w % patch_size:
-    raise ValueError(f"image sides {h}x{w} must be multiples of patch_size {patch_size}.")
+  if patch_size > min(h, w):
+    raise ValueError(f"patch_size {patch_size} exceeds the image sides {h}x{w}.")
   x = hk.Conv2D(width, patch_size, stride=patch_size, padding="VALID", name="embedding")(images)
   return x.reshape(x.shape[0], -1, width)
 
@@ -43,14 +43,18 @@ def _layer_norm(name: str):
 
 
 def vit_forward(num_classes: int, patch_size: int, hidden_size: int, num_layers: int, num_heads: int, mlp_dim: int,
-                classifier: str = "token") -> hk.Transformed:
-  """A Vision Transformer ``forward(images f32[B, H, W, C]) -> logits f32[B, num_classes]``."""
+                classifier: str = "token", dropout_rate: float = 0.0,
+                attention_dropout_rate: float = 0.0) -> hk.Transformed:
+  """A Vision Transformer ``forward(images f32[B, H, W, C], dropout_key=None) -> logits f32[B, num_classes]``.
+
+  With a ``dropout_key``: dropout on the embedded tokens and the residual branches (``dropout_rate``) and on the
+  attention weights (``attention_dropout_rate``)."""
   if classifier not in CLASSIFIERS:
     raise ValueError(f"classifier must be one of {CLASSIFIERS}, got {classifier!r}.")
   if hidden_size % num_heads:
     raise ValueError(f"hidden_size {hidden_size} must be divisible by num_heads {num_heads}.")
 
-  def forward(images):
+  def forward(images, dropout_key=None):
     x = _patches(images, patch_size, hidden_size)
     if classifier == "token":
       cls = hk.get_parameter("cls", [1, 1, hidden_size], x.dtype, init=jnp.zeros)
@@ -58,8 +62,11 @@ def vit_forward(num_classes: int, patch_size: int, hidden_size: int, num_layers:
     pos = hk.get_parameter("position_embeddings", [1, x.shape[1], hidden_size], x.dtype,
                            init=hk.initializers.RandomNormal(0.02))
     x = x + pos
+    if dropout_rate and dropout_key is not None:
+      x = hk.dropout(jax.random.fold_in(dropout_key, 10 ** 6), dropout_rate, x)
     for i in range(num_layers):
-      x = transformer_block(x, i, num_heads, mlp_dim, jax.nn.gelu, causal=False)
+      x = transformer_block(x, i, num_heads, mlp_dim, jax.nn.gelu, False, None, None, None, dropout_rate, dropout_key,
+                            attention_dropout_rate)
     x = _layer_norm("encoder_norm")(x)
     return _head(x[:, 0] if classifier == "token" else jnp.mean(x, axis=1), num_classes)
 

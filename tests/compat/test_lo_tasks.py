@@ -509,8 +509,11 @@ def test_vision_models_have_their_closed_form_parameter_counts(classifier):
   # Mixer, same stem, 2 blocks, token MLP 24, channel MLP 96: 2 * (192 + 17*24 + 25*16 + 49*96 + 97*48) + 96 + 490.
   mixer = 193 * 48 + 2 * (192 + 17 * 24 + 25 * 16 + 49 * 96 + 97 * 48) + 96 + 490
   assert _count(vision.mlp_mixer_forward(10, 8, 48, 2, 24, 96), images) == mixer
-  with pytest.raises(ValueError, match="multiples of patch_size"):
-    vision.vit_forward(10, 5, 48, 1, 4, 96).init(KEY, images)
+  # Sides that are not multiples of the patch keep floor(side / P) patches per side (VALID patches).
+  assert _count(vision.vit_forward(10, 5, 48, 1, 4, 96), images) == vision.vit_num_params((32, 32, 3), 10, 5, 48, 1,
+                                                                                          96) > 0
+  with pytest.raises(ValueError, match="patch_size"):
+    vision.vit_forward(10, 40, 48, 1, 4, 96).init(KEY, images)
 
 
 @pytest.mark.slow
@@ -632,3 +635,20 @@ def test_parametric_lm_transformer_builds_and_runs():
   np.testing.assert_allclose(task.normalizer(jnp.log(40.0)), 10 * np.log(5) / np.log(40), rtol=1e-6)
   assert isinstance(cfgobject.object_from_config(lm_transformer.sample_lm_transformer(KEY)),
                     lm_transformer.ParametricLMTransformer)
+
+
+def test_parametric_vit_dropout_follows_the_loss_key():
+  from metafam.compat.learned_optimization.tasks.parametric import vit as p_vit
+  sizes = dict(patch_size=4, hidden_size=16, mlp_dim=32, num_heads=2, layers=1)
+  datasets = image.fashion_mnist_datasets(4, (8, 8))
+  batch = next(datasets.train)
+  for rate, differs in ((0.5, True), (0.0, False)):
+    family = p_vit.ParametricVIT(datasets, dropout=rate, attension_dropout=rate, **sizes)
+    task = family.task_fn(family.sample(KEY))
+    params = task.init(KEY)
+    assert num_params(params) == vision.vit_num_params((8, 8, 1), 10, 4, 16, 1, 32)
+    loss = jax.jit(task.loss)
+    assert (loss(params, jax.random.PRNGKey(1), batch) != loss(params, jax.random.PRNGKey(2), batch)) == differs
+  with pytest.raises(ValueError, match="layers"):
+    p_vit.ParametricVIT(datasets, patch_size=4)
+  assert isinstance(cfgobject.object_from_config(p_vit.sample_vit(KEY)), p_vit.ParametricVIT)

@@ -29,7 +29,8 @@ def patch_model_normalizer(loss: jax.Array, num_classes: int) -> jax.Array:
 
 
 class ImageClassifier(base.Task):
-  """A reference fixed image task: ``net`` (haiku, optionally with state) on ``datasets``, named ``name``."""
+  """A reference fixed image task: ``net`` (haiku, optionally with state) on ``datasets``, named ``name``; with
+  ``dropout`` the loss key is passed to the net as ``dropout_key``."""
 
   def __init__(self, net, datasets: Datasets, name: str, mse: bool = False, dropout: bool = False):
     super().__init__()
@@ -44,11 +45,11 @@ class ImageClassifier(base.Task):
     return out if self._stateful else (out, None)
 
   def loss_with_state_and_aux(self, params, state, key, batch):
-    args = (batch["image"], 0, key) if self._dropout else (batch["image"],)
+    kwargs = {"dropout_key": key} if self._dropout else {}
     if self._stateful:
-      logits, state = self.net.apply(params, state, *args)
+      logits, state = self.net.apply(params, state, batch["image"], **kwargs)
     else:
-      logits = self.net.apply(params, *args)
+      logits = self.net.apply(params, batch["image"], **kwargs)
     loss, accuracy = cross_entropy_and_accuracy(logits, batch["label"])
     if self._mse:
       loss = jnp.mean(jnp.square(logits - jax.nn.one_hot(batch["label"], self.num_classes)))

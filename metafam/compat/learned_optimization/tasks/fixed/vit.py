@@ -2,8 +2,8 @@
 
 `VisionTransformerTask(cfg, datasets)` takes the reference's configuration as a mapping (``wide16_config()`` and
 ``tall16_config()`` return plain dicts: metafam has no ml_collections): ``patches.size``, ``hidden_size``,
-``transformer.{mlp_dim, num_heads, num_layers}``, ``classifier`` ("token" or "gap"); dropout rates must be 0 and
-``representation_size`` None (as in every reference config). Parameters: `metafam.tasks.vision.vit_num_params`.
+``transformer.{mlp_dim, num_heads, num_layers, dropout_rate, attention_dropout_rate}``, ``classifier`` ("token"
+or "gap"); ``representation_size`` must be None (as in every reference config). Dropout is keyed by the loss key. Parameters: `metafam.tasks.vision.vit_num_params`.
 The registered tasks use ImageNet-64, Food-101 or CIFAR-100: they build and initialize offline and raise
 `DatasetUnavailableError` when a batch is requested.
 """
@@ -37,14 +37,14 @@ def tall16_config() -> dict:
 
 def _vit_net(cfg: Mapping[str, Any], num_classes: int):
   t = cfg["transformer"]
-  if t.get("dropout_rate", 0.0) or t.get("attention_dropout_rate", 0.0) or cfg.get("representation_size"):
-    raise ValueError("metafam's ViT has no dropout and no representation layer: set transformer.dropout_rate, "
-                     "transformer.attention_dropout_rate to 0 and representation_size to None.")
+  if cfg.get("representation_size"):
+    raise ValueError("metafam's ViT has no representation layer: set representation_size to None.")
   size = tuple(cfg["patches"]["size"])
   if size[0] != size[1]:
     raise ValueError(f"patches.size must be square, got {size}.")
   return vit_forward(num_classes, size[0], cfg["hidden_size"], t["num_layers"], t["num_heads"], t["mlp_dim"],
-                     cfg.get("classifier", "token"))
+                     cfg.get("classifier", "token"), float(t.get("dropout_rate", 0.0)),
+                     float(t.get("attention_dropout_rate", 0.0)))
 
 
 class VisionTransformerTask(PatchModelTask):
@@ -52,6 +52,8 @@ class VisionTransformerTask(PatchModelTask):
 
   def __init__(self, cfg: Mapping[str, Any], datasets, name: str = "VisionTransformerTask"):
     super().__init__(cfg, datasets, _vit_net, name)
+    t = cfg["transformer"]
+    self._dropout = bool(t.get("dropout_rate", 0.0) or t.get("attention_dropout_rate", 0.0))
 
 
 TASKS = task_table("VIT", (("wideshallow", wide16_config), ("skinnydeep", tall16_config)))
