@@ -652,3 +652,29 @@ def test_parametric_vit_dropout_follows_the_loss_key():
   with pytest.raises(ValueError, match="layers"):
     p_vit.ParametricVIT(datasets, patch_size=4)
   assert isinstance(cfgobject.object_from_config(p_vit.sample_vit(KEY)), p_vit.ParametricVIT)
+
+
+def test_generative_model_utils_match_closed_forms():
+  from jax.scipy.stats import norm
+  from metafam.compat.learned_optimization.tasks import generative_model_utils as g
+  params = jnp.asarray([[0.5, -1.0, 0.2, -0.3]])  # means (0.5, -1), log stds (0.2, -0.3)
+  q = g.LogStddevNormal(params)
+  x = jnp.asarray([[0.1, 0.4]])
+  np.testing.assert_allclose(q.log_prob(x), norm.logpdf(x, q.loc, jnp.exp(jnp.asarray([0.2, -0.3]))), rtol=1e-6)
+  prior = g.Normal(jnp.zeros((1, 2)), jnp.ones((1, 2)))
+  s2 = jnp.exp(2 * jnp.asarray([0.2, -0.3]))
+  np.testing.assert_allclose(q.kl_divergence(prior), 0.5 * (s2 + q.loc ** 2 - 1 - jnp.log(s2)), rtol=1e-6)
+  samples = jax.vmap(q.sample)(jax.random.split(KEY, 20000))[:, 0]
+  np.testing.assert_allclose(samples.mean(0), q.loc[0], atol=5 * float(q.scale.max()) / np.sqrt(20000))
+  decoder = lambda z: g.Normal(jnp.concatenate([z, z], axis=1), jnp.ones((1, 4)))
+  log_p, kl = g.log_prob_elbo_components(g.LogStddevNormal, decoder, prior, params, KEY)  # x = params, [1, 4]
+  z = q.sample(KEY)
+  np.testing.assert_allclose(log_p, jnp.sum(norm.logpdf(params, jnp.concatenate([z, z], 1), 1.0)), rtol=1e-5)
+  np.testing.assert_allclose(kl, jnp.sum(q.kl_divergence(prior)), rtol=1e-6)
+  quantized = __import__("haiku").transform(lambda v: g.HKQuantizedNormal(params).log_prob(v))
+  lp = quantized.apply({}, KEY, x)  # log density at x + U(+-bin/2) plus log(bin)
+  # |d log q / dx| = |x - mu| / s^2 < 3 here, and the noise is within half a bin (1/510): within 0.01.
+  assert lp.shape == (1, 2)
+  np.testing.assert_allclose(lp, q.log_prob(x) + np.log(1 / 255), atol=0.01)
+  with pytest.raises(ValueError, match="mu_and_log_sigma"):
+    g.LogStddevNormal(jnp.ones((2, 3)))
