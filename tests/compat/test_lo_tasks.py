@@ -678,3 +678,32 @@ def test_generative_model_utils_match_closed_forms():
   np.testing.assert_allclose(lp, q.log_prob(x) + np.log(1 / 255), atol=0.01)
   with pytest.raises(ValueError, match="mu_and_log_sigma"):
     g.LogStddevNormal(jnp.ones((2, 3)))
+
+
+def test_parametric_autoencoder_switches_follow_their_definitions():
+  from metafam.compat.learned_optimization.tasks.parametric import image_mlp_ae as p_ae
+  datasets = image.fashion_mnist_datasets(8, (4, 4))
+  family = p_ae.ParametricImageMLPAE(datasets, (8,))
+  keys = jax.random.split(KEY, 16)
+  cfgs = jax.vmap(family.sample)(keys)  # the boolean switches are traced choices
+  batch = next(datasets.train)
+  losses = jax.jit(jax.vmap(lambda c, k: family.task_fn(c).loss(family.task_fn(c).init(k), k, batch)))(cfgs, keys)
+  assert np.all(np.isfinite(losses)) and 0 < cfgs.values["log_loss"].sum() < 16
+  base_cfg = family.sample(KEY)
+  def with_flags(log_loss, center, constrain):
+    return cfgobject.CFGNamed(base_cfg.name, dict(base_cfg.values, log_loss=jnp.asarray(log_loss),
+                                                  center_data=jnp.asarray(center),
+                                                  constrain_output=jnp.asarray(constrain)))
+  plain = family.task_fn(with_flags(False, False, False))
+  params = plain.init(KEY)
+  pred = plain.net.apply(params, batch["image"], base_cfg.values["activation"]["index"]).reshape(batch["image"].shape)
+  mse = jnp.mean(jnp.square(pred - batch["image"]))
+  np.testing.assert_allclose(plain.loss(params, KEY, batch), mse, rtol=1e-6)
+  np.testing.assert_allclose(family.task_fn(with_flags(True, False, False)).loss(params, KEY, batch),
+                             jnp.log(mse + 1e-8), rtol=1e-6)
+  centered = 2 * (batch["image"] - 0.5)
+  pred_c = jnp.tanh(plain.net.apply(params, centered, base_cfg.values["activation"]["index"]).reshape(
+      centered.shape))
+  np.testing.assert_allclose(family.task_fn(with_flags(False, True, True)).loss(params, KEY, batch),
+                             jnp.mean(jnp.square(pred_c - centered)), rtol=1e-5)
+  np.testing.assert_allclose(plain.normalizer(jnp.asarray(np.e ** -4)), -4 * 0.5 + 10, rtol=1e-5)

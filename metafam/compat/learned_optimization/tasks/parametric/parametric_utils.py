@@ -39,8 +39,10 @@ def _check_range(lower, upper):
 
 
 def choice(key: PRNGKey, vals):
-  """``vals[i]`` for ``i`` uniform in ``[0, len(vals))`` (a host value when ``vals`` is a list)."""
-  return vals[int(jax.random.randint(key, [], 0, len(vals)))]
+  """``vals[i]`` for ``i`` uniform in ``[0, len(vals))``: a host value when ``vals`` is a list or tuple, an array
+  element (traceable, so it may be sampled under `jax.vmap`) when ``vals`` is an array."""
+  index = jax.random.randint(key, [], 0, len(vals))
+  return vals[index] if isinstance(vals, (jax.Array, np.ndarray)) else vals[int(index)]
 
 
 def log_int(key: PRNGKey, lower, upper) -> int:
