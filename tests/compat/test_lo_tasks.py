@@ -707,3 +707,23 @@ def test_parametric_autoencoder_switches_follow_their_definitions():
   np.testing.assert_allclose(family.task_fn(with_flags(False, True, True)).loss(params, KEY, batch),
                              jnp.mean(jnp.square(pred_c - centered)), rtol=1e-5)
   np.testing.assert_allclose(plain.normalizer(jnp.asarray(np.e ** -4)), -4 * 0.5 + 10, rtol=1e-5)
+
+
+def test_parametric_vae_family_vmaps_and_scales_per_dimension():
+  from metafam.compat.learned_optimization.tasks.parametric import image_mlp_vae as p_vae
+  datasets = image.fashion_mnist_datasets(8, (4, 4))
+  family = p_vae.ParametricImageMLPVAE(datasets, (8,), (8,), 3)
+  keys = jax.random.split(KEY, 8)
+  batch = next(datasets.train)
+  losses = jax.jit(jax.vmap(lambda c, k: family.task_fn(c).loss(family.task_fn(c).init(k), k, batch)))(
+      jax.vmap(family.sample)(keys), keys)
+  assert np.all(np.isfinite(losses))
+  cfg = family.sample(KEY)
+  flags = lambda per_dim: cfgobject.CFGNamed(cfg.name, dict(cfg.values, per_dim_loss=jnp.asarray(per_dim),
+                                                            center_data=jnp.asarray(False)))
+  whole, per_dim = family.task_fn(flags(False)), family.task_fn(flags(True))
+  params = whole.init(KEY)
+  assert num_params(params) == (16 + 1) * 8 + (8 + 1) * 6 + (3 + 1) * 8 + (8 + 1) * 32  # D = 16, n_z = 3
+  np.testing.assert_allclose(per_dim.loss(params, KEY, batch), whole.loss(params, KEY, batch) / 16, rtol=1e-5)
+  np.testing.assert_allclose(whole.normalizer(jnp.asarray(32.0)), 2.0)  # 32 nats over 16 pixels
+  assert isinstance(cfgobject.object_from_config(p_vae.sample_image_mlp_vae(KEY)), p_vae.ParametricImageMLPVAE)

@@ -20,7 +20,7 @@ import haiku as hk
 import jax
 import jax.numpy as jnp
 
-__all__ = ["Normal", "LogStddevNormal", "HKQuantizedNormal", "log_prob_elbo_components"]
+__all__ = ["Normal", "LogStddevNormal", "HKQuantizedNormal", "log_prob_elbo_components", "quantized_log_prob"]
 
 
 class Normal:
@@ -67,9 +67,14 @@ class HKQuantizedNormal(Normal):
     self._bin_size = bin_size
 
   def log_prob(self, x: jax.Array, name: str = "log_prob") -> jax.Array:
-    noise = jax.random.uniform(hk.next_rng_key(), jnp.shape(x), jnp.result_type(x), -0.5 * self._bin_size,
-                               0.5 * self._bin_size)
-    return super().log_prob(x + noise) + math.log(self._bin_size)
+    return quantized_log_prob(self, x, hk.next_rng_key(), self._bin_size)
+
+
+def quantized_log_prob(dist: Normal, x: jax.Array, key: jax.Array, bin_size: float) -> jax.Array:
+  """``dist.log_prob(x + u) + log(bin_size)`` with ``u ~ U(-bin_size / 2, bin_size / 2)`` drawn from ``key``: a
+  one-sample estimate of the log probability of ``x``'s quantization bin."""
+  noise = jax.random.uniform(key, jnp.shape(x), jnp.result_type(x), -0.5 * bin_size, 0.5 * bin_size)
+  return Normal.log_prob(dist, x + noise) + math.log(bin_size)
 
 
 def log_prob_elbo_components(encoder: Callable, decoder: Callable, prior: Normal, x: jax.Array,
