@@ -727,3 +727,40 @@ def test_parametric_vae_family_vmaps_and_scales_per_dimension():
   np.testing.assert_allclose(per_dim.loss(params, KEY, batch), whole.loss(params, KEY, batch) / 16, rtol=1e-5)
   np.testing.assert_allclose(whole.normalizer(jnp.asarray(32.0)), 2.0)  # 32 nats over 16 pixels
   assert isinstance(cfgobject.object_from_config(p_vae.sample_image_mlp_vae(KEY)), p_vae.ParametricImageMLPVAE)
+
+
+def _tiny_resnet_family():
+  from metafam.compat.learned_optimization.tasks.parametric import image_resnet as p_resnet
+  return p_resnet.ParametricImageResNet(image.fashion_mnist_datasets(4, (8, 8)), 4, 1, 3, (1, 1, 1, 1),
+                                        (4, 4, 8, 8), False)
+
+
+def test_parametric_resnet_has_its_closed_form_size():
+  from metafam.compat.learned_optimization.tasks.parametric import image_resnet as p_resnet
+  family = _tiny_resnet_family()
+  task = family.task_fn(family.sample(KEY))
+  params, _ = jax.eval_shape(task.init_with_state, KEY)
+  # v1 bottleneck blocks: per block 1x1 (c_in -> b), 3x3 (b -> b), 1x1 (b -> c), three batch norms (2b, 2b, 2c),
+  # a projection 1x1 (c_in -> c) with its batch norm (2c); stem 3*3*1*4 with a batch norm (8); logits (8 + 1) * 10.
+  want, c_in = 9 * 4 + 8, 4
+  for c in (4, 4, 8, 8):
+    b = c // 4
+    want += c_in * b + 9 * b * b + b * c + 2 * b + 2 * b + 2 * c + c_in * c + 2 * c
+    c_in = c
+  assert num_params(params) == want + 9 * 10
+  assert isinstance(cfgobject.object_from_config(p_resnet.sample_image_resnet(KEY)), p_resnet.ParametricImageResNet)
+
+
+@pytest.mark.slow
+def test_parametric_resnet_vmaps():
+  family = _tiny_resnet_family()
+  keys = jax.random.split(KEY, 3)
+  batch = next(family.datasets.train)
+
+  def loss(cfg, key):
+    task = family.task_fn(cfg)
+    params, state = task.init_with_state(key)
+    return task.loss_with_state(params, state, key, batch)[0]
+
+  losses = jax.jit(jax.vmap(loss))(jax.vmap(family.sample)(keys), keys)
+  np.testing.assert_allclose(losses, np.log(10), rtol=1e-5)  # haiku's zero-initialized logits: uniform prediction

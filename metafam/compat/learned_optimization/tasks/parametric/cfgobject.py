@@ -76,6 +76,7 @@ _CONFIGURABLE_MODULES = ("tasks.datasets.image", "tasks.datasets.language", "tas
                          "tasks.parametric.image_conv", "tasks.parametric.lm_rnn",
                          "tasks.parametric.lm_transformer", "tasks.parametric.vit",
                          "tasks.parametric.image_mlp_ae", "tasks.parametric.image_mlp_vae",
+                         "tasks.parametric.image_resnet",
                          "tasks.parametric.parametric_utils", "tasks.quadratics", "tasks.task_augmentation",
                          "tasks.es_wrapper", "tasks.fixed.all")
 
