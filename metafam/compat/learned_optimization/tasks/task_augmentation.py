@@ -39,11 +39,14 @@ from metafam.tasks.base import Task
 __all__ = ["ReparamWeights", "ReparamWeightsFamily", "ReducedBatchsizeFamily", "ConvertFloatDType",
            "ConvertFloatDTypeTaskFamily", "ModifyTaskGradient", "NormalizeTaskGradient",
            "NormalizeTaskGradientTaskFamily", "SubsampleDirectionsTaskGradient",
-           "SubsampleDirectionsTaskGradientTaskFamily", "AsyncDelayedGradients", "AsyncDelayedGradientsTaskFamily", "ReducedBatchsizeTask", "WrappedTaskFamilyWithTaskWrapper", "LogFeat", "PyTree", "PRNGKey"]
+           "SubsampleDirectionsTaskGradientTaskFamily", "AsyncDelayedGradients", "AsyncDelayedGradientsTaskFamily", "ReducedBatchsizeTask", "WrappedTaskFamilyWithTaskWrapper", "LogFeat", "PyTree", "PRNGKey", "Batch", "Params", "ModelState"]
 
 REPARAM_LEVELS = ("global", "tensor", "parameter")
 PRNGKey = jax.Array
 PyTree = Any
+Batch = Any
+Params = Any
+ModelState = Any
 LogFeat = cfgobject.LogFeature
 
 
