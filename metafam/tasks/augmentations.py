@@ -11,6 +11,8 @@ levels) may be traced arrays, so families can sample them per instance (`metafam
 * `LossScale`: the loss times a constant; ``normalizer`` divides it back out.
 * `NoisyGradients`, `ClipGradients`: ``jax.grad`` of the loss sees modified gradients (a `jax.custom_vjp` on the
   params; the loss value is unchanged). Reverse-mode only: `jax.jvp` through them raises.
+* `ESGradients`: ``jax.grad`` of the loss w.r.t. the params is an antithetic evolution-strategies estimate
+  (`antithetic_es_value_and_grad`) instead of backpropagation; loss values unchanged.
 """
 
 from __future__ import annotations
@@ -274,3 +276,78 @@ class ClipGradients(GradientModifier):
       raise ValueError(f"max_norm must be positive, got {max_norm!r}.")
     super().__init__(task, clip_gradients_by_global_norm, max_norm, suffix="gradclip")
     self.max_norm = max_norm
+
+
+# -- evolution-strategies gradients ------------------------------------------------------------------------------
+def sample_perturbation(params: Any, key: jax.Array, std: Any) -> Any:
+  """``std * N(0, I)`` shaped like ``params`` (one key per leaf, split from ``key``; dtypes kept)."""
+  leaves, treedef = jax.tree.flatten(params)
+  keys = jax.random.split(key, max(len(leaves), 1))
+  return jax.tree.unflatten(treedef, [jax.random.normal(k, jnp.shape(x), jnp.result_type(x)) * std
+                                      for k, x in zip(keys, leaves)])
+
+
+def antithetic_es_value_and_grad(loss_fn: Callable, params: Any, key: jax.Array, std: Any, n_pairs: int = 1,
+                                 has_aux: bool = False):
+  """An antithetic ES estimate of ``loss_fn``'s value and gradient at ``params``.
+
+  With ``e_i = std * N(0, I)`` for ``i < n_pairs`` (key ``split(key, n_pairs)[i]``, `sample_perturbation`):
+  value ``= mean_i (f(p + e_i) + f(p - e_i)) / 2`` and gradient ``= mean_i e_i (f(p + e_i) - f(p - e_i)) / (2
+  std^2)``, an unbiased estimate of the gradient of the Gaussian-smoothed loss (exact in expectation for
+  quadratics). The ``2 * n_pairs`` evaluations run under one `jax.vmap`. With ``has_aux`` the loss returns
+  ``(loss, aux)`` and the result is ``((value, aux), grad)`` with every evaluation's aux stacked as
+  ``[n_pairs, 2 (plus, minus), ...]``.
+  """
+  n_pairs = check_positive_int("n_pairs", n_pairs)
+  eps = jax.vmap(lambda k: sample_perturbation(params, k, std))(jax.random.split(key, n_pairs))
+  signs = jnp.asarray([1.0, -1.0])
+  thetas = jax.tree.map(lambda p, e: p + signs.reshape((1, 2) + (1,) * jnp.ndim(p)).astype(e.dtype) * e[:, None],
+                        params, eps)
+  out = jax.vmap(jax.vmap(loss_fn))(thetas)
+  losses, aux = out if has_aux else (out, None)
+  diff = (losses[:, 0] - losses[:, 1]) / (2.0 * std ** 2)
+  grad = jax.tree.map(lambda e: jnp.mean(e * diff.reshape((-1,) + (1,) * (e.ndim - 1)).astype(e.dtype), axis=0),
+                      eps)
+  value = jnp.mean(losses)
+  return ((value, aux), grad) if has_aux else (value, grad)
+
+
+class ESGradients(TaskWrapper):
+  """``jax.grad`` w.r.t. the params is `antithetic_es_value_and_grad` of the inner loss (same state, key and
+  batch) times the incoming cotangent; the loss, state and aux returned are the inner task's.
+
+  The ES key is the loss key, as in the reference. Only the params get a cotangent (state, key and batch get
+  zeros); reverse mode only.
+
+  Args:
+    task: the inner task.
+    std: standard deviation of the perturbations (> 0).
+    n_pairs: antithetic pairs per estimate.
+  """
+
+  def __init__(self, task: Task, std: float = 0.01, n_pairs: int = 8):
+    super().__init__(task, f"es{int(n_pairs)}")
+    if not (isinstance(std, (int, float)) and std > 0 and jnp.isfinite(std)):
+      raise ValueError(f"std must be a positive finite number, got {std!r}.")
+    self.std, self.n_pairs = float(std), check_positive_int("n_pairs", n_pairs)
+    inner = task.loss_with_state_and_aux
+
+    @jax.custom_vjp
+    def loss(params, state, key, batch):
+      return inner(params, state, key, batch)
+
+    def fwd(params, state, key, batch):
+      return inner(params, state, key, batch), (params, state, key, batch)
+
+    def bwd(residuals, cotangents):
+      params, state, key, batch = residuals
+      fn = lambda p: inner(p, state, key, batch)[0]
+      _, grad = antithetic_es_value_and_grad(fn, params, key, self.std, self.n_pairs)
+      zeros = lambda tree: jax.tree.map(jnp.zeros_like, tree)
+      return jax.tree.map(lambda g: g * cotangents[0], grad), zeros(state), None, zeros(batch)
+
+    loss.defvjp(fwd, bwd)
+    self._loss = loss
+
+  def loss_with_state_and_aux(self, params, state, key, batch):
+    return self._loss(params, state, key, batch)

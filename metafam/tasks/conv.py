@@ -24,7 +24,7 @@ from metafam.datasets.base import Datasets
 from metafam.datasets.cifar import cifar10_datasets
 from metafam.datasets.images import fashion_mnist_datasets
 from metafam.tasks._nn import activation_by_name
-from metafam.tasks.image_mlp import ImageClassifierTask
+from metafam.tasks.image_mlp import NORMS, ImageClassifierTask, normalization_layer
 
 Activation = Callable[[jax.Array], jax.Array]
 
@@ -48,22 +48,39 @@ def smoothed_cross_entropy(logits: jax.Array, labels: jax.Array, smoothing=0.0) 
 
 
 def conv_forward(channels: Sequence[int], num_classes: int, activations: Sequence[Activation],
-                 kernel_size: int = 3) -> hk.Transformed:
+                 kernel_size=3, strides: Optional[Sequence[int]] = None, norm: Optional[str] = None,
+                 pool: str = "avg", w_init=None) -> hk.Transformed:
   """A haiku conv net ``forward(images f32[B, H, W, C], activation_index=0) -> logits f32[B, num_classes]``.
 
-  Every conv has stride 2 and SAME padding, so spatial sides shrink as ``ceil(side / 2)`` per layer. With several
-  ``activations`` the int32 ``activation_index`` picks one via `jax.lax.switch` (may be a vmapped config leaf).
+  Each layer is ``Conv2D(SAME padding) -> activation -> norm``; then a global ``pool`` ("avg" or "max") and a
+  Linear. ``strides`` (default: 2 for every layer) sets each conv's stride; a side shrinks as ``ceil(side /
+  stride)``. ``norm`` is one of `metafam.tasks.image_mlp.NORMS` (with "batch_norm" the result is an
+  ``hk.TransformedWithState``); norms add ``2 * c`` parameters per layer. With several ``activations`` the int32
+  ``activation_index`` picks one via `jax.lax.switch` (may be a vmapped config leaf). ``kernel_size`` is one side
+  for every layer or one per layer; ``w_init`` initializes the conv kernels (haiku's default if None).
   """
   channels = tuple(int(c) for c in channels)
+  kernels = (kernel_size,) * len(channels) if isinstance(kernel_size, int) else tuple(kernel_size)
+  if len(kernels) != len(channels):
+    raise ValueError(f"kernel_size must be one size or one per conv layer ({len(channels)}), got {kernel_size!r}.")
+  strides = (2,) * len(channels) if strides is None else tuple(int(s) for s in strides)
+  if len(strides) != len(channels):
+    raise ValueError(f"strides must give one stride per conv layer ({len(channels)}), got {strides!r}.")
+  if pool not in ("avg", "max"):
+    raise ValueError(f"pool must be 'avg' or 'max', got {pool!r}.")
+  if norm not in NORMS:
+    raise ValueError(f"norm must be one of {NORMS}, got {norm!r}.")
 
   def forward(images, activation_index=0):
     act = select_activation(activations, activation_index)
     x = images
-    for i, c in enumerate(channels):
-      x = act(hk.Conv2D(c, kernel_size, stride=2, padding="SAME", name=f"conv_{i}")(x))
-    return hk.Linear(num_classes, name="logits")(jnp.mean(x, axis=(1, 2)))
+    for i, (c, k, s) in enumerate(zip(channels, kernels, strides)):
+      x = act(hk.Conv2D(c, k, stride=s, padding="SAME", w_init=w_init, name=f"conv_{i}")(x))
+      x = normalization_layer(norm, f"norm_{i}")(x)
+    x = jnp.mean(x, axis=(1, 2)) if pool == "avg" else jnp.max(x, axis=(1, 2))
+    return hk.Linear(num_classes, name="logits")(x)
 
-  return hk.without_apply_rng(hk.transform(forward))
+  return hk.without_apply_rng(hk.transform_with_state(forward) if norm == "batch_norm" else hk.transform(forward))
 
 
 def conv_num_params(in_channels: int, channels: Sequence[int], num_classes: int, kernel_size: int = 3) -> int:

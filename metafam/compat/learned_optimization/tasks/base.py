@@ -7,10 +7,12 @@ derived from whichever one a subclass writes). `TaskFamily` is metafam's family 
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import importlib
+from typing import Any, Callable, Optional, Sequence, TypeVar
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from metafam.taskfamilies import base as _families
 from metafam.tasks.base import Task
@@ -19,8 +21,14 @@ Params = Any
 ModelState = Any
 PRNGKey = jax.Array
 TaskCfg = Any
+Batch = Any
+StaticCfg = Any
+SampledCfg = Any
+T = TypeVar("T")
 
-__all__ = ["Task", "TaskFamily", "single_task_to_family", "Params", "ModelState", "PRNGKey", "TaskCfg"]
+__all__ = ["Task", "TaskFamily", "SampledTaskFamily", "single_task_to_family", "sample_single_task_family",
+           "get_task_from_name", "sample_task_family_from_task_fns", "softmax_cross_entropy", "get_task", "Params",
+           "ModelState", "PRNGKey", "TaskCfg", "Batch", "StaticCfg", "SampledCfg", "T"]
 
 
 class TaskFamily(_families.TaskFamily):
@@ -59,3 +67,55 @@ def single_task_to_family(task: Task, name: Optional[str] = None, eval_task: Opt
   if not isinstance(task, Task):
     raise TypeError(f"single_task_to_family needs a Task, got {type(task).__name__}.")
   return _SingleTaskFamily(task, name if name else task.name, eval_task)
+
+
+class SampledTaskFamily(TaskFamily):
+  """A `TaskFamily` described by a fixed ``static_cfg`` and a ``sampled_cfg`` of random choices (annotations
+  only, as in the reference)."""
+  static_cfg: StaticCfg
+  sampled_cfg: SampledCfg
+
+
+def sample_single_task_family(key: PRNGKey, task_family: TaskFamily) -> TaskFamily:
+  """Returns ``task_family`` (the key is unused); raises ValueError if it is not a `TaskFamily`."""
+  del key
+  if not isinstance(task_family, _families.TaskFamily):
+    raise ValueError(f"task_family must be a TaskFamily, got {type(task_family).__name__}.")
+  return task_family
+
+
+def get_task_from_name(task_name: str) -> Task:
+  """A new instance of the reference's fixed task ``task_name`` (`tasks.fixed.all.FIXED_TASKS`, read by module
+  name at call time as the reference's gin lookup; unknown names raise metafam's UnknownNameError listing the
+  valid ones)."""
+  from metafam._registry import lookup
+  table = importlib.import_module("metafam.compat.learned_optimization.tasks.fixed.all").FIXED_TASKS
+  return lookup(table, task_name, "learned_optimization fixed task")()
+
+
+def sample_task_family_from_task_fns(key: PRNGKey, task_names: Sequence[str]) -> TaskFamily:
+  """A single-task family of one of ``task_names``, drawn uniformly with ``key``."""
+  if isinstance(task_names, str) or not len(task_names):
+    raise ValueError(f"task_names must be a non-empty sequence of task names, got {task_names!r}.")
+  index = int(jax.random.randint(key, (), 0, len(task_names)))
+  return single_task_to_family(get_task_from_name(task_names[index]))
+
+
+def softmax_cross_entropy(*, logits: jax.Array, labels: jax.Array) -> jax.Array:
+  """Per-example ``-sum(labels * log_softmax(logits), axis=-1)`` for (soft) label distributions ``labels``."""
+  return -jnp.sum(labels * jax.nn.log_softmax(logits), axis=-1)
+
+
+def get_task(task_family: Optional[TaskFamily] = None, task_family_seed: Optional[int] = None,
+             sample_task_family_fn: Optional[Callable[[PRNGKey], TaskFamily]] = None,
+             sample_task_family_fn_seed: Optional[int] = None) -> Task:
+  """A task from exactly one of ``task_family`` or ``sample_task_family_fn`` (which draws a family from
+  ``PRNGKey(sample_task_family_fn_seed)``), sampled from the family with ``PRNGKey(task_family_seed)``. A seed left
+  None is drawn at random, as in the reference."""
+  if (task_family is None) == (sample_task_family_fn is None):
+    raise ValueError("get_task needs exactly one of task_family and sample_task_family_fn; got "
+                     f"task_family={task_family!r}, sample_task_family_fn={sample_task_family_fn!r}.")
+  seed = lambda s: int(np.random.default_rng().integers(0, 100000)) if s is None else int(s)
+  if sample_task_family_fn is not None:
+    task_family = sample_task_family_fn(jax.random.PRNGKey(seed(sample_task_family_fn_seed)))
+  return task_family.task_fn(task_family.sample(jax.random.PRNGKey(seed(task_family_seed))))

@@ -18,7 +18,12 @@ import numpy as np
 from metafam.compat.learned_optimization.tasks import base
 from metafam.datasets.base import SPLITS, ArraySplit, Datasets, dataset_lru_cache
 
-__all__ = ["QuadraticTask", "BatchQuadraticTask", "LogQuadraticTask", "SumQuadraticTask", "FixedDimQuadraticFamily",
+Params = Any
+ModelState = Any
+TaskParams = Any
+PRNGKey = jax.Array
+
+__all__ = ["Params", "ModelState", "TaskParams", "PRNGKey", "NoisyMeanQuadraticTask", "QuadraticTask", "BatchQuadraticTask", "LogQuadraticTask", "SumQuadraticTask", "FixedDimQuadraticFamily",
            "FixedDimQuadraticFamilyData", "NoisyQuadraticFamily", "batch_datasets", "noise_datasets"]
 
 
@@ -48,6 +53,28 @@ class QuadraticTask(base.Task):
 
   def init(self, key):
     return jax.random.normal(key, (self._dim,), jnp.float32)
+
+
+class NoisyMeanQuadraticTask(base.Task):
+  """``(x - n)^T H (x - n)`` with ``n ~ noise_stdev * N(0, I)`` drawn from the loss key and the fixed PSD
+  ``H = A A^T`` (``A`` standard normal from ``PRNGKey(7)``, as the reference); ``params: f32[dim, 1]`` from
+  ``10 * N(0, 1)``; no data."""
+
+  def __init__(self, dim: int = 2, noise_stdev: float = 1.):
+    super().__init__()
+    self._dim = _check_dim(dim)
+    if not (isinstance(noise_stdev, (int, float)) and np.isfinite(noise_stdev) and noise_stdev >= 0):
+      raise ValueError(f"noise_stdev must be a finite number >= 0, got {noise_stdev!r}.")
+    a = jax.random.normal(jax.random.PRNGKey(7), (self._dim, self._dim))
+    self.hess, self.stdev = a @ a.T, float(noise_stdev)
+
+  def loss(self, params, key, data):
+    noise = self.stdev * jax.random.normal(jax.random.split(key)[1], jnp.shape(params))
+    centered = params - noise
+    return jnp.sum(centered.T @ self.hess @ centered)
+
+  def init(self, key):
+    return 10.0 * jax.random.normal(key, (self._dim, 1), jnp.float32)
 
 
 @dataset_lru_cache

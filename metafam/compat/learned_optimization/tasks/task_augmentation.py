@@ -23,12 +23,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from metafam.compat.learned_optimization.tasks import base
+from metafam.compat.learned_optimization.tasks.parametric import cfgobject
 from metafam.datasets.base import ArraySplit, Datasets
 from metafam.taskfamilies import augmentations as _faug
 from metafam.tasks import augmentations as _aug
@@ -37,9 +39,15 @@ from metafam.tasks.base import Task
 __all__ = ["ReparamWeights", "ReparamWeightsFamily", "ReducedBatchsizeFamily", "ConvertFloatDType",
            "ConvertFloatDTypeTaskFamily", "ModifyTaskGradient", "NormalizeTaskGradient",
            "NormalizeTaskGradientTaskFamily", "SubsampleDirectionsTaskGradient",
-           "SubsampleDirectionsTaskGradientTaskFamily", "AsyncDelayedGradients", "AsyncDelayedGradientsTaskFamily"]
+           "SubsampleDirectionsTaskGradientTaskFamily", "AsyncDelayedGradients", "AsyncDelayedGradientsTaskFamily", "ReducedBatchsizeTask", "WrappedTaskFamilyWithTaskWrapper", "LogFeat", "PyTree", "PRNGKey", "Batch", "Params", "ModelState"]
 
 REPARAM_LEVELS = ("global", "tensor", "parameter")
+PRNGKey = jax.Array
+PyTree = Any
+Batch = Any
+Params = Any
+ModelState = Any
+LogFeat = cfgobject.LogFeature
 
 
 class ReparamWeights(_aug.ReparamWeights):
@@ -116,6 +124,37 @@ class ReducedBatchsizeFamily(_faug.ReducedBatchSizeFamily):
     task = super().wrap(task, cfg)
     task.datasets = self.datasets
     return task
+
+
+class ReducedBatchsizeTask(_aug.ReducedBatchSize):
+  """``task`` on batches of ``max(1, int(B * fraction_of_batchsize))`` examples: its datasets yield the first
+  examples of each batch (`reduced_datasets`) and its abstract batch says so (metafam's `ReducedBatchSize`)."""
+
+  def __init__(self, task: Task, fraction_of_batchsize: float):
+    if not (isinstance(fraction_of_batchsize, (int, float)) and 0 < fraction_of_batchsize <= 1):
+      raise ValueError(f"fraction_of_batchsize must be in (0, 1], got {fraction_of_batchsize!r}.")
+    full = max(x.shape[0] for x in jax.tree.leaves(task.datasets.abstract_batch))
+    batch_size = max(1, int(full * fraction_of_batchsize))
+    super().__init__(task, batch_size)
+    self.datasets = reduced_datasets(task.datasets, batch_size)
+
+
+class WrappedTaskFamilyWithTaskWrapper(base.TaskFamily):
+  """Each task of ``task_family`` passed through ``task_wrapper``; configs are ``CFGNamed(
+  "WrappedTaskFamilyWithTaskWrapper", {"inner_cfg": cfg})``."""
+
+  def __init__(self, task_family: Any, task_wrapper: Callable[[Task], Task], name: Optional[str] = None):
+    super().__init__()
+    self.task_family, self.task_wrapper = task_family, task_wrapper
+    self.datasets = task_family.datasets
+    if name:
+      self.name = name
+
+  def sample(self, key: jax.Array) -> cfgobject.CFGNamed:
+    return cfgobject.CFGNamed("WrappedTaskFamilyWithTaskWrapper", {"inner_cfg": self.task_family.sample(key)})
+
+  def task_fn(self, cfg: cfgobject.CFGNamed) -> Task:
+    return self.task_wrapper(self.task_family.task_fn(cfg.values["inner_cfg"]))
 
 
 class ConvertFloatDType(_aug.LowPrecision):

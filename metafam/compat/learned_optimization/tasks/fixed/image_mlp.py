@@ -1,41 +1,89 @@
-"""`learned_optimization.tasks.fixed.image_mlp`: the reference's image-MLP task names metafam can serve offline.
+"""`learned_optimization.tasks.fixed.image_mlp`: the reference's image-MLP tasks over metafam's `mlp_forward`.
 
-Each name is a function returning metafam's `metafam.tasks.image_mlp.ImageMLPTask` (a haiku MLP with ReLU hidden
-layers, softmax cross-entropy, batches ``{"image": f32[128, H, W, 1], "label": i32[128]}``) on the Fashion-MNIST
-that ships inside metafam, at the reference's image size and batch size 128; the task's ``name`` is the reference
-name. Only Fashion-MNIST tasks are here: the reference's CIFAR-10 / ImageNet / MNIST tasks read TensorFlow-Datasets,
-which metafam does not download (`metafam.tasks.cifar10_conv_task(dir)` reads a local CIFAR-10 copy).
+Every reference name is a zero-argument function returning an `ImageClassifier` (see `_classifier`) named like the
+reference: ``flatten -> [Linear -> (norm) -> (dropout) -> activation] * hidden -> Linear(K)``, softmax
+cross-entropy (``_MSE``: squared error to one-hot labels), on the reference's dataset, image size and batch size
+(`tasks.datasets.image`). Fashion-MNIST tasks train offline on metafam's data; the CIFAR-10 / MNIST tasks read
+local files when a batch is requested and the CIFAR-100 / ImageNet ones raise `DatasetUnavailableError` then;
+building or initializing any task reads no data. ``TASKS`` maps each name to its configuration
+``(dataset, batch size, image side, hidden sizes, activation, options)``.
+
+Parameters: ``sum_i (n_{i-1} + 1) * n_i`` over widths ``(H*W*C, *hidden, K)``, plus ``2 * n_i`` per hidden layer with
+a norm (LayerNorm/BatchNorm scale and offset).
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from metafam.compat.learned_optimization.tasks import base
+from metafam.compat.learned_optimization.tasks.datasets import image
+from metafam.compat.learned_optimization.tasks.fixed._classifier import ImageClassifier
+from metafam.tasks._nn import activation_by_name
+from metafam.tasks.image_mlp import mlp_forward
 
-from metafam.tasks.image_mlp import ImageMLPTask
+Params = base.Params
+ModelState = base.ModelState
+PRNGKey = base.PRNGKey
 
-__all__ = ["ImageMLP_FashionMnist_Relu128x128", "ImageMLP_FashionMnist8_Relu32", "ImageMLP_FashionMnist16_Relu32",
-           "ImageMLP_FashionMnist32_Relu32"]
+TASKS = {
+    "ImageMLP_Cifar10BW8_Relu32": ("cifar10", 128, 8, (32,), "relu", {'bw': True}),
+    "ImageMLP_FashionMnist_Relu128x128": ("fashion_mnist", 128, 28, (128, 128), "relu", {}),
+    "ImageMLP_FashionMnist8_Relu32": ("fashion_mnist", 128, 8, (32,), "relu", {}),
+    "ImageMLP_FashionMnist16_Relu32": ("fashion_mnist", 128, 16, (32,), "relu", {}),
+    "ImageMLP_FashionMnist32_Relu32": ("fashion_mnist", 128, 32, (32,), "relu", {}),
+    "ImageMLP_Cifar10_8_Relu32": ("cifar10", 128, 8, (32,), "relu", {}),
+    "ImageMLP_Imagenet16_Relu256x256x256": ("imagenet16", 128, 16, (256, 256, 256), "relu", {}),
+    "ImageMLP_Cifar10_128x128x128_Relu": ("cifar10", 128, 32, (128, 128, 128), "relu", {}),
+    "ImageMLP_Cifar100_128x128x128_Relu": ("cifar100", 128, 32, (128, 128, 128), "relu", {}),
+    "ImageMLP_Cifar10_128x128x128_Tanh_bs64": ("cifar10", 64, 32, (128, 128, 128), "tanh", {}),
+    "ImageMLP_Cifar10_128x128x128_Tanh_bs128": ("cifar10", 128, 32, (128, 128, 128), "tanh", {}),
+    "ImageMLP_Cifar10_128x128x128_Tanh_bs256": ("cifar10", 256, 32, (128, 128, 128), "tanh", {}),
+    "ImageMLP_Mnist_128x128x128_Relu": ("mnist", 128, 28, (128, 128, 128), "relu", {}),
+    "ImageMLP_Cifar10_256x256_Relu": ("cifar10", 128, 32, (256, 256), "relu", {}),
+    "ImageMLP_Cifar10_256x256_Relu_BS32": ("cifar10", 32, 32, (256, 256), "relu", {}),
+    "ImageMLP_Cifar10_1024x1024_Relu": ("cifar10", 128, 32, (1024, 1024), "relu", {}),
+    "ImageMLP_Cifar10_4096x4096_Relu": ("cifar10", 128, 32, (4096, 4096), "relu", {}),
+    "ImageMLP_Cifar10_8192x8192_Relu": ("cifar10", 128, 32, (8192, 8192), "relu", {}),
+    "ImageMLP_Cifar10_16384x16384_Relu": ("cifar10", 128, 32, (16384, 16384), "relu", {}),
+    "ImageMLP_Cifar10_128x128x128_Relu_MSE": ("cifar10", 128, 32, (128, 128, 128), "relu", {'mse': True}),
+    "ImageMLP_Cifar10_128x128_Dropout05_Relu_MSE": ("cifar10", 128, 32, (128, 128), "relu", {'mse': True, 'dropout_rate': 0.5}),
+    "ImageMLP_Cifar10_128x128_Dropout08_Relu_MSE": ("cifar10", 128, 32, (128, 128), "relu", {'mse': True, 'dropout_rate': 0.8}),
+    "ImageMLP_Cifar10_128x128_Dropout02_Relu_MSE": ("cifar10", 128, 32, (128, 128), "relu", {'mse': True, 'dropout_rate': 0.2}),
+    "ImageMLP_Cifar10_128x128x128_LayerNorm_Relu": ("cifar10", 128, 32, (128, 128, 128), "relu", {'norm': 'layer_norm'}),
+    "ImageMLP_Cifar10_128x128x128_LayerNorm_Tanh": ("cifar10", 128, 32, (128, 128, 128), "tanh", {'norm': 'layer_norm'}),
+    "ImageMLP_Cifar10_128x128x128_BatchNorm_Relu": ("cifar10", 128, 32, (128, 128, 128), "relu", {'norm': 'batch_norm'}),
+    "ImageMLP_Cifar10_128x128x128_BatchNorm_Tanh": ("cifar10", 128, 32, (128, 128, 128), "tanh", {'norm': 'batch_norm'}),
+}
+
+__all__ = list(TASKS) + ["Params", "ModelState", "PRNGKey", "TASKS", "build", "image_datasets"]
 
 
-def _fashion_mnist_mlp(name: str, hidden_sizes: Sequence[int], image_size: int) -> ImageMLPTask:
-  return ImageMLPTask(tuple(hidden_sizes), activation="relu", image_size=image_size, batch_size=128, name=name)
+def image_datasets(dataset: str, batch_size: int, side: int, black_and_white: bool = False):
+  """The reference's dataset function ``{dataset}_datasets`` at ``side x side`` (lazy for unavailable data)."""
+  if dataset.startswith("imagenet"):
+    return getattr(image, f"{dataset}_datasets")(batch_size)
+  kwargs = {"convert_to_black_and_white": True} if black_and_white else {}
+  return getattr(image, f"{dataset}_datasets")(batch_size, image_size=(side, side), **kwargs)
 
 
-def ImageMLP_FashionMnist_Relu128x128() -> ImageMLPTask:  # noqa: N802 -- the reference's name
-  """28x28 Fashion-MNIST, hidden layers (128, 128) (metafam's ``fmnist_mlp_28x28_128x128``)."""
-  return _fashion_mnist_mlp("ImageMLP_FashionMnist_Relu128x128", (128, 128), 28)
+def build(name: str) -> ImageClassifier:
+  """The task ``name`` of ``TASKS``."""
+  dataset, batch_size, side, hidden, activation, options = TASKS[name]
+  datasets = image_datasets(dataset, batch_size, side, options.get("bw", False))
+  num_classes = datasets.extra_info["num_classes"]
+  dropout_rate = options.get("dropout_rate", 0.0)
+  net = mlp_forward(hidden, num_classes, [activation_by_name(activation)], norm=options.get("norm"),
+                    dropout_rate=dropout_rate)
+  return ImageClassifier(net, datasets, name, mse=options.get("mse", False), dropout=dropout_rate > 0)
 
 
-def ImageMLP_FashionMnist8_Relu32() -> ImageMLPTask:  # noqa: N802
-  """8x8 Fashion-MNIST, one hidden layer of 32 (metafam's ``fmnist_mlp_8x8_32``)."""
-  return _fashion_mnist_mlp("ImageMLP_FashionMnist8_Relu32", (32,), 8)
+def _task_fn(name: str):
+  def task():
+    return build(name)
+  task.__name__ = task.__qualname__ = name
+  task.__doc__ = f"The reference's ``{name}`` (configuration ``TASKS[{name!r}]``)."
+  return task
 
 
-def ImageMLP_FashionMnist16_Relu32() -> ImageMLPTask:  # noqa: N802
-  """16x16 Fashion-MNIST, one hidden layer of 32."""
-  return _fashion_mnist_mlp("ImageMLP_FashionMnist16_Relu32", (32,), 16)
-
-
-def ImageMLP_FashionMnist32_Relu32() -> ImageMLPTask:  # noqa: N802
-  """32x32 Fashion-MNIST (upsampled), one hidden layer of 32."""
-  return _fashion_mnist_mlp("ImageMLP_FashionMnist32_Relu32", (32,), 32)
+for _name in TASKS:
+  globals()[_name] = _task_fn(_name)
+del _name

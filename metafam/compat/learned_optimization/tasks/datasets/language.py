@@ -1,0 +1,93 @@
+"""`learned_optimization.tasks.datasets.language`: the reference's LM1B and Wikipedia datasets, offline.
+
+metafam has neither corpus nor the T5 SentencePiece model, so these functions return `Datasets` with the
+reference's ``abstract_batch`` (``{"obs": i32[B, T], "target": i32[B, T]}``) and ``extra_info["vocab_size"]``
+(32,100 for the 32k SentencePiece vocabulary with its 100 extra ids; 259 for bytes: 256 values after the pad, eos
+and unk ids), so tasks built on them initialize and run on any batch of that shape; requesting a batch raises
+`DatasetUnavailableError` saying how to supply the data. metafam's own character corpus is
+`metafam.datasets.text.shakespeare_char_datasets` (the reference names no Shakespeare dataset).
+"""
+
+from __future__ import annotations
+
+from typing import List, Sequence
+
+import jax
+import jax.numpy as jnp
+
+from metafam._checks import check_positive_int
+from metafam.compat.learned_optimization.tasks.datasets import base
+
+__all__ = ["DEFAULT_SPM_PATH", "DEFAULT_EXTRA_IDS", "get_32k_sentence_piece_vocab", "get_bytes_vocab",
+           "ByteVocabulary", "lm1b_32k_datasets", "lm1b_bytes_datasets", "wikipedia_en_32k_datasets",
+           "wikipedia_en_bytes_datasets"]
+
+DEFAULT_SPM_PATH = "gs://t5-data/vocabs/cc_all.32000/sentencepiece.model"
+DEFAULT_EXTRA_IDS = 100
+SENTENCE_PIECE_VOCAB_SIZE = 32000 + DEFAULT_EXTRA_IDS
+
+
+class ByteVocabulary:
+  """UTF-8 bytes as ids: 0 pad, 1 eos, 2 unk, byte ``b`` -> ``b + 3`` (``vocab_size`` 259), as seqio's."""
+
+  num_special_tokens = 3
+  vocab_size = 256 + num_special_tokens
+
+  def encode(self, text: str) -> List[int]:
+    return [b + self.num_special_tokens for b in text.encode("utf-8")]
+
+  def decode(self, ids: Sequence[int]) -> str:
+    data = bytes(int(i) - self.num_special_tokens for i in ids if self.num_special_tokens <= int(i) < self.vocab_size)
+    return data.decode("utf-8", errors="ignore")
+
+
+def get_bytes_vocab() -> ByteVocabulary:
+  """The byte vocabulary (`ByteVocabulary`)."""
+  return ByteVocabulary()
+
+
+def get_32k_sentence_piece_vocab():
+  """The reference's T5 SentencePiece vocabulary lives at `DEFAULT_SPM_PATH` (cloud storage): not available."""
+  raise base.DatasetUnavailableError(f"the 32k SentencePiece vocabulary ({DEFAULT_SPM_PATH}) is not available "
+                                     "offline in metafam; tokenize with your own copy and build a Datasets.")
+
+
+_HOW = ("metafam has no {} corpus; tokenize a local copy into {{'obs', 'target'}} int32 windows, wrap them in "
+        "metafam.datasets.ArraySplit / Datasets with the same abstract_batch and assign it to the task's "
+        "`datasets` (metafam.datasets.text.shakespeare_char_datasets is the corpus metafam ships)")
+
+
+def _lm_datasets(corpus: str, vocab: str, batch_size: int, sequence_length: int) -> base.Datasets:
+  batch_size = check_positive_int("batch_size", batch_size)
+  sequence_length = check_positive_int("sequence_length", sequence_length)
+  shape = jax.ShapeDtypeStruct((batch_size, sequence_length), jnp.int32)
+  vocab_size = SENTENCE_PIECE_VOCAB_SIZE if vocab == "32k" else ByteVocabulary.vocab_size
+  return base.unavailable_datasets(f"{corpus}_{vocab}", _HOW.format(corpus), {"obs": shape, "target": shape},
+                                   {"vocab_size": vocab_size})
+
+
+@base.dataset_lru_cache
+def lm1b_32k_datasets(batch_size, sequence_length):
+  """LM1B with the 32k SentencePiece vocabulary: unavailable offline (batches raise)."""
+  return _lm_datasets("lm1b", "32k", batch_size, sequence_length)
+
+
+@base.dataset_lru_cache
+def lm1b_bytes_datasets(batch_size, sequence_length):
+  """LM1B as bytes: unavailable offline (batches raise)."""
+  return _lm_datasets("lm1b", "bytes", batch_size, sequence_length)
+
+
+@base.dataset_lru_cache
+def wikipedia_en_32k_datasets(batch_size, sequence_length):
+  """English Wikipedia with the 32k SentencePiece vocabulary: unavailable offline (batches raise)."""
+  return _lm_datasets("wikipedia_en", "32k", batch_size, sequence_length)
+
+
+@base.dataset_lru_cache
+def wikipedia_en_bytes_datasets(batch_size, sequence_length):
+  """English Wikipedia as bytes: unavailable offline (batches raise)."""
+  return _lm_datasets("wikipedia_en", "bytes", batch_size, sequence_length)
+
+
+CACHED = (lm1b_32k_datasets, lm1b_bytes_datasets, wikipedia_en_32k_datasets, wikipedia_en_bytes_datasets)
