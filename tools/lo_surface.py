@@ -71,6 +71,16 @@ def _dotted(node: ast.AST) -> str:
   return ""
 
 
+def _field_has_default(value: Optional[ast.expr]) -> bool:
+  """Whether a dataclass field's right-hand side gives it a default: ``x: int = 3`` does; ``x: int =
+  field(pytree_node=False)`` (dataclasses' or flax's ``field``) only with a ``default`` or ``default_factory``."""
+  if value is None:
+    return False
+  if isinstance(value, ast.Call) and _dotted(value.func).split(".")[-1] == "field":
+    return any(k.arg in ("default", "default_factory") for k in value.keywords)
+  return True
+
+
 def _class_signature(node: ast.ClassDef) -> Optional[List[Dict[str, Any]]]:
   """The constructor's parameters: ``__init__`` if the class defines one, else its fields when it is a dataclass
   or a NamedTuple, else None (inherited; not checked)."""
@@ -81,7 +91,7 @@ def _class_signature(node: ast.ClassDef) -> Optional[List[Dict[str, Any]]]:
                or any(_dotted(b).endswith("NamedTuple") for b in node.bases))
   if not is_fields:
     return None
-  return [{"name": item.target.id, "kind": "POSITIONAL_OR_KEYWORD", "default": item.value is not None}
+  return [{"name": item.target.id, "kind": "POSITIONAL_OR_KEYWORD", "default": _field_has_default(item.value)}
           for item in node.body
           if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
           and "ClassVar" not in ast.dump(item.annotation)]
@@ -127,6 +137,9 @@ def module_surface(root: str, module: str, source: str) -> Dict[str, Any]:
         node.module == PREFIX or node.module.startswith(PREFIX + ".")):
       for alias in node.names:
         name = alias.asname or alias.name
+        if name == "*":  # expanded by `read_surface` once the source module's names are known
+          names.setdefault("*", {"type": "star", "from": []})["from"].append(node.module)
+          continue
         if _public(name) and not _is_lo_module(root, f"{node.module}.{alias.name}") and name not in names:
           names[name] = {"type": "reexport", "signature": None, "from": f"{node.module}.{alias.name}"}
   return names
@@ -151,6 +164,10 @@ def read_surface(reference_src: str) -> Dict[str, Dict[str, Any]]:
         continue  # the package's own __init__ (licence header only)
       with open(os.path.join(dirpath, filename), encoding="utf-8") as f:
         modules[".".join(parts)] = module_surface(reference_src, ".".join(parts), f.read())
+  for names in modules.values():  # `from learned_optimization.x import *`: x's public names, re-exported
+    for source in names.pop("*", {"from": []})["from"]:
+      for name in modules.get(source[len(PREFIX) + 1:], {}):
+        names.setdefault(name, {"type": "reexport", "signature": None, "from": f"{source}.{name}"})
   return dict(sorted(modules.items()))
 
 

@@ -23,7 +23,7 @@ DATA = lo_surface.load_data()
 
 # Modules (a key covers the module and its submodules) built on other branches of issue 26; emptied at merge.
 # ("research" itself is the package research.general_lopt lives in.)
-PENDING_OTHER_BRANCHES = {"tasks", "optimizers", "checkpoints", "research.general_lopt", "research"}
+PENDING_OTHER_BRANCHES = {"optimizers", "checkpoints", "research.general_lopt", "research"}
 
 _PAPER = "paper-specific research project (its own models and experiments, not LO's library surface)"
 _GIN_SCRIPT = ("absl/gin command-line script of LO's cluster workflow; metafam has no gin: the module raises "
@@ -60,6 +60,13 @@ EXCLUDED = {
     # time_filter: timings is provided (over metafam's truncated step); the rest is LO's timing-model pipeline.
     **{f"time_filter.{m}": _TIME_MODEL for m in ("model_paths", "run_sample_and_time", "run_train_time_model",
                                                   "time_model", "time_model_data")},
+    "tasks.datasets.beam": "Apache Beam pipeline that resizes TFDS image datasets on LO's cluster; metafam resizes "
+                           "Fashion-MNIST on the fly and reads other datasets from local files",
+    # not yet covered (a gap, not a choice): a learned optimizer's own meta-training as a task
+    "tasks.fixed.lopt": "NOT YET COVERED: tasks whose parameters are a learned optimizer's theta, trained through "
+                        "an inner meta-training unroll; planned over metafam's estimators",
+    "tasks.parametric.lopt": "NOT YET COVERED: the parametric family of tasks.fixed.lopt",
+    "tasks.parametric.lopt_trunc": "NOT YET COVERED: the truncated-unroll variant of tasks.parametric.lopt",
     # single names
     "profile.FLAGS": "absl flag object; profile timings are logged at DEBUG level of the module's logger instead",
     "learned_optimizers.adafac_mlp_lopt.AdafacMLPLOptState": _STATE,

@@ -15,6 +15,11 @@ _MODULES = (conv, image_mlp, image_mlp_ae, resnet, rnn_lm, es_wrapped, transform
 
 FIXED_TASKS = {name: getattr(module, name) for module in _MODULES for name in module.TASKS}
 
-__all__ = list(FIXED_TASKS) + ["FIXED_TASKS"]
+# Like the reference's `from ...fixed.<module> import *` lines: every public name of the task modules (their type
+# aliases and helpers such as `rnn_lm.softmax_cross_entropy` too), the tasks included.
+_EXPORTS = {name: value for module in _MODULES for name, value in vars(module).items()
+            if not name.startswith("_") and not isinstance(value, type(conv)) and name not in ("annotations", "TASKS")}
+_EXPORTS.update(FIXED_TASKS)
+__all__ = sorted(_EXPORTS) + ["FIXED_TASKS"]
 
-globals().update(FIXED_TASKS)
+globals().update(_EXPORTS)
