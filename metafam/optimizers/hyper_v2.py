@@ -134,11 +134,6 @@ class HyperV2State:
   loss_buffer: Dict[str, jax.Array]
 
 
-def _truncated(key: jax.Array, shape: Tuple[int, ...], fan_in: int) -> jax.Array:
-  """haiku's default ``TruncatedNormal(1 / sqrt(fan_in))``: a normal truncated at 2 standard deviations."""
-  return jax.random.truncated_normal(key, -2.0, 2.0, shape, jnp.float32) * np.float32(1.0 / np.sqrt(fan_in))
-
-
 class HyperV2(LearnedOptimizer):
   """VeLO's per-tensor-LSTM hypernetwork learned optimizer; see the module docstring.
 
@@ -220,28 +215,33 @@ class HyperV2(LearnedOptimizer):
 
   # -- theta ------------------------------------------------------------------------------------------------------
   def init(self, key: jax.Array) -> dict:
-    """theta in the reference's layout (see the module docstring)."""
+    """theta in the reference's layout (see the module docstring). Weights are haiku's default initialization,
+    truncated normals of scale ``1 / sqrt(fan_in)`` (all drawn at once), biases are 0."""
     h, n_in, k = self.lstm_hidden_size, self.num_lstm_inputs, self.param_inits
-    keys = iter(jax.random.split(key, 16))
-    linear = lambda fan_in, fan_out: {"w": _truncated(next(keys), (fan_in, fan_out), fan_in),  # noqa: E731
-                                      "b": jnp.zeros((fan_out,), jnp.float32)}
-    rnn = {}
-    if self.mix_layers:
-      rnn = {"linear": linear(n_in, h), "linear_1": linear(n_in, h), "linear_2": linear(n_in, h)}
-    rnn["rnn/linear"] = linear((h if self.mix_layers else n_in) + h, 4 * h)
-    rnn["rnn_to_controls"], rnn["step_size"] = linear(h, k), linear(h, 1)
-    widths, ff = self.input_widths, self.ff_hidden_size
-    sizes = [ff] * self.ff_hidden_layers + [3]
-    bank_key = next(keys)
-    bank, fan_in = {}, sum(widths)
+    widths, sizes = self.input_widths, [self.ff_hidden_size] * self.ff_hidden_layers + [3]
+    # (group, name, weight shape, fan_in) of every weight, then one draw for all of them.
+    specs = [("rnn", name, (fan_in, fan_out), fan_in) for name, fan_in, fan_out in
+             ([("linear", n_in, h), ("linear_1", n_in, h), ("linear_2", n_in, h)] if self.mix_layers else [])
+             + [("rnn/linear", (h if self.mix_layers else n_in) + h, 4 * h), ("rnn_to_controls", h, k),
+                ("step_size", h, 1)]]
+    fan_in = sum(widths)
     for layer, width in enumerate(sizes):
-      shapes = ({f"w0__{i}": (k, w, width) for i, w in enumerate(widths)} if layer == 0
-                else {f"w{layer}": (k, fan_in, width)})
-      for name, shape in shapes.items():
-        bank_key, sub = jax.random.split(bank_key)
-        bank[name] = _truncated(sub, shape, 1) * np.float32(1.0 / np.sqrt(fan_in))
-      bank[f"b{layer}"] = jnp.zeros((k, width), jnp.float32)
+      names = [(f"w0__{i}", w) for i, w in enumerate(widths)] if layer == 0 else [(f"w{layer}", fan_in)]
+      specs += [("bank", name, (k, rows, width), fan_in) for name, rows in names]
       fan_in = width
+    total = sum(int(np.prod(shape)) for _, _, shape, _ in specs)
+    z = jax.random.truncated_normal(key, -2.0, 2.0, (total,), jnp.float32)
+    rnn, bank, offset = {}, {}, 0
+    for group, name, shape, fan_in in specs:
+      size = int(np.prod(shape))
+      w = z[offset:offset + size].reshape(shape) * np.float32(1.0 / np.sqrt(fan_in))
+      offset += size
+      if group == "rnn":
+        rnn[name] = {"w": w, "b": jnp.zeros((shape[1],), jnp.float32)}
+      else:
+        bank[name] = w
+    for layer, width in enumerate(sizes):
+      bank[f"b{layer}"] = jnp.zeros((k, width), jnp.float32)
     if self.descent_init:
       rnn, bank = self._descent(rnn, bank, sizes)
     zeros = jnp.zeros((1, h), jnp.float32)
@@ -363,11 +363,12 @@ class _HyperV2Optimizer(Optimizer):
     m, r, f = lopt.num_decays
     num_steps = lopt.default_num_steps if num_steps is None else num_steps
     leaves, treedef = jax.tree.flatten(params)
-    zeros = lambda shape: jnp.zeros(shape, jnp.float32)  # noqa: E731
+    dtype = F.compute_dtype(jnp.result_type(*leaves))
+    zeros = lambda shape: jnp.zeros(shape, dtype)  # noqa: E731
     fac = [_factored_shapes(jnp.shape(p)) for p in leaves]
     tree = lambda shapes, k: treedef.unflatten([zeros(tuple(s) + (k,)) for s in shapes])  # noqa: E731
     init_state = self.theta["lstm_init_state"]
-    tile = lambda x: jnp.tile(jnp.asarray(x, jnp.float32), (len(leaves), 1))  # noqa: E731
+    tile = lambda x: jnp.tile(jnp.asarray(x), (len(leaves), 1))  # noqa: E731
     return HyperV2State(
         params=params, state=model_state, iteration=jnp.asarray(0, jnp.int32),
         num_steps=jnp.asarray(num_steps, jnp.int32),
@@ -386,23 +387,26 @@ class _HyperV2Optimizer(Optimizer):
     fraction = opt_state.iteration / opt_state.num_steps.astype(jnp.float32)
 
     leaves, treedef = jax.tree.flatten(opt_state.params)
-    p32 = [jnp.asarray(p, jnp.float32) for p in leaves]
-    g32 = [jnp.clip(jnp.asarray(g, jnp.float32), -1000.0, 1000.0) for g in treedef.flatten_up_to(grad)]
+    dtype = F.compute_dtype(jnp.result_type(*leaves))
+    p32 = [jnp.asarray(p, dtype) for p in leaves]
+    g32 = [jnp.clip(jnp.asarray(g, dtype), -1000.0, 1000.0) for g in treedef.flatten_up_to(grad)]
     acc = [treedef.flatten_up_to(t) for t in (opt_state.mom, opt_state.rms, opt_state.fac_row, opt_state.fac_col,
                                               opt_state.fac_diag)]
     stack = jnp.stack([_tensor_features(lopt, p, m, v, fraction, loss_feats)
                        for p, m, v in zip(p32, acc[0], acc[1])])
     controls, lr_mult, (h, c) = self._rnn(stack, opt_state.lstm_hidden, opt_state.lstm_cell)
+    h, c = h.astype(opt_state.lstm_hidden.dtype), c.astype(opt_state.lstm_cell.dtype)
     if lopt.use_bugged_next_lstm_state:
       h, c = opt_state.lstm_hidden, opt_state.lstm_cell
     if lopt.rnn_state_decay > 0.0:
       h, c = h * (1.0 - lopt.rnn_state_decay), c * (1.0 - lopt.rnn_state_decay)
 
+    mixed = self._mixed_mlps(controls)
     new_params, new_acc = [], []
     for i, (p, g) in enumerate(zip(p32, g32)):
       mom, rms, row, col, diag, fac_g = _accumulate(lopt, g, *(a[i] for a in acc))
       new_acc.append((mom, rms, row, col, diag))
-      step = self._step(controls[i], lr_mult[i], p, g, mom, rms, fac_g, row, col, diag)
+      step = self._step({k: v[i] for k, v in mixed.items()}, lr_mult[i], p, g, mom, rms, fac_g, row, col, diag)
       new_params.append((p - step).astype(jnp.result_type(leaves[i])))
     unflat = lambda k: treedef.unflatten([a[k] for a in new_acc])  # noqa: E731
     return HyperV2State(params=treedef.unflatten(new_params),
@@ -420,19 +424,24 @@ class _HyperV2Optimizer(Optimizer):
     h, c = F.lstm_step(rnn["rnn/linear"], x, h, c, haiku_layout=True)
     return dense("rnn_to_controls", h), dense("step_size", h)[:, 0], (h, c)
 
-  def _step(self, control, lr_mult, p, g, mom, rms, fac_g, row, col, diag) -> jax.Array:
-    """The step of one tensor from its mixed per-element MLP."""
+  def _mixed_mlps(self, controls: jax.Array) -> Dict[str, jax.Array]:
+    """Every tensor's MLP, ``100 * mean_k(controls[t, k] * bank[k])``, as ``{"w0": [T, inputs, H], "b0", ...}``."""
     lopt, bank = self.lopt, self.theta["ff_mod_stack"][_BANK]
+    weights = {"w0": jnp.concatenate([bank[f"w0__{i}"] for i in range(len(lopt.input_widths))], axis=1)}
+    weights.update({k: v for k, v in bank.items() if not k.startswith("w0__")})
+    return {k: jnp.tensordot(controls, v, axes=1) * np.float32(100.0 / lopt.param_inits) for k, v in weights.items()}
+
+  def _step(self, mlp, lr_mult, p, g, mom, rms, fac_g, row, col, diag) -> jax.Array:
+    """The step of one tensor from its mixed per-element MLP."""
+    lopt = self.lopt
     shape = p.shape
     if p.ndim == 0:  # the reference runs scalars as 1-vectors
       p, g, mom, rms, fac_g, diag = (x[None] for x in (p, g, mom, rms, fac_g, diag))
     x = _leaf_inputs(p, g, mom, rms, fac_g, row, col, diag)
     x = F.rsqrt_eps(jnp.mean(jnp.square(x), axis=tuple(range(p.ndim)), keepdims=True), 1e-5) * x
-    mix = lambda w: jnp.tensordot(control, w, axes=1) * np.float32(100.0 / lopt.param_inits)  # noqa: E731
-    num_groups = len(lopt.input_widths)
-    o = x @ jnp.concatenate([mix(bank[f"w0__{i}"]) for i in range(num_groups)], axis=0) + mix(bank["b0"])
+    o = x @ mlp["w0"] + mlp["b0"]
     for layer in range(1, lopt.ff_hidden_layers + 1):
-      o = jax.nn.relu(o) @ mix(bank[f"w{layer}"]) + mix(bank[f"b{layer}"])
+      o = jax.nn.relu(o) @ mlp[f"w{layer}"] + mlp[f"b{layer}"]
     direction, magnitude = o[..., 0], jnp.exp(o[..., 1] * lopt.exp_mult)
     if lopt.param_scale_mult:
       scale = jnp.sqrt(jnp.mean(jnp.square(p)) + 1e-9)
