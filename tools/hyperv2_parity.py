@@ -32,6 +32,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+# This checkout's metafam, not an installed one.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 COPIED = ("research/general_lopt/hyper_v2.py", "learned_optimizers/common.py", "optimizers/base.py", "tree_utils.py")
 _SUMMARY_STUB = "def summary(*args, **kwargs):\n  del args, kwargs\n"
 _LOPT_BASE_STUB = ("from typing import Any\nMetaParams = Any\n\n\nclass LearnedOptimizer:\n"
