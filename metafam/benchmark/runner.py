@@ -39,7 +39,7 @@ from metafam.benchmark.sweep import (DEFAULT_SPLITS, TUNABLE, SweepResult, check
 from metafam.evaluation.evaluate import check_positive_int, check_splits, train_and_evaluate_vectorized
 from metafam.optimizers.base import OptaxOptimizer, Optimizer
 from metafam.optimizers.learned import LearnedOptimizer
-from metafam.outer_trainers import checkpoint
+from metafam.outer_trainers import checkpoint, flax_msgpack
 from metafam.tasks.base import Task
 
 TUNED_SUFFIX = "-tuned"
