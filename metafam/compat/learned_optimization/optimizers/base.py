@@ -25,8 +25,16 @@ from metafam.optimizers.base import OptimizerState
 
 Gradient = Any
 
-__all__ = ["Optimizer", "OptimizerState", "GradientClipOptimizer", "GraftedOptimizer", "GraftedOptimizerState",
+__all__ = ["Optimizer", "OptimizerState", "StatelessState", "GradientClipOptimizer", "GraftedOptimizer", "GraftedOptimizerState",
            "as_lo_optimizer"]
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class StatelessState:
+  """The reference's state for optimizers that keep nothing but the params and the model state."""
+  params: Any
+  state: Any
 
 
 class _LOFace(Optimizer):

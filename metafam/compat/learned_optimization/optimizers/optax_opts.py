@@ -13,10 +13,16 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from metafam.compat.learned_optimization.optimizers._interface import Optimizer
+from metafam.compat.learned_optimization.optimizers._interface import ModelState, Optimizer, OptState, Params
 from metafam.optimizers import base as _mf_base
 
-__all__ = ["OptaxOptimizer", "SGD", "SGDM", "Adam", "RMSProp", "AdaBelief", "AdamW", "Fromage", "Lars", "Lamb",
+Gradient = Any
+# The states of these optimizers: metafam's OptimizerState (params, state, iteration, and the optax state in
+# ``opt_state``, the reference's ``optax_opt_state``). SM3's is the same (scalars are lifted inside its transformation).
+OptaxState = _mf_base.OptimizerState
+SM3OptState = _mf_base.OptimizerState
+
+__all__ = ["OptaxState", "SM3OptState", "Params", "ModelState", "OptState", "Gradient", "OptaxOptimizer", "SGD", "SGDM", "Adam", "RMSProp", "AdaBelief", "AdamW", "Fromage", "Lars", "Lamb",
            "RAdam", "SM3", "Yogi", "Adafactor", "AdaGrad", "PiecewiseLinearAdam", "piecewise_linear"]
 
 

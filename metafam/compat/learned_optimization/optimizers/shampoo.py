@@ -1,0 +1,33 @@
+"""`learned_optimization.optimizers.shampoo`: not implemented.
+
+The reference wraps ``optax_shampoo.distributed_shampoo`` (blocked Kronecker-factored preconditioners with inverse
+p-th roots, grafting, a fake ``pmap`` axis): a second-order optimizer of a few thousand lines that neither optax nor
+metafam provides, and that is not re-implemented here without tests against it. `Shampoo(...)` raises
+NotImplementedError saying so; `GraftingType` lists the reference's grafting names so that configurations parse.
+"""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = ["Shampoo", "GraftingType"]
+
+
+class GraftingType(enum.IntEnum):
+  SGD = 1
+  ADAGRAD = 2
+  RMSPROP = 3
+  RMSPROP_NORMALIZED = 4
+  SQRT_N = 5
+  ADAGRAD_NORMALIZED = 6
+
+
+class Shampoo:
+  """Raises NotImplementedError (see the module docstring)."""
+
+  def __init__(self, *args, **kwargs):
+    del args, kwargs
+    raise NotImplementedError("learned_optimization's Shampoo (optax_shampoo.distributed_shampoo) is not available "
+                              "in metafam: no implementation of it is included. Use optax_opts.Adafactor or "
+                              "optax_opts.SM3 for a memory-efficient adaptive optimizer, or wrap an external Shampoo "
+                              "optax transformation with optax_opts.OptaxOptimizer(tx).")
