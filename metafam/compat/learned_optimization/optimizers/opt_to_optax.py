@@ -1,6 +1,7 @@
 """`learned_optimization.optimizers.opt_to_optax`: any optimizer of this interface as an optax transformation.
 
-`opt_to_optax_opt(opt, num_steps)` is metafam's `optimizer_as_optax` with ``num_steps`` passed to ``opt.init``: the
+`opt_to_optax_opt(opt, num_steps)` is metafam's `optimizer_as_optax` with ``num_steps`` passed to ``opt.init`` and
+``opt.set_params`` putting the params into its state (as the reference does): the
 updates are ``new_params - params``; ``loss``, ``model_state`` and ``key`` given to ``update`` as extra arguments
 reach ``opt.update`` (so learned optimizers see the loss), others are ignored.
 """
@@ -40,7 +41,11 @@ class _WithSteps(base.Optimizer):
   def get_state(self, state):
     return self.opt.get_state(state)
 
+  def set_params(self, state, params):
+    return self.opt.set_params(state, params)
+
 
 def opt_to_optax_opt(opt: base.Optimizer, num_steps: Optional[int] = None) -> optax.GradientTransformationExtraArgs:
   """``opt`` as an optax transformation (module docstring)."""
-  return optax_adapter.optimizer_as_optax(_WithSteps(opt, num_steps))
+  wrapped = _WithSteps(opt, num_steps)
+  return optax_adapter.optimizer_as_optax(wrapped, set_params=wrapped.set_params)
