@@ -197,3 +197,20 @@ def test_missing_msgpack_names_the_extra(monkeypatch):
   monkeypatch.setitem(sys.modules, "msgpack", None)
   with pytest.raises(ImportError, match=r"pip install 'metafam\[msgpack\]'"):
     flax_msgpack.decode(b"\x80")
+
+
+def test_numbered_checkpoints_in_a_directory(tmp_path):
+  d = str(tmp_path / "ckpts")
+  assert checkpoints.last_checkpoint_idx(d, "theta_") is None and not checkpoints.has_checkpoint(d, "theta_")
+  like = {"w": jnp.zeros(2)}
+  assert checkpoints.restore_checkpoint(d, like, "theta_") is like  # nothing saved: the template back, as flax does
+  for step in range(4):
+    checkpoints.save_checkpoint(d, "theta_", {"w": jnp.full(2, float(step))}, step, keep=2,
+                                format="flax" if step % 2 else "npz")
+  assert sorted(os.listdir(d)) == ["theta_2", "theta_3"] and checkpoints.last_checkpoint_idx(d, "theta_") == 3
+  np.testing.assert_array_equal(checkpoints.restore_checkpoint(d, like, "theta_")["w"], [3.0, 3.0])
+  saved = checkpoints.periodically_save_checkpoint(d, 10, {"theta_": lambda: {"w": jnp.ones(2)}}, time_interval=None,
+                                                   step_interval=5)
+  assert saved == {"theta_": os.path.join(d, "theta_4")}
+  assert checkpoints.periodically_save_checkpoint(d, 11, {"theta_": like}, time_interval=None, step_interval=5) is None
+  assert checkpoints.periodically_save_checkpoint(d, 11, {"theta_": like}, time_interval=3600) is None  # too recent

@@ -21,14 +21,21 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-from typing import Any, TypeVar
+import re
+import time
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar, Union
 
 import jax
 
 from metafam.outer_trainers import checkpoint as _checkpoint
 from metafam.outer_trainers import flax_msgpack as _flax
 
-__all__ = ["save_state", "load_state", "ParameterCheckpoint", "OptCheckpoint"]
+__all__ = ["save_state", "load_state", "ParameterCheckpoint", "OptCheckpoint", "save_checkpoint",
+           "restore_checkpoint", "last_checkpoint_idx", "has_checkpoint", "periodically_save_checkpoint", "HKTree",
+           "FutureMapping"]
+
+HKTree = dict  # haiku's parameter mappings are plain dicts today
+FutureMapping = Any
 
 T = TypeVar("T")
 
@@ -102,3 +109,68 @@ def load_state(path: str, state: T) -> T:
                          metadata.get("total_inner_steps", 0))
   tree, _ = _checkpoint.load(path, like=state)
   return tree
+
+
+# -- numbered checkpoints in a directory ------------------------------------------------------------------------
+def _numbered(ckpt_dir: str, prefix: str) -> List[Tuple[int, str]]:
+  """``(step, path)`` of the files ``<ckpt_dir>/<prefix><step>``, by step."""
+  if not os.path.isdir(ckpt_dir):
+    return []
+  pattern = re.compile(re.escape(prefix) + r"(\d+)")
+  found = [(int(m.group(1)), os.path.join(ckpt_dir, name)) for name in os.listdir(ckpt_dir)
+           for m in [pattern.fullmatch(name)] if m]
+  return sorted(found)
+
+
+def last_checkpoint_idx(ckpt_dir: str, prefix: str) -> Optional[int]:
+  """The largest ``step`` of the files ``<prefix><step>`` in ``ckpt_dir``, or None."""
+  found = _numbered(ckpt_dir, prefix)
+  return found[-1][0] if found else None
+
+
+def has_checkpoint(ckpt_dir: str, prefix: str) -> bool:
+  return last_checkpoint_idx(ckpt_dir, prefix) is not None
+
+
+def save_checkpoint(ckpt_dir: str, prefix: str, value: Any, step: int, keep: int = 20,
+                    format: str = "npz") -> str:  # noqa: A002
+  """Writes ``value`` to ``<ckpt_dir>/<prefix><step>`` (see `save_state` for ``format``), replacing a file of that
+  name, then deletes the oldest ``<prefix>*`` files beyond the newest ``keep``; returns the path."""
+  if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+    raise ValueError(f"keep must be an int >= 1, got {keep!r}.")
+  path = os.path.join(ckpt_dir, f"{prefix}{int(step)}")
+  save_state(path, value, format=format)
+  for _, old in _numbered(ckpt_dir, prefix)[:-keep]:
+    os.remove(old)
+  return path
+
+
+def restore_checkpoint(ckpt_dir: str, value: T, prefix: str) -> T:
+  """The newest ``<prefix><step>`` checkpoint in ``ckpt_dir`` in ``value``'s tree type; ``value`` itself if there is
+  none (as flax does)."""
+  found = _numbered(ckpt_dir, prefix)
+  return load_state(found[-1][1], value) if found else value
+
+
+def periodically_save_checkpoint(train_log_dir: str, current_iteration: Any,
+                                 checkpoint_state_map: Mapping[str, Union[Any, Callable[[], Any]]],
+                                 time_interval: Optional[int] = 10 * 60, step_interval: Optional[int] = None,
+                                 keep: int = 20, background: bool = False) -> Optional[Dict[str, str]]:
+  """Saves every ``prefix -> value`` (or ``prefix -> function returning the value``) as the next numbered checkpoint
+  when ``step_interval`` divides ``current_iteration`` or, with ``time_interval``, when the newest checkpoint of the
+  first prefix is older than that many seconds (its file time: no state is kept in this process). Returns
+  ``{prefix: path}`` when it saved, else None. ``background`` is accepted; saving happens in the calling thread."""
+  del background
+  if time_interval is not None and step_interval is not None:
+    raise ValueError("periodically_save_checkpoint: give time_interval or step_interval, not both.")
+  first = sorted(checkpoint_state_map)[0]
+  found = _numbered(train_log_dir, first)
+  if step_interval is not None:
+    due = int(current_iteration) % step_interval == 0
+  else:
+    due = not found or time.time() - os.path.getmtime(found[-1][1]) > (time_interval or 0)
+  if not due:
+    return None
+  step = found[-1][0] + 1 if found else 0
+  return {prefix: save_checkpoint(train_log_dir, prefix, value() if callable(value) else value, step, keep=keep)
+          for prefix, value in checkpoint_state_map.items()}
