@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from metafam.optimizers import num_meta_params
-from metafam.optimizers.hyper_v2 import (HyperV2, TIME_FRACTIONS, _tensor_features, loss_buffer_features,
-                                         loss_buffer_init, loss_buffer_update)
+from metafam.optimizers.hyper_v2 import (HyperV2, TIME_FRACTIONS, _shared_features, _tensor_features,
+                                         loss_buffer_features, loss_buffer_init, loss_buffer_update)
 
 WIDTHS = (1, 1, 1, 3, 1, 3, 1, 3, 1, 3, 3, 3, 3, 3)  # the 14 per-element input groups at the default decays
 
@@ -120,7 +120,7 @@ def test_tensor_features_time_rank_and_moment_statistics():
   m = jnp.stack([jnp.zeros((4, 1, 3)), jnp.ones((4, 1, 3)), jnp.arange(12.0).reshape(4, 1, 3)], -1)
   rms = jnp.full((4, 1, 3, 1), 0.5)
   loss_feats = jnp.linspace(-1, 1, 9)
-  x = np.asarray(_tensor_features(lopt, p, m, rms, jnp.float32(0.25), loss_feats))
+  x = np.asarray(_tensor_features(lopt, p, m, rms, _shared_features(lopt, jnp.float32(0.25), loss_feats)))
   clip_log = lambda v: np.clip(np.log(1e-8 + np.abs(10 * v)), -5, 5) / 2  # noqa: E731
   var_m = np.var(np.arange(12.0) / 2)  # m scaled by 1 / rms(p)
   spread = (0.25 - np.asarray([0.0, 0.5, np.mean(np.arange(12.0) / 2)])) ** 2  # v around the momenta's means

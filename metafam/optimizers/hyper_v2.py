@@ -279,7 +279,8 @@ class HyperV2(LearnedOptimizer):
 
 
 def _accumulate(lopt: HyperV2, g: jax.Array, mom, rms, row, col, diag):
-  """One update of a leaf's accumulators; returns them and the Adafactor-preconditioned ``g`` ``[*shape, F]``."""
+  """One update of a leaf's accumulators; returns them and the Adafactor preconditioner ``[*shape, F]`` (or
+  broadcastable to it) that multiplies ``g``."""
   dm, dr, df = (jnp.asarray(d, jnp.float32) for d in (lopt.initial_momentum_decays, lopt.initial_rms_decays,
                                                       lopt.initial_adafactor_decays))
   gx = g[..., None]
@@ -290,11 +291,11 @@ def _accumulate(lopt: HyperV2, g: jax.Array, mom, rms, row, col, diag):
   dims = factored_dims(g.shape)
   if dims is None:
     diag = df * diag + (1 - df) * g2[..., None]
-    return mom, rms, row, col, diag, gx * _safe_rsqrt(diag + 1e-9)
+    return mom, rms, row, col, diag, _safe_rsqrt(diag + 1e-9)
   d1, d0 = dims
   row = df * row + (1 - df) * jnp.mean(g2, axis=d0)[..., None]
   col = df * col + (1 - df) * jnp.mean(g2, axis=d1)[..., None]
-  return mom, rms, row, col, diag, gx * _factored_scale(row, col, dims)
+  return mom, rms, row, col, diag, _factored_scale(row, col, dims)
 
 
 def _factored_scale(row: jax.Array, col: jax.Array, dims: Tuple[int, int]) -> jax.Array:
@@ -313,7 +314,12 @@ def _factored_shapes(shape: Tuple[int, ...]) -> Tuple[Tuple[int, ...], ...]:
   return tuple(np.delete(shape, d0).tolist()), tuple(np.delete(shape, d1).tolist()), (0,)
 
 
-def _tensor_features(lopt: HyperV2, p, m, rms, fraction, loss_feats) -> jax.Array:
+def _shared_features(lopt: HyperV2, fraction: jax.Array, loss_feats: jax.Array) -> jax.Array:
+  """The LSTM inputs every tensor shares: the 9 training-fraction embeddings and the 9 loss features."""
+  return jnp.concatenate([jnp.tanh((fraction - jnp.asarray(TIME_FRACTIONS, jnp.float32)) * 10), loss_feats])
+
+
+def _tensor_features(lopt: HyperV2, p, m, rms, shared) -> jax.Array:
   """The LSTM's inputs for one tensor (from the accumulators before this step's update)."""
   scale = jax.lax.rsqrt(jnp.maximum(1e-9, jnp.mean(p ** 2)))
   m, rms = m * scale, rms * scale
@@ -322,19 +328,20 @@ def _tensor_features(lopt: HyperV2, p, m, rms, fraction, loss_feats) -> jax.Arra
   var_m = jnp.mean(jnp.square(m - mean_m), axis=axes)
   mean_rms = jnp.mean(rms, axis=axes).reshape(-1)
   spread_rms = jnp.mean(jnp.square(rms - mean_m), axis=axes)
-  rank = jax.nn.one_hot(int(np.sum(np.asarray(p.shape) > 1)), 5, dtype=jnp.float32)
-  time = jnp.tanh((fraction - jnp.asarray(TIME_FRACTIONS, jnp.float32)) * 10)
-  parts = [time, loss_feats, _clip_log_abs(mean_rms), rank, _clip_log_abs(var_m), _clip_log_abs(spread_rms)]
+  stats = _clip_log_abs(jnp.concatenate([mean_rms, var_m, spread_rms]))
+  r = mean_rms.shape[0]
+  rank = np.eye(5, dtype=np.float32)[int(np.sum(np.asarray(p.shape) > 1))]  # one-hot of the axes longer than 1
+  parts = [shared.astype(stats.dtype), stats[:r], rank, stats[r:]]
   if lopt.with_validation_feature_dim:
     parts.append(jnp.full((1,), float(lopt.validation_mode), jnp.float32))
   return jnp.concatenate(parts)
 
 
-def _leaf_inputs(p, g, m, rms, fac_g, row, col, diag) -> jax.Array:
+def _leaf_inputs(p, g, m, rms, precondition, row, col, diag) -> jax.Array:
   """``[*shape, 30]``: the per-element inputs of one tensor (rank >= 1), unnormalized."""
   rsqrt = jax.lax.rsqrt(rms + 1e-6)
   gx = g[..., None]
-  parts = [gx, jnp.clip(gx, -0.1, 0.1), p[..., None], m, rms, m * rsqrt, rsqrt, fac_g, gx * rsqrt]
+  parts = [gx, jnp.clip(gx, -0.1, 0.1), p[..., None], m, rms, m * rsqrt, rsqrt, gx * precondition, gx * rsqrt]
   dims = factored_dims(g.shape)
   if dims is None:
     parts += [diag, diag, jax.lax.rsqrt(diag + 1e-8), jax.lax.rsqrt(diag + 1e-8), m * diag ** -0.5]
@@ -343,8 +350,7 @@ def _leaf_inputs(p, g, m, rms, fac_g, row, col, diag) -> jax.Array:
     full = g.shape + (row.shape[-1],)
     row_feat = jnp.broadcast_to(jnp.expand_dims(row, d0), full)
     col_feat = jnp.broadcast_to(jnp.expand_dims(col, d1), full)
-    parts += [row_feat, col_feat, jax.lax.rsqrt(row_feat + 1e-8), jax.lax.rsqrt(col_feat + 1e-8),
-              m * _factored_scale(row, col, dims)]
+    parts += [row_feat, col_feat, jax.lax.rsqrt(row_feat + 1e-8), jax.lax.rsqrt(col_feat + 1e-8), m * precondition]
   return jnp.concatenate(parts, axis=-1)
 
 
@@ -392,7 +398,8 @@ class _HyperV2Optimizer(Optimizer):
     g32 = [jnp.clip(jnp.asarray(g, dtype), -1000.0, 1000.0) for g in treedef.flatten_up_to(grad)]
     acc = [treedef.flatten_up_to(t) for t in (opt_state.mom, opt_state.rms, opt_state.fac_row, opt_state.fac_col,
                                               opt_state.fac_diag)]
-    stack = jnp.stack([_tensor_features(lopt, p, m, v, fraction, loss_feats)
+    shared = _shared_features(lopt, fraction, loss_feats)
+    stack = jnp.stack([_tensor_features(lopt, p, m, v, shared)
                        for p, m, v in zip(p32, acc[0], acc[1])])
     controls, lr_mult, (h, c) = self._rnn(stack, opt_state.lstm_hidden, opt_state.lstm_cell)
     h, c = h.astype(opt_state.lstm_hidden.dtype), c.astype(opt_state.lstm_cell.dtype)
@@ -404,9 +411,10 @@ class _HyperV2Optimizer(Optimizer):
     mixed = self._mixed_mlps(controls)
     new_params, new_acc = [], []
     for i, (p, g) in enumerate(zip(p32, g32)):
-      mom, rms, row, col, diag, fac_g = _accumulate(lopt, g, *(a[i] for a in acc))
+      mom, rms, row, col, diag, precondition = _accumulate(lopt, g, *(a[i] for a in acc))
       new_acc.append((mom, rms, row, col, diag))
-      step = self._step({k: v[i] for k, v in mixed.items()}, lr_mult[i], p, g, mom, rms, fac_g, row, col, diag)
+      mlp = {k: v[i] for k, v in mixed.items()}
+      step = self._step(mlp, lr_mult[i], p, g, mom, rms, precondition, row, col, diag)
       new_params.append((p - step).astype(jnp.result_type(leaves[i])))
     unflat = lambda k: treedef.unflatten([a[k] for a in new_acc])  # noqa: E731
     return HyperV2State(params=treedef.unflatten(new_params),
@@ -431,13 +439,13 @@ class _HyperV2Optimizer(Optimizer):
     weights.update({k: v for k, v in bank.items() if not k.startswith("w0__")})
     return {k: jnp.tensordot(controls, v, axes=1) * np.float32(100.0 / lopt.param_inits) for k, v in weights.items()}
 
-  def _step(self, mlp, lr_mult, p, g, mom, rms, fac_g, row, col, diag) -> jax.Array:
+  def _step(self, mlp, lr_mult, p, g, mom, rms, precondition, row, col, diag) -> jax.Array:
     """The step of one tensor from its mixed per-element MLP."""
     lopt = self.lopt
     shape = p.shape
     if p.ndim == 0:  # the reference runs scalars as 1-vectors
-      p, g, mom, rms, fac_g, diag = (x[None] for x in (p, g, mom, rms, fac_g, diag))
-    x = _leaf_inputs(p, g, mom, rms, fac_g, row, col, diag)
+      p, g, mom, rms, precondition, diag = (x[None] for x in (p, g, mom, rms, precondition, diag))
+    x = _leaf_inputs(p, g, mom, rms, precondition, row, col, diag)
     x = F.rsqrt_eps(jnp.mean(jnp.square(x), axis=tuple(range(p.ndim)), keepdims=True), 1e-5) * x
     o = x @ mlp["w0"] + mlp["b0"]
     for layer in range(1, lopt.ff_hidden_layers + 1):

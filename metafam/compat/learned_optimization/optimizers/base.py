@@ -25,7 +25,8 @@ from metafam.optimizers.base import OptimizerState
 
 Gradient = Any
 
-__all__ = ["Optimizer", "OptimizerState", "StatelessState", "GradientClipOptimizer", "GraftedOptimizer", "GraftedOptimizerState",
+__all__ = ["Optimizer", "OptimizerState", "StatelessState",
+           "GradientClipOptimizer", "GraftedOptimizer", "GraftedOptimizerState",
            "as_lo_optimizer"]
 
 

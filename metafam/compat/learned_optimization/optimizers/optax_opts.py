@@ -22,7 +22,8 @@ Gradient = Any
 OptaxState = _mf_base.OptimizerState
 SM3OptState = _mf_base.OptimizerState
 
-__all__ = ["OptaxState", "SM3OptState", "Params", "ModelState", "OptState", "Gradient", "OptaxOptimizer", "SGD", "SGDM", "Adam", "RMSProp", "AdaBelief", "AdamW", "Fromage", "Lars", "Lamb",
+__all__ = ["OptaxState", "SM3OptState", "Params", "ModelState", "OptState", "Gradient",
+           "OptaxOptimizer", "SGD", "SGDM", "Adam", "RMSProp", "AdaBelief", "AdamW", "Fromage", "Lars", "Lamb",
            "RAdam", "SM3", "Yogi", "Adafactor", "AdaGrad", "PiecewiseLinearAdam", "piecewise_linear"]
 
 
