@@ -67,12 +67,13 @@ _BANK = "~"  # haiku's module name for parameters created outside a module (the 
 
 
 # -- the loss buffer ----------------------------------------------------------------------------------------------
-def loss_buffer_init(num_steps: Any) -> Dict[str, jax.Array]:
-  """Running means of the loss at 10 half-lives log-spaced from 10 to ``num_steps`` steps."""
+def loss_buffer_init(num_steps: Any, dtype: Any = jnp.float32) -> Dict[str, jax.Array]:
+  """Running means of the loss at 10 half-lives log-spaced from 10 to ``num_steps`` steps (``dtype``: float32, or
+  float64 for float64 params, where the features' ratios of small differences need the precision)."""
   halflife = jnp.logspace(1.0, jnp.log10(jnp.asarray(num_steps, jnp.float32)), NUM_LOSS_DECAYS)
-  decays = jnp.exp(-1.0 / halflife).astype(jnp.float32)
-  return {"means": jnp.zeros((NUM_LOSS_DECAYS,), jnp.float32), "iteration": jnp.asarray(0, jnp.int32),
-          "running_min": jnp.full((NUM_LOSS_DECAYS,), 999999999999.0, jnp.float32), "decays": decays}
+  decays = jnp.exp(-1.0 / halflife).astype(dtype)
+  return {"means": jnp.zeros((NUM_LOSS_DECAYS,), dtype), "iteration": jnp.asarray(0, jnp.int32),
+          "running_min": jnp.full((NUM_LOSS_DECAYS,), 999999999999.0, dtype), "decays": decays}
 
 
 def loss_buffer_update(buf: Dict[str, jax.Array], loss: jax.Array) -> Dict[str, jax.Array]:
@@ -382,13 +383,13 @@ class _HyperV2Optimizer(Optimizer):
         fac_row=tree([x[0] for x in fac], f), fac_col=tree([x[1] for x in fac], f),
         fac_diag=tree([x[2] for x in fac], f),
         lstm_hidden=tile(init_state["hidden"]), lstm_cell=tile(init_state["cell"]),
-        loss_buffer=loss_buffer_init(10 if lopt.use_bugged_loss_features else num_steps))
+        loss_buffer=loss_buffer_init(10 if lopt.use_bugged_loss_features else num_steps, dtype))
 
   def update(self, opt_state: HyperV2State, grad, loss=None, model_state=None, key=None) -> HyperV2State:
     check_grad_matches(opt_state.params, grad)
     lopt, theta = self.lopt, self.theta
     loss = 1.0 if lopt.constant_loss or loss is None else loss
-    buffer = loss_buffer_update(opt_state.loss_buffer, jnp.asarray(loss, jnp.float32))
+    buffer = loss_buffer_update(opt_state.loss_buffer, jnp.asarray(loss, opt_state.loss_buffer["means"].dtype))
     loss_feats = loss_buffer_features(buffer)
     fraction = opt_state.iteration / opt_state.num_steps.astype(jnp.float32)
 
