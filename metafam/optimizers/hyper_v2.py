@@ -386,10 +386,17 @@ class _HyperV2Optimizer(Optimizer):
         loss_buffer=loss_buffer_init(10 if lopt.use_bugged_loss_features else num_steps, dtype))
 
   def update(self, opt_state: HyperV2State, grad, loss=None, model_state=None, key=None) -> HyperV2State:
+    """One update, as one jitted program per `HyperV2` instance (inlined when called under `jit`; called eagerly it
+    compiles once instead of dispatching a few hundred operations one by one)."""
     check_grad_matches(opt_state.params, grad)
-    lopt, theta = self.lopt, self.theta
-    loss = 1.0 if lopt.constant_loss or loss is None else loss
-    buffer = loss_buffer_update(opt_state.loss_buffer, jnp.asarray(loss, opt_state.loss_buffer["means"].dtype))
+    loss = 1.0 if self.lopt.constant_loss or loss is None else loss
+    new = _jitted_update(self.lopt, self.theta, opt_state, grad,
+                         jnp.asarray(loss, opt_state.loss_buffer["means"].dtype))
+    return dataclasses.replace(new, state=opt_state.state if model_state is None else model_state)
+
+  def _apply(self, opt_state: HyperV2State, grad, loss: jax.Array) -> HyperV2State:
+    lopt = self.lopt
+    buffer = loss_buffer_update(opt_state.loss_buffer, loss)
     loss_feats = loss_buffer_features(buffer)
     fraction = opt_state.iteration / opt_state.num_steps.astype(jnp.float32)
 
@@ -418,8 +425,7 @@ class _HyperV2Optimizer(Optimizer):
       step = self._step(mlp, lr_mult[i], p, g, mom, rms, precondition, row, col, diag)
       new_params.append((p - step).astype(jnp.result_type(leaves[i])))
     unflat = lambda k: treedef.unflatten([a[k] for a in new_acc])  # noqa: E731
-    return HyperV2State(params=treedef.unflatten(new_params),
-                        state=opt_state.state if model_state is None else model_state,
+    return HyperV2State(params=treedef.unflatten(new_params), state=opt_state.state,
                         iteration=opt_state.iteration + 1, num_steps=opt_state.num_steps,
                         mom=unflat(0), rms=unflat(1), fac_row=unflat(2), fac_col=unflat(3), fac_diag=unflat(4),
                         lstm_hidden=h, lstm_cell=c, loss_buffer=buffer)
@@ -461,3 +467,8 @@ class _HyperV2Optimizer(Optimizer):
     if lopt.precondition_output:
       step = step * jax.lax.rsqrt(rms[..., -1] + 1e-6)
     return step.reshape(shape)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _jitted_update(lopt: HyperV2, theta: dict, opt_state: HyperV2State, grad: Any, loss: jax.Array) -> HyperV2State:
+  return _HyperV2Optimizer(lopt, theta)._apply(opt_state, grad, loss)
