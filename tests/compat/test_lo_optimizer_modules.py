@@ -161,11 +161,11 @@ def test_pretrained_weights_are_read_locally_and_missing_ones_say_where(tmp_path
   # prefab: VeLO as an optax transformation, with gradient accumulation past max_training_steps and weight decay
   tx = prefab.optax_lopt(20, weight_decay=1e-3, max_training_steps=10, base_lopt_fn=lambda: opt)
   params = {"w": jnp.ones((3, 2)), "b": jnp.zeros(2)}
-  ostate = tx.init(params)
+  ostate, update = tx.init(params), jax.jit(tx.update)
   grads = jax.tree.map(jnp.ones_like, params)
-  updates, ostate = tx.update(grads, ostate, params, loss=jnp.float32(1.0))
+  updates, ostate = update(grads, ostate, params, loss=jnp.float32(1.0))
   assert all(float(jnp.max(jnp.abs(u))) == 0 for u in jax.tree.leaves(updates))  # accumulating (2 per step)
-  updates, ostate = tx.update(grads, ostate, params, loss=jnp.float32(1.0))
+  updates, ostate = update(grads, ostate, params, loss=jnp.float32(1.0))
   assert all(float(jnp.max(jnp.abs(u))) > 0 for u in jax.tree.leaves(updates))
   with pytest.raises(ValueError, match="must match the constructor"):
     prefab.LearnedOptimizer(20, base_lopt_fn=lambda: opt).init(params, num_steps=30)
