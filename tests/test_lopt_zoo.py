@@ -41,7 +41,7 @@ COUNT_PATTERNS = (r"Meta-parameters \(default config\): ([\d,]+)", r"\(([\d,]+) 
 
 
 # Entries whose two compile-heaviest conformance tests (every estimator; the float64 meta-gradient) run under
-# `-m slow` only: for hyper_v2 (VeLO's architecture, ~150 ops per tensor) they took 90 s and 55 s on the shared
+# `-m slow` only: for hyper_v2 (VeLO's architecture, ~150 ops per tensor) they took 68 s and 31 s on the shared
 # 2-core machine, against ~35 s for all its other conformance tests together.
 HEAVY_IN_DEFAULT_RUN = {"hyper_v2"}
 
