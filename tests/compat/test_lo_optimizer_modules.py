@@ -63,6 +63,14 @@ def test_opt_list_entry_is_nadamw_with_a_cosine_schedule(tmp_path, monkeypatch):
   lr = lambda i: 0.01 + 0.04 * (math.cos(max(i - 1.0, 0.0) / 3.0 * math.pi) / 2 + 0.5)  # noqa: E731
   want = _nadamw_by_hand(p0, grads, lr, 0.7, 0.9, 1e-4, 0.1, 0.01)
   np.testing.assert_allclose(opt.get_params(state)["p"], want, rtol=1e-5, atol=1e-6)
+  def one_run(idx):  # a traced idx: one program sweeps the list
+    o = opt_list.OptList(idx)
+    st = o.init({"p": jnp.asarray(p0, jnp.float32)}, num_steps=4)
+    for g in grads:
+      st = o.update(st, {"p": jnp.asarray(g, jnp.float32)})
+    return o.get_params(st)["p"]
+  swept = jax.jit(jax.vmap(one_run))(jnp.arange(2))
+  np.testing.assert_allclose(swept[1], want, rtol=1e-5, atol=1e-6)
   with pytest.raises(ValueError, match="needs num_steps"):
     opt.init({"p": jnp.zeros(3)})
   with pytest.raises(ValueError, match=r"idx must lie in \[0, 2\)"):

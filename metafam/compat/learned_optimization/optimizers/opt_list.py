@@ -20,7 +20,6 @@ from typing import Any, Dict, Optional
 import jax.numpy as jnp
 import numpy as np
 
-from metafam.compat.learned_optimization.optimizers import base
 from metafam.compat.learned_optimization.optimizers._interface import ModelState, Params
 from metafam.compat.learned_optimization.optimizers.learning_rate_schedules import CosineLearningRateSchedule
 from metafam.compat.learned_optimization.optimizers.nadamw import NAdamW
@@ -68,19 +67,22 @@ class OptList(NAdamW):
     if isinstance(idx, (int, np.integer)) and not 0 <= int(idx) < size:
       raise ValueError(f"OptList: idx must lie in [0, {size}), got {idx!r}.")
     self.idx = idx
+    static = isinstance(idx, (int, np.integer))
+    flags = {}
+    for k in ("use_nesterov", "use_bias_correction"):
+      column = table.pop(k, np.ones(size, np.float32))
+      if not static and np.any(column != column[0]):
+        raise ValueError(f"OptList: {k} differs between entries, so idx must be a Python int, got {idx!r}.")
+      flags[k] = bool(column[int(idx) if static else 0])
     pick = {k: jnp.asarray(v)[idx] for k, v in table.items()}
     schedule = CosineLearningRateSchedule(*(pick.pop(k) for k in _SCHEDULE_KEYS))
-    flags = {k: bool(table[k][int(idx)]) if isinstance(idx, (int, np.integer)) else True
-             for k in ("use_nesterov", "use_bias_correction") if k in pick}
-    for k in flags:
-      pick.pop(k)
-    # Traced hyper-parameters skip NAdamW's host-side checks; the list was checked when loaded.
-    base.Optimizer.__init__(self)
+    # The hyper-parameters may be traced (a traced idx), so NAdamW's host-side checks are skipped here; the list was
+    # checked (finite numbers) when loaded. As in the reference, the bias correction is always applied.
     self.learning_rate, self.beta1, self.beta2 = schedule, pick.get("beta1", 0.9), pick.get("beta2", 0.999)
     self.epsilon = pick.get("epsilon", 1e-8)
     self.adamw_weight_decay = pick.get("adamw_weight_decay", 0.0)
     self.l2_weight_decay = pick.get("l2_weight_decay", 0.0)
-    self.use_nesterov, self.use_bias_correction = flags.get("use_nesterov", True), True
+    self.use_nesterov, self.use_bias_correction = flags["use_nesterov"], True
 
   @property
   def name(self) -> str:
