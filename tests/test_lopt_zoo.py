@@ -40,28 +40,11 @@ LISTED_COUNTS = {"learnable_sgd": 1, "learnable_adam": 4}
 COUNT_PATTERNS = (r"Meta-parameters \(default config\): ([\d,]+)", r"\(([\d,]+) scalars\)")
 
 
-# Entries whose two compile-heaviest conformance tests (every estimator; the float64 meta-gradient) run under
-# `-m slow` only: for hyper_v2 (VeLO's architecture, ~150 ops per tensor) they took 68 s and 31 s on the shared
-# 2-core machine, against ~35 s for all its other conformance tests together.
-HEAVY_IN_DEFAULT_RUN = {"hyper_v2"}
-
-
-def _zoo_entry(name):
-  lopt = get_learned_optimizer(name)
-  return name, lopt, lopt.init(jax.random.key(0))
-
-
 @pytest.fixture(scope="module", params=NAMES)
 def zoo(request):
   """``(name, lopt, theta)`` for each registry entry, built once per module."""
-  return _zoo_entry(request.param)
-
-
-@pytest.fixture(scope="module", params=[pytest.param(n, marks=pytest.mark.slow) if n in HEAVY_IN_DEFAULT_RUN else n
-                                        for n in NAMES])
-def zoo_heavy(request):
-  """`zoo` for the compile-heavy tests (entries of `HEAVY_IN_DEFAULT_RUN` marked slow)."""
-  return _zoo_entry(request.param)
+  lopt = get_learned_optimizer(request.param)
+  return request.param, lopt, lopt.init(jax.random.key(0))
 
 
 def _perturbed(theta, seed, scale=0.1):
@@ -161,8 +144,8 @@ def mlp_problem():
   return task, params, batch
 
 
-def test_meta_gradient_is_finite_and_matches_finite_difference(zoo_heavy, mlp_problem):
-  name, lopt, theta = zoo_heavy
+def test_meta_gradient_is_finite_and_matches_finite_difference(zoo, mlp_problem):
+  name, lopt, theta = zoo
   task, params, batch = mlp_problem
   theta = _perturbed(theta, seed=1)
   rng = np.random.default_rng(2)
@@ -294,12 +277,12 @@ def test_estimator_list_covers_every_estimator_class():
   assert exported == set(ESTIMATORS)
 
 
-def test_truncated_step_and_every_estimator(zoo_heavy):
+def test_truncated_step_and_every_estimator(zoo):
   """One short estimate of every estimator class. Between them they run `TruncatedStep` with theta shared by the
   lanes (TruncatedBPTT under `jax.grad`; TruncatedES's unperturbed lanes) and per lane (the antithetic ES lanes),
   across trajectory resets; the lane states must keep their dtypes and shapes. Plus `jax.grad` through an unroll
   with per-lane theta."""
-  name, lopt, theta = zoo_heavy
+  name, lopt, theta = zoo
   step_of = lambda lanes: TruncatedStep(_MatrixQuadratics(), lopt, lanes, ConstantSchedule(2),
                                        random_initial_iteration=True, meta_loss_split="outer_valid")
   estimators = {cls.__name__: cls(step_of(lanes), loss_kind="meta_loss", **kwargs)
