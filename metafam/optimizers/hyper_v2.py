@@ -113,25 +113,23 @@ def _safe_rsqrt(x: jax.Array) -> jax.Array:
 
 
 @functools.partial(jax.tree_util.register_dataclass,
-                   data_fields=["params", "state", "iteration", "num_steps", "mom", "rms", "fac_row", "fac_col",
-                                "fac_diag", "lstm_hidden", "lstm_cell", "loss_buffer"], meta_fields=[])
+                   data_fields=["params", "rms_rolling", "mom_rolling", "fac_rolling", "iteration", "state",
+                                "num_steps", "lstm_hidden_state", "loss_buffer"], meta_fields=[])
 @dataclasses.dataclass(frozen=True)
 class HyperV2State:
-  """State of `HyperV2`'s optimizer: params, model state, int32 ``iteration`` and ``num_steps``; per leaf the momenta
-  ``mom [*shape, M]``, second moments ``rms [*shape, R]`` and factored accumulators (``fac_row``/``fac_col`` for
-  rank >= 2, ``fac_diag`` otherwise, the unused ones ``[0, F]``), all float32; the LSTM state ``[num_tensors, H]``
-  and the loss buffer."""
+  """State of `HyperV2`'s optimizer, with the reference's field names and order: params; per leaf the second moments
+  ``rms_rolling [*shape, R]`` and momenta ``mom_rolling [*shape, M]``; ``fac_rolling = {"v_row", "v_col", "v_diag"}``
+  the factored accumulators (rows / columns for rank >= 2, the full one otherwise, the unused ones ``[0, F]``), all in
+  the compute dtype; int32 ``iteration``; the model ``state``; int32 ``num_steps``; ``lstm_hidden_state = {"hidden",
+  "cell"}`` (``[num_tensors, H]`` each); the loss buffer."""
   params: Any
-  state: Any
+  rms_rolling: Any
+  mom_rolling: Any
+  fac_rolling: Dict[str, Any]
   iteration: jax.Array
+  state: Any
   num_steps: jax.Array
-  mom: Any
-  rms: Any
-  fac_row: Any
-  fac_col: Any
-  fac_diag: Any
-  lstm_hidden: jax.Array
-  lstm_cell: jax.Array
+  lstm_hidden_state: Dict[str, jax.Array]
   loss_buffer: Dict[str, jax.Array]
 
 
@@ -307,7 +305,7 @@ def _factored_scale(row: jax.Array, col: jax.Array, dims: Tuple[int, int]) -> ja
 
 
 def _factored_shapes(shape: Tuple[int, ...]) -> Tuple[Tuple[int, ...], ...]:
-  """Shapes (without the decay axis) of a leaf's ``fac_row``, ``fac_col`` and ``fac_diag``; ``(0,)`` if unused."""
+  """Shapes (without the decay axis) of a leaf's ``v_row``, ``v_col`` and ``v_diag``; ``(0,)`` where unused."""
   dims = factored_dims(shape)
   if dims is None:
     return (0,), (0,), tuple(shape)
@@ -377,12 +375,12 @@ class _HyperV2Optimizer(Optimizer):
     init_state = self.theta["lstm_init_state"]
     tile = lambda x: jnp.tile(jnp.asarray(x), (len(leaves), 1))  # noqa: E731
     return HyperV2State(
-        params=params, state=model_state, iteration=jnp.asarray(0, jnp.int32),
-        num_steps=jnp.asarray(num_steps, jnp.int32),
-        mom=tree([jnp.shape(p) for p in leaves], m), rms=tree([jnp.shape(p) for p in leaves], r),
-        fac_row=tree([x[0] for x in fac], f), fac_col=tree([x[1] for x in fac], f),
-        fac_diag=tree([x[2] for x in fac], f),
-        lstm_hidden=tile(init_state["hidden"]), lstm_cell=tile(init_state["cell"]),
+        params=params, rms_rolling=tree([jnp.shape(p) for p in leaves], r),
+        mom_rolling=tree([jnp.shape(p) for p in leaves], m),
+        fac_rolling={"v_row": tree([x[0] for x in fac], f), "v_col": tree([x[1] for x in fac], f),
+                     "v_diag": tree([x[2] for x in fac], f)},
+        iteration=jnp.asarray(0, jnp.int32), state=model_state, num_steps=jnp.asarray(num_steps, jnp.int32),
+        lstm_hidden_state={"hidden": tile(init_state["hidden"]), "cell": tile(init_state["cell"])},
         loss_buffer=loss_buffer_init(10 if lopt.use_bugged_loss_features else num_steps, dtype))
 
   def update(self, opt_state: HyperV2State, grad, loss=None, model_state=None, key=None) -> HyperV2State:
@@ -404,15 +402,17 @@ class _HyperV2Optimizer(Optimizer):
     dtype = F.compute_dtype(jnp.result_type(*leaves))
     p32 = [jnp.asarray(p, dtype) for p in leaves]
     g32 = [jnp.clip(jnp.asarray(g, dtype), -1000.0, 1000.0) for g in treedef.flatten_up_to(grad)]
-    acc = [treedef.flatten_up_to(t) for t in (opt_state.mom, opt_state.rms, opt_state.fac_row, opt_state.fac_col,
-                                              opt_state.fac_diag)]
+    fac = opt_state.fac_rolling
+    acc = [treedef.flatten_up_to(t) for t in (opt_state.mom_rolling, opt_state.rms_rolling, fac["v_row"],
+                                              fac["v_col"], fac["v_diag"])]
     shared = _shared_features(lopt, fraction, loss_feats)
     stack = jnp.stack([_tensor_features(lopt, p, m, v, shared)
                        for p, m, v in zip(p32, acc[0], acc[1])])
-    controls, lr_mult, (h, c) = self._rnn(stack, opt_state.lstm_hidden, opt_state.lstm_cell)
-    h, c = h.astype(opt_state.lstm_hidden.dtype), c.astype(opt_state.lstm_cell.dtype)
+    old_h, old_c = opt_state.lstm_hidden_state["hidden"], opt_state.lstm_hidden_state["cell"]
+    controls, lr_mult, (h, c) = self._rnn(stack, old_h, old_c)
+    h, c = h.astype(old_h.dtype), c.astype(old_c.dtype)
     if lopt.use_bugged_next_lstm_state:
-      h, c = opt_state.lstm_hidden, opt_state.lstm_cell
+      h, c = old_h, old_c
     if lopt.rnn_state_decay > 0.0:
       h, c = h * (1.0 - lopt.rnn_state_decay), c * (1.0 - lopt.rnn_state_decay)
 
@@ -425,10 +425,10 @@ class _HyperV2Optimizer(Optimizer):
       step = self._step(mlp, lr_mult[i], p, g, mom, rms, precondition, row, col, diag)
       new_params.append((p - step).astype(jnp.result_type(leaves[i])))
     unflat = lambda k: treedef.unflatten([a[k] for a in new_acc])  # noqa: E731
-    return HyperV2State(params=treedef.unflatten(new_params), state=opt_state.state,
-                        iteration=opt_state.iteration + 1, num_steps=opt_state.num_steps,
-                        mom=unflat(0), rms=unflat(1), fac_row=unflat(2), fac_col=unflat(3), fac_diag=unflat(4),
-                        lstm_hidden=h, lstm_cell=c, loss_buffer=buffer)
+    return HyperV2State(params=treedef.unflatten(new_params), rms_rolling=unflat(1), mom_rolling=unflat(0),
+                        fac_rolling={"v_row": unflat(2), "v_col": unflat(3), "v_diag": unflat(4)},
+                        iteration=opt_state.iteration + 1, state=opt_state.state, num_steps=opt_state.num_steps,
+                        lstm_hidden_state={"hidden": h, "cell": c}, loss_buffer=buffer)
 
   def _rnn(self, x: jax.Array, h: jax.Array, c: jax.Array):
     """Mixing layer, one LSTM step and the two heads over the ``[num_tensors, inputs]`` batch ``x``."""

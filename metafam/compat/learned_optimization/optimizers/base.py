@@ -13,6 +13,7 @@ here resolve to them.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Any
 
 import jax
@@ -160,12 +161,23 @@ class GraftedOptimizer(Optimizer):
         dir_opt_state=self.direction_opt.set_params(direction, params))
 
 
-_MOVED_TO_OPTAX_OPTS = ("OptaxOptimizer", "SGD", "SGDM", "Adam", "RMSProp", "PiecewiseLinearAdam")
+def _moved(name: str):
+  def make(*args, **kwargs):
+    from metafam.compat.learned_optimization.optimizers import optax_opts
+    warnings.warn(f"optimizers.base.{name} has moved to optimizers.optax_opts.{name}.", DeprecationWarning,
+                  stacklevel=2)
+    return getattr(optax_opts, name)(*args, **kwargs)
+  make.__name__ = make.__qualname__ = name
+  make.__doc__ = f"Deprecated: builds optimizers.optax_opts.{name} (the reference's early location of it)."
+  return make
+
+
+# The reference's early releases defined these in this module; it keeps deprecated constructors under the names.
+SGD, SGDM, RMSProp, Adam = (_moved(n) for n in ("SGD", "SGDM", "RMSProp", "Adam"))
 
 
 def __getattr__(name: str) -> Any:
-  # The reference's early releases defined the hand-designed optimizers in this module.
-  if name in _MOVED_TO_OPTAX_OPTS:
+  if name in ("OptaxOptimizer", "PiecewiseLinearAdam"):
     from metafam.compat.learned_optimization.optimizers import optax_opts
     return getattr(optax_opts, name)
   raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -55,7 +55,7 @@ class ExponentialDecay(ScalarSchedule):
 
 class LinearRampupSqrtDecay(ScalarSchedule):
 
-  def __init__(self, peak_lr: float, warmup_steps: int = 10000):
+  def __init__(self, peak_lr: float = 1e-3, warmup_steps: int = 1000):
     self.peak_lr, self.warmup_steps = peak_lr, warmup_steps
 
   def __call__(self, global_step, max_steps=None):

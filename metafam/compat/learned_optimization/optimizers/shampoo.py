@@ -25,8 +25,12 @@ class GraftingType(enum.IntEnum):
 class Shampoo:
   """Raises NotImplementedError (see the module docstring)."""
 
-  def __init__(self, *args, **kwargs):
-    del args, kwargs
+  def __init__(self, learning_rate, block_size, beta1=0.9, beta2=0.999, diagonal_epsilon=1e-10, matrix_epsilon=1e-6,
+               weight_decay=0.0, start_preconditioning_step=5, preconditioning_compute_steps=1,
+               statistics_compute_steps=1, best_effort_shape_interpretation=True, graft_type=GraftingType.SGD,
+               nesterov=True, exponent_override=0, best_effort_memory_usage_reduction=False,
+               inverse_failure_threshold=0.1, moving_average_for_momentum=False,
+               skip_preconditioning_dim_size_gt=4096, clip_by_scaled_gradient_norm=None, precision=None):
     raise NotImplementedError("learned_optimization's Shampoo (optax_shampoo.distributed_shampoo) is not available "
                               "in metafam: no implementation of it is included. Use optax_opts.Adafactor or "
                               "optax_opts.SM3 for a memory-efficient adaptive optimizer, or wrap an external Shampoo "
