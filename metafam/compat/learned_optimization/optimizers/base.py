@@ -163,7 +163,7 @@ class GraftedOptimizer(Optimizer):
 
 def _moved(name: str):
   def make(*args, **kwargs):
-    from metafam.compat.learned_optimization.optimizers import optax_opts
+    import metafam.compat.learned_optimization.optimizers.optax_opts as optax_opts
     warnings.warn(f"optimizers.base.{name} has moved to optimizers.optax_opts.{name}.", DeprecationWarning,
                   stacklevel=2)
     return getattr(optax_opts, name)(*args, **kwargs)
@@ -178,6 +178,6 @@ SGD, SGDM, RMSProp, Adam = (_moved(n) for n in ("SGD", "SGDM", "RMSProp", "Adam"
 
 def __getattr__(name: str) -> Any:
   if name in ("OptaxOptimizer", "PiecewiseLinearAdam"):
-    from metafam.compat.learned_optimization.optimizers import optax_opts
+    import metafam.compat.learned_optimization.optimizers.optax_opts as optax_opts
     return getattr(optax_opts, name)
   raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

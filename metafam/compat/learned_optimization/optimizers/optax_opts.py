@@ -14,7 +14,6 @@ import jax.numpy as jnp
 import optax
 
 from metafam.compat.learned_optimization.optimizers._interface import ModelState, Optimizer, OptState, Params
-from metafam.compat.learned_optimization.optimizers import base  # noqa: F401 -- the reference's module attribute
 from metafam.optimizers import base as _mf_base
 
 Gradient = Any
