@@ -39,7 +39,7 @@ from metafam.benchmark.sweep import (DEFAULT_SPLITS, TUNABLE, SweepResult, check
 from metafam.evaluation.evaluate import check_positive_int, check_splits, train_and_evaluate_vectorized
 from metafam.optimizers.base import OptaxOptimizer, Optimizer
 from metafam.optimizers.learned import LearnedOptimizer
-from metafam.outer_trainers import checkpoint
+from metafam.outer_trainers import checkpoint, flax_msgpack
 from metafam.tasks.base import Task
 
 TUNED_SUFFIX = "-tuned"
@@ -48,14 +48,18 @@ TUNED_SUFFIX = "-tuned"
 # -- optimizers ---------------------------------------------------------------------------------------------------
 def load_theta(path: Union[str, os.PathLike]) -> Any:
   """Meta-parameters from a `metafam.outer_trainers.checkpoint` file holding a MetaTrainState (its ``theta``) or a
-  bare theta pytree; leaves come back as numpy arrays in plain containers (see `checkpoint.load`).
+  bare theta pytree; leaves come back as numpy arrays in plain containers (see `checkpoint.load`). A
+  learned_optimization (flax-msgpack) parameter file is read too (`flax_msgpack.plain_theta`: its ``params``).
 
   Nothing in the file is executed: legacy pickle checkpoints are refused with the command that converts them, and so
   are meta-parameters with a NaN or an infinity (`checkpoint.CheckpointError` naming the leaf).
   """
   path = os.fspath(path)
-  header, tree = checkpoint.read(path)
-  theta = tree["theta"] if header.root_class == "MetaTrainState" else tree
+  if flax_msgpack.looks_like_msgpack(path):
+    theta = flax_msgpack.plain_theta(flax_msgpack.load(path))
+  else:
+    header, tree = checkpoint.read(path)
+    theta = tree["theta"] if header.root_class == "MetaTrainState" else tree
   checkpoint.check_finite(theta, path, "meta-parameter theta")
   return theta
 

@@ -9,6 +9,8 @@ from metafam.optimizers.adafac_mlp_lopt import AdafacMLPLOpt
 from metafam.optimizers.nn_adam import NNAdam
 from metafam.optimizers.rnn_mlp_lopt import RNNMLPLOpt
 from metafam.optimizers.mlp_nom_lopt import MLPNomLOpt
+from metafam.optimizers.hyper_v2 import HyperV2
+from metafam.optimizers.nadamw import NAdamW
 from metafam.optimizers.registry import (HAND_DESIGNED, LEARNED_OPTIMIZERS, get_hand_optimizer, get_learned_optimizer,
                                         list_hand_optimizers, list_learned_optimizers)
 
@@ -18,3 +20,4 @@ __all__ = ["SGD", "SGDM", "Adam", "OptaxOptimizer", "Optimizer", "OptimizerState
 __all__ += ["LearnableSGDM", "AdafacMLPLOpt", "NNAdam", "RNNMLPLOpt", "MLPNomLOpt", "LEARNED_OPTIMIZERS",
             "get_learned_optimizer", "list_learned_optimizers", "HAND_DESIGNED", "get_hand_optimizer",
             "list_hand_optimizers"]
+__all__ += ["HyperV2", "NAdamW"]

@@ -235,10 +235,20 @@ def init_lstm(key: jax.Array, num_inputs: int, hidden: int) -> dict:
   return {"w": w, "b": jnp.asarray(b)}
 
 
-def lstm_step(params: dict, x: jax.Array, h: jax.Array, c: jax.Array) -> Tuple[jax.Array, jax.Array]:
-  """One LSTM step on a batch: ``x: [B, num_inputs]``, ``h, c: [B, hidden]`` -> new ``(h, c)``."""
+def lstm_step(params: dict, x: jax.Array, h: jax.Array, c: jax.Array,
+              haiku_layout: bool = False) -> Tuple[jax.Array, jax.Array]:
+  """One LSTM step on a batch: ``x: [B, num_inputs]``, ``h, c: [B, hidden]`` -> new ``(h, c)``.
+
+  Gate columns are ``(i, f, g, o)`` with the forget bias inside ``params["b"]``; with ``haiku_layout`` they are
+  haiku's ``hk.LSTM`` order ``(i, g, f, o)`` and 1 is added to the forget gate's pre-activation (haiku's constant
+  forget bias), so weights trained with ``hk.LSTM`` run unchanged.
+  """
   z = jnp.concatenate([x, h], axis=-1) @ params["w"] + params["b"]
-  i, f, g, o = jnp.split(z, 4, axis=-1)
+  if haiku_layout:
+    i, g, f, o = jnp.split(z, 4, axis=-1)
+    f = f + 1.0
+  else:
+    i, f, g, o = jnp.split(z, 4, axis=-1)
   c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
   return jax.nn.sigmoid(o) * jnp.tanh(c), c
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
+from typing import Any, Callable, Optional
 
 import jax
 import optax
@@ -41,8 +41,12 @@ def _with_params(inner: Any, params: Any) -> Any:
                   f"{type(inner).__name__}; call update with params=None to use the params stored in the state.")
 
 
-def optimizer_as_optax(opt: Optimizer) -> optax.GradientTransformationExtraArgs:
+def optimizer_as_optax(opt: Optimizer, set_params: Optional[Callable[[Any, Any], Any]] = None
+                       ) -> optax.GradientTransformationExtraArgs:
   """``opt`` as an `optax.GradientTransformationExtraArgs` whose updates are ``new_params - params``.
+
+  ``set_params(state, params)`` puts the params given to ``update`` into ``opt``'s state (default: replace the
+  ``params`` field of a dataclass state; wrappers whose states nest the params pass their own).
 
   Extra keyword arguments ``loss``, ``model_state`` and ``key`` are forwarded to ``opt.update``; others are ignored
   (as optax does for transformations that do not use them).
@@ -54,7 +58,7 @@ def optimizer_as_optax(opt: Optimizer) -> optax.GradientTransformationExtraArgs:
     return OptaxAdapterState(inner=opt.init(params))
 
   def update_fn(updates, state, params=None, **extra_args):
-    inner = state.inner if params is None else _with_params(state.inner, params)
+    inner = state.inner if params is None else (set_params or _with_params)(state.inner, params)
     old = opt.get_params(inner)
     inner = opt.update(inner, updates, loss=extra_args.get("loss"), model_state=extra_args.get("model_state"),
                        key=extra_args.get("key"))

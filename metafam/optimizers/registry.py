@@ -19,6 +19,7 @@ import optax
 from metafam._registry import lookup
 from metafam.optimizers.base import SGD, SGDM, Adam, OptaxOptimizer, Optimizer
 from metafam.optimizers.adafac_mlp_lopt import AdafacMLPLOpt
+from metafam.optimizers.hyper_v2 import HyperV2
 from metafam.optimizers.learnable_sgdm import LearnableSGDM
 from metafam.optimizers.learned import LearnableAdam, LearnableSGD, LearnedOptimizer
 from metafam.optimizers.mlp_lopt import MLPLOpt
@@ -37,6 +38,8 @@ LEARNED_OPTIMIZERS: Dict[str, Callable[..., LearnedOptimizer]] = {
     "nn_adam": NNAdam,                  # Adam with per-tensor hyper-parameters from an LSTM (2,504)
     "rnn_mlp_lopt": RNNMLPLOpt,         # per-tensor LSTM context + per-parameter MLP (5,802)
     "mlp_nom_lopt": MLPNomLOpt,         # Adam + learned per-parameter correction (1,764)
+    # VeLO's architecture (per-tensor LSTM hypernetwork over a bank of per-parameter MLPs), laptop-sized (1,985)
+    "hyper_v2": functools.partial(HyperV2, lstm_hidden_size=8, param_inits=4, descent_init=True),
 }
 
 

@@ -13,6 +13,7 @@ here resolve to them.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Any
 
 import jax
@@ -25,8 +26,17 @@ from metafam.optimizers.base import OptimizerState
 
 Gradient = Any
 
-__all__ = ["Optimizer", "OptimizerState", "GradientClipOptimizer", "GraftedOptimizer", "GraftedOptimizerState",
+__all__ = ["Optimizer", "OptimizerState", "StatelessState",
+           "GradientClipOptimizer", "GraftedOptimizer", "GraftedOptimizerState",
            "as_lo_optimizer"]
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class StatelessState:
+  """The reference's state for optimizers that keep nothing but the params and the model state."""
+  params: Any
+  state: Any
 
 
 class _LOFace(Optimizer):
@@ -151,12 +161,23 @@ class GraftedOptimizer(Optimizer):
         dir_opt_state=self.direction_opt.set_params(direction, params))
 
 
-_MOVED_TO_OPTAX_OPTS = ("OptaxOptimizer", "SGD", "SGDM", "Adam", "RMSProp", "PiecewiseLinearAdam")
+def _moved(name: str):
+  def make(*args, **kwargs):
+    import metafam.compat.learned_optimization.optimizers.optax_opts as optax_opts
+    warnings.warn(f"optimizers.base.{name} has moved to optimizers.optax_opts.{name}.", DeprecationWarning,
+                  stacklevel=2)
+    return getattr(optax_opts, name)(*args, **kwargs)
+  make.__name__ = make.__qualname__ = name
+  make.__doc__ = f"Deprecated: builds optimizers.optax_opts.{name} (the reference's early location of it)."
+  return make
+
+
+# The reference's early releases defined these in this module; it keeps deprecated constructors under the names.
+SGD, SGDM, RMSProp, Adam = (_moved(n) for n in ("SGD", "SGDM", "RMSProp", "Adam"))
 
 
 def __getattr__(name: str) -> Any:
-  # The reference's early releases defined the hand-designed optimizers in this module.
-  if name in _MOVED_TO_OPTAX_OPTS:
-    from metafam.compat.learned_optimization.optimizers import optax_opts
+  if name in ("OptaxOptimizer", "PiecewiseLinearAdam"):
+    import metafam.compat.learned_optimization.optimizers.optax_opts as optax_opts
     return getattr(optax_opts, name)
   raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -55,7 +55,7 @@ class ExponentialDecay(ScalarSchedule):
 
 class LinearRampupSqrtDecay(ScalarSchedule):
 
-  def __init__(self, peak_lr: float, warmup_steps: int = 10000):
+  def __init__(self, peak_lr: float = 1e-3, warmup_steps: int = 1000):
     self.peak_lr, self.warmup_steps = peak_lr, warmup_steps
 
   def __call__(self, global_step, max_steps=None):
@@ -80,7 +80,7 @@ class CosineLearningRateSchedule(ScalarSchedule):
     low = self.min_learning_rate_mult * self.learning_rate
     phase = (jnp.maximum(step, hold) - hold) / (total - hold)
     decayed = low + (self.learning_rate - low) * (jnp.cos(phase * np.pi) / 2.0 + 0.5)
-    if self.warmup_fraction <= 0.0:
-      return decayed
-    warmup = total * max(self.warmup_fraction, self.constant_fraction)
-    return jnp.where(step < warmup, step / warmup * self.learning_rate, decayed)
+    # jnp, not Python, control flow: the fractions may be traced (OptList with a traced index).
+    warmup = total * jnp.maximum(self.warmup_fraction, self.constant_fraction)
+    ramp = step / jnp.where(warmup > 0, warmup, 1.0) * self.learning_rate
+    return jnp.where((jnp.asarray(self.warmup_fraction) > 0) & (step < warmup), ramp, decayed)

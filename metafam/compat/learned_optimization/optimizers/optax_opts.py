@@ -13,10 +13,12 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from metafam.compat.learned_optimization.optimizers._interface import Optimizer
+from metafam.compat.learned_optimization.optimizers._interface import ModelState, Optimizer, OptState, Params
 from metafam.optimizers import base as _mf_base
 
-__all__ = ["OptaxOptimizer", "SGD", "SGDM", "Adam", "RMSProp", "AdaBelief", "AdamW", "Fromage", "Lars", "Lamb",
+Gradient = Any
+
+__all__ = ["Params", "ModelState", "OptState", "Gradient", "OptaxOptimizer", "SGD", "SGDM", "Adam", "RMSProp", "AdaBelief", "AdamW", "Fromage", "Lars", "Lamb",
            "RAdam", "SM3", "Yogi", "Adafactor", "AdaGrad", "PiecewiseLinearAdam", "piecewise_linear"]
 
 
@@ -100,8 +102,9 @@ class Fromage(OptaxOptimizer):
 class Lars(OptaxOptimizer):
   def __init__(self, learning_rate: float = 0.01, weight_decay: float = 0.0, weight_decay_mask: Any = True,
                trust_coefficient: float = 0.001, eps: float = 0.0, trust_ratio_mask: Any = True,
-               momentum: float = 0.9, nesterov: bool = False):
+               momentum: float = 0.9, nesterov: bool = False, min_norm: float = 1e-6):
     self.learning_rate = learning_rate
+    del min_norm  # accepted and unused, as in the reference
     super().__init__(optax.lars(learning_rate, weight_decay=weight_decay, weight_decay_mask=weight_decay_mask,
                                 trust_coefficient=trust_coefficient, eps=eps, trust_ratio_mask=trust_ratio_mask,
                                 momentum=momentum, nesterov=nesterov),
@@ -143,9 +146,10 @@ def _scalars_as_vectors(tx: optax.GradientTransformation) -> optax.GradientTrans
 class SM3(OptaxOptimizer):
   """optax's SM3 (scalar params handled as 1-vectors, where optax's own SM3 fails)."""
 
-  def __init__(self, learning_rate: float = 0.01, momentum: float = 0.9):
+  def __init__(self, learning_rate: float = 0.01, momentum: float = 0.9, b2: float = 1.0):
     self.learning_rate = learning_rate
-    super().__init__(_scalars_as_vectors(optax.sm3(learning_rate, momentum=momentum)),
+    tx = optax.chain(optax.scale_by_sm3(b1=momentum, b2=b2), optax.scale(-learning_rate))
+    super().__init__(_scalars_as_vectors(tx),
                      name=_label("SM3", lr=learning_rate, m=momentum))
 
 
@@ -161,14 +165,14 @@ class Adafactor(OptaxOptimizer):
                decay_offset: int = 0, multiply_by_parameter_scale: bool = True,
                clipping_threshold: Optional[float] = 1.0, momentum: Optional[float] = None,
                dtype_momentum: Any = jnp.float32, weight_decay_rate: Optional[float] = None, eps: float = 1e-30,
-               factored: bool = True):
+               factored: bool = True, weight_decay_mask: Any = None):
     self.learning_rate = learning_rate
     super().__init__(optax.adafactor(learning_rate, min_dim_size_to_factor=min_dim_size_to_factor,
                                      decay_rate=decay_rate, decay_offset=decay_offset,
                                      multiply_by_parameter_scale=multiply_by_parameter_scale,
                                      clipping_threshold=clipping_threshold, momentum=momentum,
                                      dtype_momentum=dtype_momentum, weight_decay_rate=weight_decay_rate, eps=eps,
-                                     factored=factored),
+                                     factored=factored, weight_decay_mask=weight_decay_mask),
                      name=_label("Adafactor", lr=learning_rate, decay=decay_rate))
 
 

@@ -1,0 +1,1 @@
+"""Part of `metafam.compat.learned_optimization`; see that package."""

@@ -1,0 +1,71 @@
+"""`learned_optimization.research.general_lopt.hyper_v2`: metafam's `HyperV2` (`metafam.optimizers.hyper_v2`,
+VeLO's architecture) under the reference's names.
+
+`HyperV2` takes the reference's arguments; theta has the reference's layout, so weights saved by the reference load
+unchanged (`checkpoints.load_state`). The ablation switches ``with_*``, ``adafactor_accumulator`` and the summary
+switches are supported at their defaults only (others raise NotImplementedError); ``reparam_decay`` is accepted and,
+as in the reference, unused. `State` is the optimizer's state, `BufferLossAccumulators` the loss features (with the
+reference's ``init(num_steps)``, ``update(state, loss)`` and ``features(state)``), `factored_dims` the choice of
+factored axes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+from metafam.compat.learned_optimization.learned_optimizers.base import LOOptFn, reject_unsupported
+from metafam.optimizers import hyper_v2 as _hv2
+from metafam.optimizers.hyper_v2 import HyperV2State as State
+from metafam.optimizers.hyper_v2 import factored_dims
+
+__all__ = ["HyperV2", "State", "BufferLossAccumulators", "factored_dims"]
+
+_ABLATIONS = ("with_g", "with_m", "with_m_feat", "with_rms", "with_rms_feat", "with_rms_norm_g", "with_rsqrt_rms",
+              "with_p", "with_fac_norm_g", "with_fac_rms", "with_fac_rsqrt", "with_grad_clip_feat",
+              "with_fac_mom_mult", "with_rms_only_norm_g", "adafactor_accumulator")
+
+
+class BufferLossAccumulators:
+  """The loss features' running means (`metafam.optimizers.hyper_v2.loss_buffer_init` and friends)."""
+
+  def init(self, num_steps: Any) -> dict:
+    return _hv2.loss_buffer_init(num_steps)
+
+  def update(self, state: dict, loss: Any) -> dict:
+    return _hv2.loss_buffer_update(state, loss)
+
+  def features(self, state: dict) -> Any:
+    return _hv2.loss_buffer_features(state)
+
+
+class HyperV2(LOOptFn, _hv2.HyperV2):
+
+  def __init__(self, lstm_hidden_size: int = 128, ff_hidden_size: int = 4, ff_hidden_layers: int = 2,
+               initial_momentum_decays: Sequence[float] = (0.9, 0.99, 0.999),
+               initial_rms_decays: Sequence[float] = (0.999,),
+               initial_adafactor_decays: Sequence[float] = (0.9, 0.99, 0.999), param_inits: int = 64,
+               mix_layers: bool = True, exp_mult: float = 0.001, step_mult: float = 0.001,
+               validation_mode: bool = False, with_validation_feature_dim: bool = False,
+               with_g: bool = True, with_m: bool = True, with_m_feat: bool = True, with_rms: bool = True,
+               with_rms_feat: bool = True, with_rms_norm_g: bool = True, with_rsqrt_rms: bool = True,
+               with_p: bool = True, with_fac_norm_g: bool = True, with_fac_rms: bool = True,
+               with_fac_rsqrt: bool = True, with_grad_clip_feat: bool = True, with_fac_mom_mult: bool = True,
+               with_rms_only_norm_g: bool = True, adafactor_accumulator: bool = True, param_scale_mult: bool = True,
+               use_bugged_next_lstm_state: bool = False, use_bugged_loss_features: bool = True,
+               precondition_output: bool = False, reparam_decay: float = 10.0, rnn_state_decay: float = 0.0,
+               summarize_each_layer: bool = False, summarize_all_control: bool = False,
+               constant_loss: bool = False, clip_param_scale_amount: Optional[float] = None):
+    given = locals()
+    reject_unsupported("HyperV2", **{name: (given[name], True) for name in _ABLATIONS},
+                       summarize_each_layer=(summarize_each_layer, False),
+                       summarize_all_control=(summarize_all_control, False))
+    del reparam_decay  # unused by the reference too
+    super().__init__(lstm_hidden_size=lstm_hidden_size, ff_hidden_size=ff_hidden_size,
+                     ff_hidden_layers=ff_hidden_layers, initial_momentum_decays=initial_momentum_decays,
+                     initial_rms_decays=initial_rms_decays, initial_adafactor_decays=initial_adafactor_decays,
+                     param_inits=param_inits, mix_layers=mix_layers, exp_mult=exp_mult, step_mult=step_mult,
+                     use_bugged_next_lstm_state=use_bugged_next_lstm_state,
+                     use_bugged_loss_features=use_bugged_loss_features, param_scale_mult=param_scale_mult,
+                     precondition_output=precondition_output, rnn_state_decay=rnn_state_decay,
+                     constant_loss=constant_loss, clip_param_scale_amount=clip_param_scale_amount,
+                     with_validation_feature_dim=with_validation_feature_dim, validation_mode=validation_mode)
