@@ -39,7 +39,7 @@ from metafam.datasets.base import Datasets
 from metafam.inner import step as _step
 from metafam.taskfamilies.base import TaskFamily as _TaskFamily
 
-__all__ = ["unrolled_loss", "LOptTask", "LOptTaskFamilyTask", "TruncGradEstTask", "TASKS", "build"]
+__all__ = ["unrolled_loss", "LOptTask", "LOptTaskFamilyTask", "TruncGradEstTask", "TASKS", "build", "stacked_datasets"]
 
 
 def _positive_int(value: Any, name: str) -> int:

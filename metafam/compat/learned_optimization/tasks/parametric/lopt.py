@@ -39,11 +39,10 @@ class ParametricLOpt(base.TaskFamily):
   def __init__(self, task_family: base.TaskFamily, lopt: lopt_base.LearnedOptimizer, num_steps: int,
                outer_batch_size: int):
     super().__init__()
-    self._task = lopt_mod.LOptTaskFamilyTask(task_family, lopt, num_steps=num_steps,
-                                             outer_batch_size=outer_batch_size)
-    self.task_family, self.lopt = task_family, lopt
-    self.num_steps, self.outer_batch_size = self._task.num_steps, self._task.outer_batch_size
-    self.datasets = self._task.datasets
+    task = lopt_mod.LOptTaskFamilyTask(task_family, lopt, num_steps=num_steps, outer_batch_size=outer_batch_size)
+    self.task_family, self.lopt = task_family, lopt  # the arguments, checked by the task
+    self.num_steps, self.outer_batch_size = task.num_steps, task.outer_batch_size
+    self.datasets = task.datasets
 
   def sample(self, key: PRNGKey) -> cfgobject.CFGNamed:
     return cfgobject.CFGNamed("ParametricLOpt", {})
