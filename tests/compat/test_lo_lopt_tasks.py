@@ -292,3 +292,34 @@ def test_timed_samplers_are_unavailable_offline():
     p_lopt.timed_sample_lopt(KEY)
   with pytest.raises(NotImplementedError, match="sample_lopt_trunc"):
     p_lopt_trunc.timed_sample_lopt_trunc(KEY, max_time=1.0)
+
+
+@pytest.mark.slow  # 10-20 s here: the parametric MLP's 12-way activation switch compiled three times
+def test_a_parametric_lopt_family_with_data_trains_on_stacked_batches():
+  from metafam.compat.learned_optimization.tasks.datasets import image
+  from metafam.compat.learned_optimization.tasks.parametric import image_mlp as p_image_mlp
+  inner = p_image_mlp.ParametricImageMLP(image.fashion_mnist_datasets(4, (8, 8)), 10, (8,))
+  family = p_lopt.ParametricLOpt(inner, lopt_base.LearnableSGD(initial_lr=0.1), 3, 2)
+  datas = next(family.datasets.train)
+  assert datas["image"].shape == (2, 3, 4, 8, 8, 1) and datas["label"].shape == (2, 3, 4)
+  task = family.sample_task(KEY)
+  theta = task.init(KEY)
+  loss, grad = jax.value_and_grad(task.loss)(theta, KEY, datas)
+  # the mean of the two sampled tasks' unrolls, each on its own slice of the stacked batches
+  keys = jax.random.split(KEY, 2)
+  per_task = [lopt.unrolled_loss(inner.task_fn(inner.sample(jax.random.split(k)[0])), lopt_base.LearnableSGD(
+      ).opt_fn(theta), jax.random.split(k)[1], jax.tree.map(lambda d: d[i], datas), 3) for i, k in enumerate(keys)]
+  np.testing.assert_allclose(loss, np.mean(per_task), rtol=1e-5)
+  assert np.isfinite(grad["log_lr"]) and grad["log_lr"] != 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["LOpt_ES4_AdafacMLPLOpt_FashionMnist_20",
+                                  "LOptPES_Adafac_Fashion_OuterBS4_Length50_Trunc5"])
+def test_named_fashion_mnist_lopt_tasks_give_finite_losses_and_gradients(name):
+  task = fixed_all.FIXED_TASKS[name]()
+  theta, state = task.init_with_state(KEY)
+  datas = None if task.datasets is None else next(task.datasets.train)
+  (loss, _), grad = jax.value_and_grad(task.loss_with_state, has_aux=True)(theta, state, KEY, datas)
+  assert np.isfinite(loss) and all(np.all(np.isfinite(g)) for g in jax.tree.leaves(grad))
+  assert any(np.any(g != 0) for g in jax.tree.leaves(grad))
