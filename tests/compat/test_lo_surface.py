@@ -62,12 +62,12 @@ EXCLUDED = {
                                                   "time_model", "time_model_data")},
     "tasks.datasets.beam": "Apache Beam pipeline that resizes TFDS image datasets on LO's cluster; metafam resizes "
                            "Fashion-MNIST on the fly and reads other datasets from local files",
-    # not yet covered (a gap, not a choice): a learned optimizer's own meta-training as a task
-    "tasks.fixed.lopt": "NOT YET COVERED: tasks whose parameters are a learned optimizer's theta, trained through "
-                        "an inner meta-training unroll; planned over metafam's estimators",
-    "tasks.parametric.lopt": "NOT YET COVERED: the parametric family of tasks.fixed.lopt",
-    "tasks.parametric.lopt_trunc": "NOT YET COVERED: the truncated-unroll variant of tasks.parametric.lopt",
     # single names
+    "tasks.parametric.lopt_trunc.truncated_snes": "re-export of LO's research.hyper_lopt estimator modules (outside "
+                                                  "LO's library surface, not provided): ParametricLOptTrunc raises "
+                                                  "NotImplementedError naming the modes TruncatedSNES and "
+                                                  "TruncatedESSharedNoiseV2",
+    "tasks.parametric.lopt_trunc.truncated_snes2": "see tasks.parametric.lopt_trunc.truncated_snes",
     "profile.FLAGS": "absl flag object; profile timings are logged at DEBUG level of the module's logger instead",
     "learned_optimizers.adafac_mlp_lopt.AdafacMLPLOptState": _STATE,
     "learned_optimizers.adafac_nominal.AdafacMLPLOptState": _STATE,

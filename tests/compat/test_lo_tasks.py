@@ -251,10 +251,10 @@ def test_every_fixed_task_builds_without_data_and_has_its_closed_form_parameter_
 
 def test_the_fixed_task_table_has_every_reference_name():
   sizes = {m: len(getattr(fixed_all, m).TASKS) for m in ("image_mlp", "conv", "image_mlp_ae", "rnn_lm", "es_wrapped",
-                                                          "transformer_lm", "resnet", "vit", "mlp_mixer")}
+                                                          "transformer_lm", "resnet", "vit", "mlp_mixer", "lopt")}
   assert sizes == {"image_mlp": 27, "conv": 11, "image_mlp_ae": 6, "rnn_lm": 14, "es_wrapped": 6,
-                   "transformer_lm": 16, "resnet": 11, "vit": 6, "mlp_mixer": 9}
-  assert len(fixed_all.FIXED_TASKS) == sum(sizes.values()) == 106
+                   "transformer_lm": 16, "resnet": 11, "vit": 6, "mlp_mixer": 9, "lopt": 23}
+  assert len(fixed_all.FIXED_TASKS) == sum(sizes.values()) == 129
   assert all(callable(getattr(fixed_all, name)) for name in fixed_all.FIXED_TASKS)
 
 

@@ -2,16 +2,17 @@
 
 ``FIXED_TASKS`` maps each reference fixed-task name to its zero-argument constructor; it is what
 `tasks.base.get_task_from_name` (the reference's gin lookup) reads. Besides the reference's ``all`` it holds the
-ViT and MLP-Mixer tasks (the reference registers them with gin when their modules are imported). Building a task never reads data: datasets
+ViT, MLP-Mixer and learned-optimizer (`lopt`) tasks (the reference registers them with gin when their modules are
+imported). Building a task never reads data: datasets
 metafam cannot serve offline raise `DatasetUnavailableError` only when a batch is requested.
 """
 
 from __future__ import annotations
 
-from metafam.compat.learned_optimization.tasks.fixed import (conv, es_wrapped, image_mlp, image_mlp_ae, mlp_mixer,
-                                                             resnet, rnn_lm, transformer_lm, vit)
+from metafam.compat.learned_optimization.tasks.fixed import (conv, es_wrapped, image_mlp, image_mlp_ae, lopt,
+                                                             mlp_mixer, resnet, rnn_lm, transformer_lm, vit)
 
-_MODULES = (conv, image_mlp, image_mlp_ae, resnet, rnn_lm, es_wrapped, transformer_lm, mlp_mixer, vit)
+_MODULES = (conv, image_mlp, image_mlp_ae, resnet, rnn_lm, es_wrapped, lopt, transformer_lm, mlp_mixer, vit)
 
 FIXED_TASKS = {name: getattr(module, name) for module in _MODULES for name in module.TASKS}
 

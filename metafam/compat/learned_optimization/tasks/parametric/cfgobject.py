@@ -78,7 +78,9 @@ _CONFIGURABLE_MODULES = ("tasks.datasets.image", "tasks.datasets.language", "tas
                          "tasks.parametric.image_mlp_ae", "tasks.parametric.image_mlp_vae",
                          "tasks.parametric.image_resnet",
                          "tasks.parametric.parametric_utils", "tasks.quadratics", "tasks.task_augmentation",
-                         "tasks.es_wrapper", "tasks.fixed.all")
+                         "tasks.es_wrapper", "tasks.fixed.all", "tasks.parametric.lopt",
+                         "tasks.parametric.lopt_trunc", "learned_optimizers.base", "learned_optimizers.mlp_lopt",
+                         "learned_optimizers.adafac_mlp_lopt", "outer_trainers.truncation_schedule")
 
 
 def _configurable(name: str) -> Any:
