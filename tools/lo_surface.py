@@ -97,6 +97,19 @@ def _class_signature(node: ast.ClassDef) -> Optional[List[Dict[str, Any]]]:
           and "ClassVar" not in ast.dump(item.annotation)]
 
 
+def _assigned_names(targets) -> List[str]:
+  """The module-level names an assignment binds (names, possibly inside tuples / lists / starred targets)."""
+  out: List[str] = []
+  for target in targets:
+    if isinstance(target, ast.Name):
+      out.append(target.id)
+    elif isinstance(target, (ast.Tuple, ast.List)):
+      out.extend(_assigned_names(target.elts))
+    elif isinstance(target, ast.Starred):
+      out.extend(_assigned_names([target.value]))
+  return out
+
+
 def _public(name: str) -> bool:
   return not name.startswith("_")
 
@@ -129,10 +142,9 @@ def module_surface(root: str, module: str, source: str) -> Dict[str, Any]:
       names[node.name] = {"type": "class", "signature": _class_signature(node)}
     elif isinstance(node, (ast.Assign, ast.AnnAssign)):
       targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-      for target in targets:
-        for leaf in ast.walk(target):
-          if isinstance(leaf, ast.Name) and _public(leaf.id) and leaf.id not in names:
-            names[leaf.id] = {"type": "value", "signature": None}
+      for leaf in _assigned_names(targets):  # `x = ...`, `x, y = ...`; not `other.attr = ...` or `d[k] = ...`
+        if _public(leaf) and leaf not in names:
+          names[leaf] = {"type": "value", "signature": None}
     elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and (
         node.module == PREFIX or node.module.startswith(PREFIX + ".")):
       for alias in node.names:
