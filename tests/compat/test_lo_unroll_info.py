@@ -17,11 +17,11 @@ from metafam.outer_trainers import GradientEstimator, PES
 DIM, LENGTH = 3, 4
 
 
-def _step(num_tasks=2, length=LENGTH, offset=0, sched=None):
+def _step(num_tasks=2, length=LENGTH, offset=0, sched=None, **kwargs):
   sched = sched or truncation_schedule.ConstantTruncationSchedule(length)
   return lopt_truncated_step.VectorizedLOptTruncatedStep(
       task_family=quadratics.FixedDimQuadraticFamily(DIM), learned_opt=lopt_base.LearnableSGD(initial_lr=0.05),
-      trunc_sched=sched, num_tasks=num_tasks, random_initial_iteration_offset=offset)
+      trunc_sched=sched, num_tasks=num_tasks, random_initial_iteration_offset=offset, **kwargs)
 
 
 def _weights(theta, outer_iteration=3):
@@ -93,6 +93,12 @@ def test_pes_unroll_info_reports_the_positive_particles_of_staggered_pairs():
   np.testing.assert_allclose(info.loss, pos, rtol=1e-6, atol=1e-7)
   assert not np.allclose(info.loss, neg)
   np.testing.assert_array_equal(info.task_param[0], pairs.first_half(ws.lanes.cfg))  # the pairs' own targets
+  if len(jax.devices()) >= 2:  # the multi-device variant: lanes split over 2 devices, the same unroll_info
+    pmap = truncated_pes.TruncatedPESPMAP(_step(num_tasks=2, offset=LENGTH, devices=2), trunc_length=6, std=0.1,
+                                          steps_per_jit=3, num_devices=2)
+    spread = pmap.compute_gradient_estimate(weights, key, pmap.init_worker_state(weights, jax.random.PRNGKey(1)))
+    for field in ("loss", "iteration", "task_param", "is_done"):
+      np.testing.assert_allclose(getattr(spread[0].unroll_info, field), getattr(info, field), rtol=1e-6)
 
 
 def test_truncated_es_and_full_es_fill_unroll_info_and_worker_compute_records_an_event():
