@@ -75,7 +75,7 @@ class LaneState:
 
 @functools.partial(jax.tree_util.register_dataclass,
                    data_fields=["loss", "normalized_loss", "meta_loss", "normalized_meta_loss", "mask", "iteration",
-                                "is_new_trajectory", "is_done"], meta_fields=[])
+                                "is_new_trajectory", "is_done", "cfg"], meta_fields=[])
 @dataclasses.dataclass(frozen=True)
 class UnrollOutput:
   """Per-step outputs, each of shape ``[num_steps, num_tasks]``.
@@ -89,6 +89,8 @@ class UnrollOutput:
     iteration: int32, the step's index within its trajectory.
     is_new_trajectory: bool, this step is the first (iteration 0) of its trajectory.
     is_done: bool, this step is the last of its trajectory (length reached or non-finite); the lane resets after it.
+    cfg: the family config of the trajectory the step belongs to (leaves ``[num_steps, num_tasks, ...]``), only when
+      the unroll was asked for it (``with_cfg=True``); None otherwise, so it costs nothing by default.
   """
   loss: jax.Array
   normalized_loss: jax.Array
@@ -98,6 +100,7 @@ class UnrollOutput:
   iteration: jax.Array
   is_new_trajectory: jax.Array
   is_done: jax.Array
+  cfg: Any = None
 
 
 class _StepDraws(NamedTuple):
@@ -254,7 +257,7 @@ class TruncatedStep(DataPytree):
     """The vmap ``in_axes`` of theta: None when shared, else 0 per leaf except shared low-rank bases (None)."""
     return low_rank.lane_axes(theta) if theta_is_batched else None
 
-  def _train_lanes(self, theta, lanes: LaneState, draws: "_StepDraws", data, theta_axis):
+  def _train_lanes(self, theta, lanes: LaneState, draws: "_StepDraws", data, theta_axis, with_cfg: bool = False):
     """One step of every lane in ``lanes`` (leading lane axis) with the step's per-lane random ``draws``; theta is
     shared (``theta_axis=None``), or per lane (``theta_axis``: `low_rank.lane_axes`).
 
@@ -318,6 +321,8 @@ class TruncatedStep(DataPytree):
       is_done = (lane.iteration + 1 >= lane.length) | ~finite
       out.update(mask=finite.astype(jnp.float32), iteration=lane.iteration, is_new_trajectory=lane.iteration == 0,
                  is_done=is_done)
+      if with_cfg:
+        out["cfg"] = lane.cfg
       return UnrollOutput(**out), is_done
 
     out, is_done = per_lane(outputs, 0, 0, 0, 0, 0)(lanes, loss, meta_loss, grad_ok, new_params_and_state[0])
@@ -360,8 +365,12 @@ class TruncatedStep(DataPytree):
       return False
     return jax.tree.map(lambda ax: ax == 0, low_rank.lane_axes(theta), is_leaf=lambda x: x is None)
 
-  def unroll_fn(self, theta: Any, state: LaneState, step_keys: jax.Array, *, theta_is_batched: bool = False):
+  def unroll_fn(self, theta: Any, state: LaneState, step_keys: jax.Array, *, theta_is_batched: bool = False,
+                with_cfg: bool = False):
     """Pure (un-jitted, differentiable w.r.t. ``theta``) unroll of ``len(step_keys)`` steps, one key per step.
+
+    ``with_cfg=True`` also returns each step's task config in ``UnrollOutput.cfg`` (e.g. for the reference's
+    ``unroll_info.task_param``); with the default False the traced program is exactly the one without the option.
 
     The step is a pytree whose leaves are its device data (`metafam._pytree`): pass the step itself into your jitted
     function (``jax.jit(lambda step, theta, ...: step.unroll_fn(...))(step, theta, ...)``) and the data enter the
@@ -369,20 +378,22 @@ class TruncatedStep(DataPytree):
     """
     data = self.data
     if self.mesh is None:
-      return self._unroll_lanes(theta, state, step_keys, data, theta_is_batched, local=False)
+      return self._unroll_lanes(theta, state, step_keys, data, theta_is_batched, local=False, with_cfg=with_cfg)
     # One program per device over its own lanes: no cross-device traffic, except the pairing of lane groups.
     lane_spec = P(sharding.LANE_AXIS)
     per_device = jax.shard_map(
-        functools.partial(self._unroll_lanes, theta_is_batched=theta_is_batched, local=True), mesh=self.mesh,
+        functools.partial(self._unroll_lanes, theta_is_batched=theta_is_batched, local=True, with_cfg=with_cfg),
+        mesh=self.mesh,
         in_specs=(jax.tree.map(lambda split: lane_spec if split else P(),
                                self._theta_lane_major(theta, theta_is_batched)), lane_spec, P(), P()),
         out_specs=(lane_spec, P(None, sharding.LANE_AXIS)))
     return per_device(theta, state, step_keys, data)
 
-  def _unroll_lanes(self, theta, state, step_keys, data, theta_is_batched: bool, local: bool):
+  def _unroll_lanes(self, theta, state, step_keys, data, theta_is_batched: bool, local: bool,
+                    with_cfg: bool = False):
     """The unroll over the lanes in ``state``: all of them, or (``local``) this device's share inside shard_map."""
     theta_axis = self._theta_axes(theta, theta_is_batched)
-    train_vmap = lambda th, lanes, keys, data: self._train_lanes(th, lanes, keys, data, theta_axis)
+    train_vmap = lambda th, lanes, keys, data: self._train_lanes(th, lanes, keys, data, theta_axis, with_cfg)
     fresh = jax.vmap(functools.partial(self._fresh_lane, random_offset=False), in_axes=(theta_axis, 0))
     num_local = jax.tree.leaves(state)[0].shape[0]
 

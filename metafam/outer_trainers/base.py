@@ -40,7 +40,8 @@ from metafam.inner.truncated_step import UnrollOutput
 LOSS_KINDS = ("meta_loss", "normalized_meta_loss", "loss", "normalized_loss")
 
 
-@functools.partial(jax.tree_util.register_dataclass, data_fields=["grad", "meta_loss", "metrics"], meta_fields=[])
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["grad", "meta_loss", "metrics", "unroll_info"],
+                   meta_fields=[])
 @dataclasses.dataclass(frozen=True)
 class GradientEstimate:
   """One meta-gradient estimate.
@@ -50,10 +51,14 @@ class GradientEstimate:
     meta_loss: f32 scalar, the mean (unperturbed or antithetic-average) meta-loss the estimate is about; NaN when
       every step (or pair) was non-finite, so the estimate carries no information (its gradient is then 0).
     metrics: dict of f32 scalars, e.g. ``num_nonfinite`` (masked steps or pairs) and ``inner_steps``.
+    unroll_info: None, unless the estimate was asked for it (``estimate(..., with_unroll_info=True)``): the
+      per-step outputs of the estimate's unroll, a `metafam.inner.truncated_step.UnrollOutput` of
+      ``[num_steps, num_lanes]`` arrays with ``cfg`` filled (which lanes: see each estimator).
   """
   grad: Any
   meta_loss: jax.Array
   metrics: Dict[str, jax.Array]
+  unroll_info: Optional[UnrollOutput] = None
 
 
 class GradientEstimator(DataPytree, abc.ABC):
@@ -65,6 +70,10 @@ class GradientEstimator(DataPytree, abc.ABC):
     pytree, ``{}`` for none);
   * ``estimate_fn(theta, worker_state, key) -> (GradientEstimate, new worker_state)``;
 
+  and, to offer the per-step outputs of its unroll, set ``reports_unroll_info = True`` and accept a keyword
+  ``with_unroll_info`` in ``estimate_fn`` (fill `GradientEstimate.unroll_info` when it is True, from the same
+  unroll: never a second one);
+
   and may override ``name`` (its label in metrics), `mesh` (the devices its lanes are spread over), `lane_major`
   (which worker-state leaves have a leading lane axis), `inner_steps_per_estimate` (throughput bookkeeping) and
   ``_data_fields``: the attributes holding device arrays (e.g. its `TruncatedStep`). An estimator is a pytree with
@@ -74,6 +83,8 @@ class GradientEstimator(DataPytree, abc.ABC):
   """
 
   name: str = "estimator"
+  #: Whether ``estimate_fn`` takes ``with_unroll_info`` (metafam's estimators do; a user estimator may opt in).
+  reports_unroll_info: bool = False
 
   @property
   def mesh(self) -> Optional[Mesh]:
@@ -93,16 +104,32 @@ class GradientEstimator(DataPytree, abc.ABC):
   def estimate_fn(self, theta: Any, worker_state: Any, key: jax.Array):
     """Pure: ``(GradientEstimate, new worker_state)``."""
 
-  def estimate(self, theta: Any, worker_state: Any, key: jax.Array):
-    """`estimate_fn` jitted (compiled once per estimator and input structure)."""
-    jitted = self.__dict__.get("_jitted_estimate")
+  def estimate(self, theta: Any, worker_state: Any, key: jax.Array, *, with_unroll_info: bool = False):
+    """`estimate_fn` jitted (compiled once per estimator and input structure).
+
+    ``with_unroll_info=True`` (estimators with ``reports_unroll_info``) also returns the per-step outputs of the
+    estimate's unroll in ``GradientEstimate.unroll_info``; it is a separate compiled program, so the default one
+    (False) is exactly the program without the option: no extra outputs, memory or time.
+    """
+    if not isinstance(with_unroll_info, bool):
+      raise TypeError(f"with_unroll_info must be a bool, got {with_unroll_info!r}.")
+    if with_unroll_info and not self.reports_unroll_info:
+      raise NotImplementedError(f"with_unroll_info=True: {type(self).__name__} does not report its unroll's "
+                                "per-step outputs (reports_unroll_info is False).")
+    attr = "_jitted_estimate_with_info" if with_unroll_info else "_jitted_estimate"
+    jitted = self.__dict__.get(attr)
     if jitted is None:  # per estimator, so the compiled programs die with it
-      jitted = self.__dict__["_jitted_estimate"] = jax.jit(type(self)._placed_estimate_fn)
+      fn = type(self)._placed_estimate_fn_with_info if with_unroll_info else type(self)._placed_estimate_fn
+      jitted = self.__dict__[attr] = jax.jit(fn)
     theta, worker_state = self.place_theta(theta), self.place_worker_state(worker_state)
     return jitted(self, theta, worker_state, sharding.place(key, self.mesh, lane_major=False))
 
   def _placed_estimate_fn(self, theta, worker_state, key):
     estimate, worker_state = self.estimate_fn(theta, worker_state, key)
+    return estimate, self.place_worker_state(worker_state)
+
+  def _placed_estimate_fn_with_info(self, theta, worker_state, key):
+    estimate, worker_state = self.estimate_fn(theta, worker_state, key, with_unroll_info=True)
     return estimate, self.place_worker_state(worker_state)
 
   def lane_major(self, worker_state: Any) -> Any:

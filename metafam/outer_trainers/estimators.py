@@ -11,6 +11,12 @@ Each offers the `GradientEstimator` protocol: ``init_worker_state(theta, key)``,
 whose leaves are its step's device data. With a step built on several ``devices`` the lanes are spread over them
 with the same numbers (see `metafam.inner.sharding`).
 
+``estimate_fn(theta, worker_state, key, with_unroll_info=True)`` (``estimate(..., with_unroll_info=True)``) also
+returns the per-step outputs of the estimate's own unroll, with each step's task config, in
+``GradientEstimate.unroll_info`` (``[num_steps, lanes]``): TBPTT's lanes; for the ES estimators the positive
+particles only (lane ``2i``, ``theta + eps_i``, of every pair ``i``: ``[num_steps, num_pairs]``), as the reference
+reports them. The option is static: with it off the traced program is the one without it.
+
 The meta-loss of a truncation is the masked mean over its steps of the chosen per-step loss (``loss_kind``, default
 the task-normalized ``meta_loss`` of the updated params on the step's ``meta_loss_split``). ES scaling: see `base`.
 Non-finite steps (or pairs) are left out and counted in ``metrics["num_nonfinite"]``; an estimate in which every one
@@ -38,6 +44,11 @@ FULL_ES_LOSS_TYPES = ("avg", "last", "min")
 _NEVER_RESAMPLED = 2 ** 30
 
 
+def _positive_lanes(out: Any) -> Any:
+  """The positive particles' half (lane ``2i`` of each pair ``i``) of an antithetic unroll's ``[T, 2N]`` outputs."""
+  return jax.tree.map(lambda x: pairs.halves(x, 1)[0], out)
+
+
 def _per_pair_where(pred: jax.Array, a: Any, b: Any) -> Any:
   """``where(pred[i], a[i], b[i])`` for pytrees with a leading pair axis."""
   return jax.tree.map(lambda x, y: jnp.where(pred.reshape(pred.shape + (1,) * (x.ndim - 1)), x, y), a, b)
@@ -48,6 +59,7 @@ class _OnTruncatedStep(GradientEstimator):
   the step's devices."""
 
   _data_fields = ("step",)
+  reports_unroll_info = True
 
   def __init__(self, truncated_step: TruncatedStep, loss_kind: str, clip_loss_diff: Optional[float]):
     if not isinstance(truncated_step, TruncatedStep):
@@ -101,18 +113,19 @@ class TruncatedBPTT(_OnTruncatedStep):
   def init_worker_state(self, theta, key):
     return self.step.init_step_state(theta, key)
 
-  def estimate_fn(self, theta, worker_state: LaneState, key):
+  def estimate_fn(self, theta, worker_state: LaneState, key, with_unroll_info: bool = False):
     keys = self._unroll_keys(key, self.unroll_length)
 
     def meta_loss(theta):
-      lanes, out = self.step.unroll_fn(theta, worker_state, keys)
+      lanes, out = self.step.unroll_fn(theta, worker_state, keys, with_cfg=with_unroll_info)
       losses, mask = step_losses(out, self.loss_kind)
-      return pairs.masked_mean_or_nan(jnp.sum(losses * mask), jnp.sum(mask)), (lanes, mask)
+      info = out if with_unroll_info else None
+      return pairs.masked_mean_or_nan(jnp.sum(losses * mask), jnp.sum(mask)), (lanes, mask, info)
 
-    (loss, (lanes, mask)), grad = jax.value_and_grad(meta_loss, has_aux=True)(theta)
+    (loss, (lanes, mask, info)), grad = jax.value_and_grad(meta_loss, has_aux=True)(theta)
     grad, bad = zero_nonfinite(grad)
     metrics = {"num_nonfinite": jnp.sum(1.0 - mask) + bad}
-    return GradientEstimate(grad, loss, metrics), lanes
+    return GradientEstimate(grad, loss, metrics, unroll_info=info), lanes
 
 
 class FullES(_OnTruncatedStep):
@@ -149,13 +162,13 @@ class FullES(_OnTruncatedStep):
   def init_worker_state(self, theta, key):
     return {}
 
-  def estimate_fn(self, theta, worker_state, key):
+  def estimate_fn(self, theta, worker_state, key, with_unroll_info: bool = False):
     k_eps, k_init, k_unroll = jax.random.split(key, 3)
     eps = self._sample_eps(theta, k_eps)
     thetas = pairs.antithetic_thetas(theta, eps)
     lanes = self.step.init_fn(thetas, k_init, theta_is_batched=True)
     lanes, out = self.step.unroll_fn(thetas, lanes, self._unroll_keys(k_unroll, self.trajectory_length),
-                                     theta_is_batched=True)
+                                     theta_is_batched=True, with_cfg=with_unroll_info)
     losses, mask = step_losses(out, self.loss_kind)
     valid_pos, valid_neg = pairs.halves(jnp.all(mask > 0, axis=0))
     pair_valid = valid_pos & valid_neg
@@ -168,7 +181,8 @@ class FullES(_OnTruncatedStep):
     grad = weighted_noise_sum(delta / (num_valid * 2 * self.sigma ** 2), eps)
     mean_loss = pairs.masked_mean_or_nan(jnp.sum(jnp.where(pair_valid, 0.5 * (pos + neg), 0.0)), jnp.sum(pair_valid))
     metrics = {"num_nonfinite": jnp.sum(~pair_valid).astype(jnp.float32)}
-    return GradientEstimate(grad, mean_loss, metrics), worker_state
+    info = _positive_lanes(out) if with_unroll_info else None
+    return GradientEstimate(grad, mean_loss, metrics, unroll_info=info), worker_state
 
 
   def trajectory_losses(self, losses, thetas, lanes, key):
@@ -208,12 +222,13 @@ class TruncatedES(_OnTruncatedStep):
   def init_worker_state(self, theta, key):
     return self.plain.init_step_state(theta, key)
 
-  def estimate_fn(self, theta, worker_state: LaneState, key):
+  def estimate_fn(self, theta, worker_state: LaneState, key, with_unroll_info: bool = False):
     k_eps, k_unroll = jax.random.split(key)
     eps = self._sample_eps(theta, k_eps)
     thetas = pairs.antithetic_thetas(theta, eps)
     keys = self._unroll_keys(k_unroll, self.unroll_length)
-    _, out = self.step.unroll_fn(thetas, pairs.tile_pairs(worker_state), keys, theta_is_batched=True)
+    _, out = self.step.unroll_fn(thetas, pairs.tile_pairs(worker_state), keys, theta_is_batched=True,
+                                 with_cfg=with_unroll_info)
     losses, mask = step_losses(out, self.loss_kind)
     delta, pair_mask, mean_loss = pairs.pair_differences(losses, mask, self.clip_loss_diff)
     count = jnp.sum(pair_mask, axis=0)
@@ -221,7 +236,8 @@ class TruncatedES(_OnTruncatedStep):
     grad = weighted_noise_sum(coef / (jnp.maximum(jnp.sum(count > 0), 1) * 2 * self.sigma ** 2), eps)
     lanes, _ = self.plain.unroll_fn(theta, worker_state, keys)
     metrics = {"num_nonfinite": jnp.sum(1.0 - pair_mask)}
-    return GradientEstimate(grad, mean_loss, metrics), lanes
+    info = _positive_lanes(out) if with_unroll_info else None
+    return GradientEstimate(grad, mean_loss, metrics, unroll_info=info), lanes
 
 
 @functools.partial(jax.tree_util.register_dataclass, data_fields=["lanes", "accumulator", "eps", "age"],
@@ -304,7 +320,7 @@ class PES(_OnTruncatedStep):
                                                   eps=zero_perturbations(theta, self.num_pairs, self._noise_rank),
                                                   age=jnp.zeros((self.num_pairs,), jnp.int32)))
 
-  def estimate_fn(self, theta, worker_state: PESWorkerState, key):
+  def estimate_fn(self, theta, worker_state: PESWorkerState, key, with_unroll_info: bool = False):
     k_eps, k_unroll = jax.random.split(key)
     ws = worker_state
     limit = _NEVER_RESAMPLED if self.resample_every is None else self.resample_every
@@ -315,7 +331,7 @@ class PES(_OnTruncatedStep):
     continuing = _per_pair_where(resample, jax.tree.map(jnp.add, ws.accumulator, dense_eps), ws.accumulator)
     thetas = pairs.antithetic_thetas(theta, eps)
     lanes, out = self.step.unroll_fn(thetas, ws.lanes, self._unroll_keys(k_unroll, self.unroll_length),
-                                     theta_is_batched=True)
+                                     theta_is_batched=True, with_cfg=with_unroll_info)
     losses, mask = step_losses(out, self.loss_kind)
     delta, pair_mask, mean_loss = pairs.pair_differences(losses, mask, self.clip_loss_diff)
     is_new = pairs.first_half(out.is_new_trajectory, axis=1)
@@ -330,7 +346,8 @@ class PES(_OnTruncatedStep):
     new_state = PESWorkerState(lanes=lanes, accumulator=_per_pair_where(restarted, dense_eps, continuing), eps=eps,
                                age=jnp.where(restarted, 0, jnp.where(resample, 1, ws.age + 1)).astype(jnp.int32))
     metrics = {"num_nonfinite": jnp.sum(1.0 - pair_mask)}
-    return GradientEstimate(grad, mean_loss, metrics), new_state
+    info = _positive_lanes(out) if with_unroll_info else None
+    return GradientEstimate(grad, mean_loss, metrics, unroll_info=info), new_state
 
 
 class NoiseReuseES(PES):

@@ -3,6 +3,22 @@
 `LOEstimatorFace` is a mixin placed before a metafam estimator class: ``init_worker_state`` accepts the reference's
 `WorkerWeights` (or theta, as metafam's `MetaTrainer` passes it) and ``compute_gradient_estimate`` runs the metafam
 estimator's jitted ``estimate``. The estimate itself is the metafam class's, unchanged.
+
+``unroll_info`` (`lo_unroll_info`): the reference's `gradient_learner.UnrollInfo` of ``[steps, lanes]`` arrays,
+from the per-step outputs metafam's estimate returns with ``with_unroll_info=True`` (the same unroll as the
+estimate; that program is compiled separately from the default ``estimate``, which `MetaTrainer` uses):
+
+* ``loss``: each step's loss of the estimator's ``loss_kind`` (by default the task-normalized meta-loss, the value
+  the estimate averages; 0 on a masked, non-finite step);
+* ``iteration``: the lane's inner step *after* the step, as the reference counts it (``1 .. length`` over a
+  trajectory; metafam's `UnrollOutput.iteration` is the step's index, one less);
+* ``task_param``: the task config of the trajectory the step belongs to (leaves ``[steps, lanes, ...]``);
+* ``is_done``: the step is the last of its trajectory (its length reached, or non-finite); the lane resets after
+  it. metafam has no separate reset step: the step after ``is_done`` already trains the new instance.
+
+Lanes: TBPTT (`TruncatedGrad`) reports all of its lanes; the ES estimators (`TruncatedPES`, `TruncatedES`,
+`FullES`) the positive particle of each antithetic pair (``theta + eps``, ``[steps, num_pairs]``), as the reference
+does. Estimators with ``reports_unroll_info = False`` (`FullGrad`, like the reference's) return None.
 """
 
 from __future__ import annotations
@@ -43,13 +59,26 @@ class LOEstimatorFace:
 
   def compute_gradient_estimate(self, worker_weights: Any, key: jax.Array, state: Any, with_summary: bool = False,
                                 datas_list: Optional[Any] = None):
-    """``(GradientEstimatorOut(mean_loss, grad, unroll_state, unroll_info=None), metrics)`` from one ``estimate``."""
+    """``(GradientEstimatorOut(mean_loss, grad, unroll_state, unroll_info), metrics)`` from one ``estimate``
+    (``unroll_info``: see the module docstring)."""
     if datas_list is not None:
       raise NotImplementedError("datas_list: metafam samples the batches on the device from the family's datasets.")
-    estimate, new_state = self.estimate(gradient_learner.theta_of(worker_weights), state, key)
+    with_info = bool(getattr(self, "reports_unroll_info", False))
+    estimate, new_state = self.estimate(gradient_learner.theta_of(worker_weights), state, key,
+                                        with_unroll_info=with_info)
+    info = lo_unroll_info(estimate.unroll_info, self.loss_kind) if with_info else None
     out = gradient_learner.GradientEstimatorOut(mean_loss=estimate.meta_loss, grad=estimate.grad,
-                                                unroll_state=new_state, unroll_info=None)
+                                                unroll_state=new_state, unroll_info=info)
     return out, gradient_learner._as_metrics(estimate.metrics)
+
+
+def lo_unroll_info(out: Any, loss_kind: str = "normalized_meta_loss") -> Any:
+  """The reference's `gradient_learner.UnrollInfo` of metafam's per-step outputs (an `UnrollOutput` with ``cfg``;
+  None gives None): ``loss`` of ``loss_kind``, ``iteration`` counted after the step, ``task_param``, ``is_done``."""
+  if out is None:
+    return None
+  return gradient_learner.UnrollInfo(loss=getattr(out, loss_kind), iteration=out.iteration + 1,
+                                     task_param=out.cfg, is_done=out.is_done)
 
 
 def vec_key_split(key: jax.Array):

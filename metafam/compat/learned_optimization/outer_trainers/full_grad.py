@@ -41,6 +41,7 @@ class FullGrad(_adapter.LOEstimatorFace, _estimators.TruncatedBPTT):
   """Gradient of the meta-loss of complete trajectories from fresh instances (see the module docstring)."""
 
   name = "full_grad"
+  reports_unroll_info = False  # the reference's FullGrad returns unroll_info=None too
 
   def __init__(self, truncated_step: Any, truncation_schedule: Any, loss_type: str = "avg"):
     _adapter.check_step(truncated_step, "FullGrad")

@@ -1,7 +1,8 @@
 """`learned_optimization.outer_trainers.truncated_grad`: `TruncatedGrad` is metafam's
 `metafam.outer_trainers.TruncatedBPTT` (backpropagation through each truncation of ``unroll_length`` steps of
 ``truncated_step``'s lanes), with the reference's arguments; ``steps_per_jit`` must divide ``unroll_length``;
-``loss_type`` is "avg" (the only type metafam's estimator computes)."""
+``loss_type`` is "avg" (the only type metafam's estimator computes). ``unroll_info``: every lane of the truncation,
+``[unroll_length, num_tasks]`` (see `_adapter`)."""
 
 from __future__ import annotations
 

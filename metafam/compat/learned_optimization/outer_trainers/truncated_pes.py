@@ -9,6 +9,9 @@ whole truncation, so ``steps_per_jit`` only keeps the reference's check that it 
 Difference on purpose: metafam credits the last step of a finished trajectory to the perturbations that shaped it
 and starts the new trajectory's credit at its first step; the reference credits that boundary step to the new
 noise only. Further keyword arguments (``resample_every``, ``loss_kind``, ``clip_loss_diff``) go to metafam's PES.
+
+``compute_gradient_estimate`` fills ``unroll_info`` (``[trunc_length, num_pairs]``) with the positive particles
+(``theta + eps``) of the truncation's pairs, as the reference does; the fields are described in `_adapter`.
 """
 
 from __future__ import annotations
