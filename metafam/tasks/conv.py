@@ -47,20 +47,30 @@ def smoothed_cross_entropy(logits: jax.Array, labels: jax.Array, smoothing=0.0) 
   return jnp.mean((1.0 - smoothing) * nll - smoothing * jnp.mean(logp, axis=-1))
 
 
+NORM_LAYERS = (None, "layer")
+
+
 def conv_forward(channels: Sequence[int], num_classes: int, activations: Sequence[Activation],
-                 kernel_size: int = 3) -> hk.Transformed:
+                 kernel_size: int = 3, norm: Optional[str] = None) -> hk.Transformed:
   """A haiku conv net ``forward(images f32[B, H, W, C], activation_index=0) -> logits f32[B, num_classes]``.
 
   Every conv has stride 2 and SAME padding, so spatial sides shrink as ``ceil(side / 2)`` per layer. With several
   ``activations`` the int32 ``activation_index`` picks one via `jax.lax.switch` (may be a vmapped config leaf).
+  ``norm="layer"`` puts a LayerNorm over each position's channels (learned scale and offset, ``2 * c_i`` params)
+  between every conv and its activation; None (default) has no normalization layer.
   """
+  if norm not in NORM_LAYERS:
+    raise ValueError(f"norm must be one of {NORM_LAYERS}, got {norm!r}.")
   channels = tuple(int(c) for c in channels)
 
   def forward(images, activation_index=0):
     act = select_activation(activations, activation_index)
     x = images
     for i, c in enumerate(channels):
-      x = act(hk.Conv2D(c, kernel_size, stride=2, padding="SAME", name=f"conv_{i}")(x))
+      x = hk.Conv2D(c, kernel_size, stride=2, padding="SAME", name=f"conv_{i}")(x)
+      if norm == "layer":
+        x = hk.LayerNorm(axis=-1, create_scale=True, create_offset=True, name=f"norm_{i}")(x)
+      x = act(x)
     return hk.Linear(num_classes, name="logits")(jnp.mean(x, axis=(1, 2)))
 
   return hk.without_apply_rng(hk.transform(forward))
@@ -82,19 +92,21 @@ class ConvTask(ImageClassifierTask):
     kernel_size: square kernel side.
     datasets: the data; defaults to the embedded Fashion-MNIST at ``image_size`` with ``in_channels`` channels.
     image_size, in_channels, batch_size: used only to build the default datasets.
+    norm: None, or ``"layer"`` for a LayerNorm after every conv (see `conv_forward`).
 
-  Parameter count: `conv_num_params` (registered configs in the module docstring).
+  Parameter count: `conv_num_params` (plus ``2 * sum(channels)`` with ``norm="layer"``) (registered configs in the module docstring).
   """
 
   def __init__(self, channels: Sequence[int] = (16, 32), activation: str = "relu", kernel_size: int = 3,
                datasets: Optional[Datasets] = None, image_size: int = 16, in_channels: int = 1,
-               batch_size: int = 128, name: Optional[str] = None):
+               batch_size: int = 128, name: Optional[str] = None, norm: Optional[str] = None):
     self.datasets = datasets if datasets is not None else fashion_mnist_datasets(batch_size, image_size,
                                                                                  channels=in_channels)
     self.channels = tuple(int(c) for c in channels)
     self.activation = activation
     self.num_classes = int(self.datasets.extra_info.get("num_classes", 10))
-    self.net = conv_forward(self.channels, self.num_classes, [activation_by_name(activation)], kernel_size)
+    self.norm = norm
+    self.net = conv_forward(self.channels, self.num_classes, [activation_by_name(activation)], kernel_size, norm)
     shape = self.datasets.abstract_batch["image"].shape
     self.name = name or f"Conv_{'x'.join(map(str, shape[1:]))}_{'x'.join(map(str, self.channels))}"
 

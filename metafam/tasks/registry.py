@@ -60,6 +60,88 @@ def _transformer_lm(num_layers, model_size, num_heads):
   return build
 
 
+# -- the held-out benchmark suite's tasks (`metafam.benchmark.suites.HELDOUT`): other widths, depths, resolutions,
+# architectures, batch sizes and data (MNIST digits, text) than meta-training's 8x8 Fashion-MNIST MLPs; the batch
+# size is part of the name.
+def _images(dataset, batch_size, image_size):
+  from metafam.datasets.images import fashion_mnist_datasets, mnist_digits_datasets
+  return {"fmnist": fashion_mnist_datasets, "mnist": mnist_digits_datasets}[dataset](batch_size, image_size)
+
+
+def _heldout_mlp(dataset, image_size, hidden_sizes, batch_size, activation="relu"):
+  suffix = "" if activation == "relu" else f"_{activation}"
+  name = f"{dataset}_mlp_{image_size}x{image_size}_{'x'.join(map(str, hidden_sizes))}{suffix}_b{batch_size}"
+
+  def build():
+    from metafam.tasks.image_mlp import ImageMLPTask
+    return ImageMLPTask(hidden_sizes, activation=activation, datasets=_images(dataset, batch_size, image_size),
+                        name=name)
+  return name, build
+
+
+def _heldout_conv(dataset, image_size, channels, batch_size, norm=None):
+  suffix = "" if norm is None else f"_{norm}norm"
+  name = f"{dataset}_conv_{image_size}x{image_size}_{'x'.join(map(str, channels))}{suffix}_b{batch_size}"
+
+  def build():
+    from metafam.tasks.conv import ConvTask
+    return ConvTask(channels, datasets=_images(dataset, batch_size, image_size), norm=norm, name=name)
+  return name, build
+
+
+def _heldout_ae(dataset, image_size, hidden_sizes, batch_size):
+  name = f"{dataset}_ae_{image_size}x{image_size}_{'x'.join(map(str, hidden_sizes))}_b{batch_size}"
+
+  def build():
+    from metafam.tasks.autoencoder import MLPAutoencoderTask
+    return MLPAutoencoderTask(hidden_sizes, datasets=_images(dataset, batch_size, image_size), name=name)
+  return name, build
+
+
+def _heldout_vae(dataset, image_size, hidden_size, latent_size, batch_size):
+  name = f"{dataset}_vae_{image_size}x{image_size}_{hidden_size}_z{latent_size}_b{batch_size}"
+
+  def build():
+    from metafam.tasks.autoencoder import VAETask
+    return VAETask((hidden_size,), latent_size, (hidden_size,), datasets=_images(dataset, batch_size, image_size),
+                   name=name)
+  return name, build
+
+
+def _heldout_lm(kind, size, batch_size, sequence_length, num_layers=1, num_heads=2):
+  shape = f"{size}" if kind == "lstm" else f"{num_layers}x{size}"
+  name = f"shakespeare_char_{kind}_{shape}_t{sequence_length}_b{batch_size}"
+
+  def build():
+    from metafam.datasets.text import shakespeare_char_datasets
+    from metafam.tasks.language import LSTMLanguageModelTask, TransformerLanguageModelTask
+    data = shakespeare_char_datasets(batch_size, sequence_length)
+    if kind == "lstm":
+      return LSTMLanguageModelTask(size, size // 2, datasets=data, name=name)
+    return TransformerLanguageModelTask(num_layers, size, num_heads, datasets=data, name=name)
+  return name, build
+
+
+HELDOUT_TASKS: Dict[str, Callable] = dict([
+    _heldout_mlp("mnist", 16, (64,), 32),
+    _heldout_mlp("fmnist", 16, (64,), 32),
+    _heldout_mlp("mnist", 16, (128,), 256),
+    _heldout_mlp("fmnist", 16, (1024,), 32),
+    _heldout_mlp("mnist", 28, (128, 128, 128), 32),
+    _heldout_mlp("fmnist", 28, (32, 32, 32, 32), 128),
+    _heldout_mlp("fmnist", 28, (64, 64), 32, "tanh"),
+    _heldout_mlp("mnist", 16, (256, 256), 64, "gelu"),
+    _heldout_ae("fmnist", 16, (128, 32, 128), 32),
+    _heldout_ae("mnist", 28, (64, 16, 64), 32),
+    _heldout_vae("mnist", 16, 64, 8, 32),
+    _heldout_conv("fmnist", 16, (8, 16), 32),
+    _heldout_conv("mnist", 16, (8, 16), 32, norm="layer"),
+    _heldout_lm("lstm", 32, 32, 32),
+    _heldout_lm("transformer", 32, 32, 16),
+    _heldout_vae("fmnist", 28, 64, 8, 64),
+])
+
+
 def _quadratic(dim):
   def build():
     from metafam.tasks.quadratic import QuadraticTask
@@ -84,6 +166,7 @@ TASKS: Dict[str, Callable] = {
     "fmnist_vae_16x16_64_z8": _vae(64, 8, 16),  # 34,704 params
     "shakespeare_char_lstm_64": _lstm_lm(64, 32),  # 32,204 params
     "shakespeare_char_transformer_2x64": _transformer_lm(2, 64, 4),  # 113,996 params
+    **HELDOUT_TASKS,
 }
 
 
