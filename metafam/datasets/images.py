@@ -6,8 +6,8 @@ to the whole split when the `Datasets` is built, so iterating and device samplin
 Split sources (all disjoint):
   * embedded slice: training file images 0-4999 -> ``train``, 5000-5999 -> ``inner_valid``; test file images
     0-999 -> ``outer_valid``, 1000-1999 -> ``test``.
-  * embedded MNIST digits (`mnist_digits_datasets`, 5,000 images, 500 per class, in stored order): 0-3499 ->
-    ``train``, 3500-3999 -> ``inner_valid``, 4000-4499 -> ``outer_valid``, 4500-4999 -> ``test``.
+  * embedded MNIST digits (`mnist_digits_datasets`, 5,000 images, 500 per class): per class, the first 350 ->
+    ``train``, next 50 -> ``inner_valid``, next 50 -> ``outer_valid``, last 50 -> ``test``.
   * full files: training file 0-49999 -> ``train``, 50000-59999 -> ``inner_valid``; test file 0-4999 ->
     ``outer_valid``, 5000-9999 -> ``test``.
 """
@@ -48,12 +48,22 @@ def embedded_fashion_mnist() -> RawSplits:
 
 
 def embedded_mnist_digits() -> RawSplits:
-  """The 5,000 MNIST digits shipped in the package (CC BY-SA 3.0, see LICENSE_MNIST.txt), split 3500/500/500/500."""
+  """The 5,000 MNIST digits shipped in the package (CC BY-SA 3.0, see LICENSE_MNIST.txt), 500 per class, split
+  per class in stored order: the first 350 of each digit -> ``train``, next 50 -> ``inner_valid``, next 50 ->
+  ``outer_valid``, last 50 -> ``test`` (the file is sorted by class, so a plain cut would split by digit)."""
   with importlib.resources.files("metafam.datasets").joinpath("data/mnist_5k.npz").open("rb") as f:
     z = np.load(f)
     x, y = z["images"], z["labels"]
-  bounds = (0, 3500, 4000, 4500, 5000)
-  return {name: (x[a:b], y[a:b]) for name, a, b in zip(SPLITS, bounds[:-1], bounds[1:])}
+  rank = np.empty(len(y), np.int64)  # position of each example among the examples of its class
+  for c in np.unique(y):
+    members = np.nonzero(y == c)[0]
+    rank[members] = np.arange(members.size)
+  bounds = (0, 350, 400, 450, 500)
+  out = {}
+  for name, a, b in zip(SPLITS, bounds[:-1], bounds[1:]):
+    keep = np.nonzero((rank >= a) & (rank < b))[0]
+    out[name] = (x[keep], y[keep])
+  return out
 
 
 def _find(directory: str, stem: str) -> str:
