@@ -281,7 +281,8 @@ def generate(shard_dir: str, tasks: Optional[Sequence[str]] = None, progress: bo
 def versions() -> Dict[str, str]:
   import metafam
   return {"metafam": metafam.__version__, "jax": jax.__version__, "optax": optax.__version__,
-          "numpy": np.__version__, "python": platform.python_version(), "backend": jax.default_backend()}
+          "numpy": np.__version__, "python": platform.python_version(), "backend": jax.default_backend(),
+          "jax_threefry_partitionable": str(bool(jax.config.jax_threefry_partitionable))}
 
 
 def collect(shard_dir: str, path: str = DATA_FILE) -> Dict[str, Any]:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Callable, Dict, Mapping, Optional, Sequence
+from typing import Callable, Dict, Mapping, Optional, Sequence, Union
 
 import jax
 import jax.numpy as jnp
@@ -34,7 +34,7 @@ import optax
 
 from metafam.evaluation.metrics import RunCurves, normalize
 from metafam.evaluation import tuning
-from metafam.evaluation.evaluate import (Runner, as_keys, check_positive_int, check_splits, eval_points,
+from metafam.evaluation.evaluate import (OptimizerLike, Runner, as_keys, as_optimizer, check_positive_int, check_splits, eval_points,
                                          train_between_evals)
 from metafam.evaluation.tuning import check_learning_rates, default_learning_rates, select_best
 from metafam.optimizers.base import OptaxOptimizer, OptimizerState
@@ -131,32 +131,38 @@ def _with_hyperparams(opt_state: OptimizerState, lane_values: Mapping[str, jax.A
   return dataclasses.replace(opt_state, opt_state=inner._replace(hyperparams=hyper))
 
 
-def train_lanes(task: Task, factory: Callable[..., optax.GradientTransformation],
-                hyperparams: Mapping[str, Sequence[float]], *, num_seeds: int, points: np.ndarray,
+def train_lanes(task: Task, factory: Union[Callable[..., optax.GradientTransformation], OptimizerLike],
+                hyperparams: Optional[Mapping[str, Sequence[float]]], *, num_seeds: int, points: np.ndarray,
                 eval_batches: int, key: Optional[jax.Array], splits: Sequence[str], name: str = "optax"):
   """Trains ``H * S`` lanes in one vmapped program; lane ``h * S + s`` runs
   ``inject_hyperparams(factory)(**{k: v[h]})`` from seed ``s`` (key ``jax.random.split(key, S)[s]``).
 
   Args:
+    factory: an optax factory; with ``hyperparams=None`` instead a ready optimizer (a metafam `Optimizer` or an optax
+      transformation), trained as ``H = 1`` setting.
     hyperparams: ``{argument of factory: H values}``, numeric hyperparameters set per lane.
     points: ascending eval steps starting at 0; training runs to ``points[-1]``.
 
   Returns ``(train f32[H, S, T], {split: f32[H, S, E]})`` as numpy.
   """
-  values = {k: np.asarray(v, np.float64).ravel() for k, v in hyperparams.items()}
-  sizes = {v.size for v in values.values()}
-  if len(sizes) != 1 or 0 in sizes:
-    raise ValueError(f"every hyperparameter needs the same positive number of lane values, got "
-                     f"{ {k: v.size for k, v in values.items()} }.")
-  num_settings = sizes.pop()
-  optimizer = OptaxOptimizer(optax.inject_hyperparams(factory)(**{k: float(v[0]) for k, v in values.items()}),
-                             name=f"{name}-sweep")
+  if hyperparams is None:
+    values, num_settings, optimizer = {}, 1, as_optimizer(factory)
+  else:
+    values = {k: np.asarray(v, np.float64).ravel() for k, v in hyperparams.items()}
+    sizes = {v.size for v in values.values()}
+    if len(sizes) != 1 or 0 in sizes:
+      raise ValueError(f"every hyperparameter needs the same positive number of lane values, got "
+                       f"{ {k: v.size for k, v in values.items()} }.")
+    num_settings = sizes.pop()
+    optimizer = OptaxOptimizer(optax.inject_hyperparams(factory)(**{k: float(v[0]) for k, v in values.items()}),
+                               name=f"{name}-sweep")
   runner = Runner(task, optimizer, num_members=num_settings * num_seeds, splits=splits, eval_batches=eval_batches)
   seed_keys = as_keys(key, num_seeds)
   keys = runner.keys(seed_keys[np.tile(np.arange(num_seeds), num_settings)])  # lane h * S + s -> seed s
   cfg, opt_state = runner.init(keys, int(points[-1]))
-  opt_state = _with_hyperparams(opt_state, {k: jnp.asarray(np.repeat(v, num_seeds), jnp.float32)
-                                            for k, v in values.items()})
+  if values:
+    opt_state = _with_hyperparams(opt_state, {k: jnp.asarray(np.repeat(v, num_seeds), jnp.float32)
+                                              for k, v in values.items()})
   opt_state, train, evals = train_between_evals(runner, opt_state, cfg, keys, points)
   # [T, H * S] -> [H, S, T] and [E, H * S] -> [H, S, E]
   train = train.T.reshape(num_settings, num_seeds, -1)
