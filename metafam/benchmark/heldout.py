@@ -12,8 +12,11 @@ keys (seed s starts where every baseline's seed s started) for the task's horizo
 Per task (`score_task`), on the seed-mean normalized ``test`` loss:
 
 * ``speedup``: the VeLO metric, `metafam.evaluation.metrics.speedup_over_baseline`: the steps the reference (Adam
-  at its tuned constant rate, run to 4T) needs to reach the candidate's loss at T, over T. Values above 4 cannot be
-  resolved: they are reported as 4 and flagged ``speedup_capped``. A seed whose final loss is not finite scores 0.
+  at its tuned constant rate, run to 4T) needs to reach the candidate's loss at T, over T (both curves smoothed by a
+  running minimum, so the candidate's "loss at T" is the best it reached by T). Values above 4 cannot be resolved:
+  they are reported as 4 and flagged ``speedup_capped``. Per seed (``seed_speedups``, what the aggregates use),
+  seed s of the candidate is compared with seed s of the reference (same initialization and batches); a seed whose
+  final loss is not finite scores 0.
 * ``loss_ratio``: the candidate's final loss over tuned Adam's (its best rate and schedule at T).
 * ``rank``: 1 + the number of the nine baselines whose final loss is lower (1 = best of ten).
 
@@ -137,16 +140,18 @@ def score_task(task: str, entry: Mapping[str, Any], curves: np.ndarray, exclude:
   if curves.ndim != 2 or curves.shape[1] != steps.size:
     raise ValueError(f"{task}: curves must be [seeds, {steps.size}] at the suite's eval points, got {curves.shape}.")
   ref_steps = np.asarray(entry["reference"]["eval_steps"], np.float64)
-  ref = np.mean(np.asarray(entry["reference"]["test_curves"], np.float64), axis=0)
+  ref_seeds = np.asarray(entry["reference"]["test_curves"], np.float64)
+  if ref_seeds.shape[0] != curves.shape[0]:
+    raise ValueError(f"{task}: {curves.shape[0]} seed curves, but the reference has {ref_seeds.shape[0]} seeds.")
   mean = curves.mean(axis=0)
 
-  def speedup(curve):
+  def speedup(curve, ref):
     if not np.isfinite(curve[-1]):
       return 0.0, False
     s = speedup_over_baseline(steps, curve, ref_steps, ref)
     return s.value, not s.reached
 
-  value, capped = speedup(mean)
+  value, capped = speedup(mean, ref_seeds.mean(axis=0))
   final = _final(mean)
   finals = {o: _final(np.mean(np.asarray(b["test_curves"], np.float64), axis=0))
             for o, b in entry["baselines"].items() if o not in exclude}
@@ -154,7 +159,8 @@ def score_task(task: str, entry: Mapping[str, Any], curves: np.ndarray, exclude:
   beats = {o: bool(np.isfinite(final) and (not np.isfinite(f) or final < f)) for o, f in finals.items()}
   rank = 1 + sum(1 for f in finals.values() if np.isfinite(f) and (not np.isfinite(final) or f < final))
   return TaskScore(task=task, horizon=int(entry["horizon"]), speedup=float(value), speedup_capped=bool(capped),
-                   seed_speedups=tuple(float(speedup(c)[0]) for c in curves), final_loss=final,
+                   seed_speedups=tuple(float(speedup(c, r)[0]) for c, r in zip(curves, ref_seeds)),
+                   final_loss=final,
                    loss_ratio=final / adam if np.isfinite(adam) and adam > 0 else float("nan"), rank=rank,
                    num_ranked=len(finals) + 1, beats=beats, diverged=not bool(np.all(np.isfinite(curves))),
                    setting=setting)
