@@ -7,6 +7,9 @@ Parameters: ``sum_i (k * k * c_{i-1} + 1) * c_i + (c_L + 1) * classes`` with ``c
   * ``fmnist_conv_28x28_16x32x32``: 28x28x1, channels (16, 32, 32): 14,378 params.
   * ``fmnist_conv_32x32x3_16x32x64``: CIFAR-shaped 32x32x3 (embedded Fashion-MNIST, gray repeated), channels
     (16, 32, 64): 24,234 params; `cifar10_conv_task` builds the same model on real CIFAR-10 files.
+  * ``fmnist_conv_16x16_8x16_b32`` (heldout suite): 16x16x1, channels (8, 16), batch 32: 1,418 params.
+  * ``mnist_conv_16x16_8x16_layernorm_b32`` (heldout suite): MNIST digits, the same with a LayerNorm after each conv:
+    1,466 params.
 
 Batches are ``{"image": f32[B, H, W, C], "label": i32[B]}``; the loss is the mean softmax cross-entropy, the aux
 output holds the accuracy, and `normalizer` divides by ``log(num_classes)`` (chance level -> 1.0).

@@ -76,7 +76,7 @@ def _heldout_mlp(dataset, image_size, hidden_sizes, batch_size, activation="relu
     from metafam.tasks.image_mlp import ImageMLPTask
     return ImageMLPTask(hidden_sizes, activation=activation, datasets=_images(dataset, batch_size, image_size),
                         name=name)
-  return name, build
+  return build
 
 
 def _heldout_conv(dataset, image_size, channels, batch_size, norm=None):
@@ -86,7 +86,7 @@ def _heldout_conv(dataset, image_size, channels, batch_size, norm=None):
   def build():
     from metafam.tasks.conv import ConvTask
     return ConvTask(channels, datasets=_images(dataset, batch_size, image_size), norm=norm, name=name)
-  return name, build
+  return build
 
 
 def _heldout_ae(dataset, image_size, hidden_sizes, batch_size):
@@ -95,7 +95,7 @@ def _heldout_ae(dataset, image_size, hidden_sizes, batch_size):
   def build():
     from metafam.tasks.autoencoder import MLPAutoencoderTask
     return MLPAutoencoderTask(hidden_sizes, datasets=_images(dataset, batch_size, image_size), name=name)
-  return name, build
+  return build
 
 
 def _heldout_vae(dataset, image_size, hidden_size, latent_size, batch_size):
@@ -105,7 +105,7 @@ def _heldout_vae(dataset, image_size, hidden_size, latent_size, batch_size):
     from metafam.tasks.autoencoder import VAETask
     return VAETask((hidden_size,), latent_size, (hidden_size,), datasets=_images(dataset, batch_size, image_size),
                    name=name)
-  return name, build
+  return build
 
 
 def _heldout_lm(kind, size, batch_size, sequence_length, num_layers=1, num_heads=2):
@@ -119,27 +119,27 @@ def _heldout_lm(kind, size, batch_size, sequence_length, num_layers=1, num_heads
     if kind == "lstm":
       return LSTMLanguageModelTask(size, size // 2, datasets=data, name=name)
     return TransformerLanguageModelTask(num_layers, size, num_heads, datasets=data, name=name)
-  return name, build
+  return build
 
 
-HELDOUT_TASKS: Dict[str, Callable] = dict([
-    _heldout_mlp("mnist", 16, (64,), 32),
-    _heldout_mlp("fmnist", 16, (64,), 32),
-    _heldout_mlp("mnist", 16, (128,), 256),
-    _heldout_mlp("fmnist", 16, (1024,), 32),
-    _heldout_mlp("mnist", 28, (128, 128, 128), 32),
-    _heldout_mlp("fmnist", 28, (32, 32, 32, 32), 128),
-    _heldout_mlp("fmnist", 28, (64, 64), 32, "tanh"),
-    _heldout_mlp("mnist", 16, (256, 256), 64, "gelu"),
-    _heldout_ae("fmnist", 16, (128, 32, 128), 32),
-    _heldout_ae("mnist", 28, (64, 16, 64), 32),
-    _heldout_vae("mnist", 16, 64, 8, 32),
-    _heldout_conv("fmnist", 16, (8, 16), 32),
-    _heldout_conv("mnist", 16, (8, 16), 32, norm="layer"),
-    _heldout_lm("lstm", 32, 32, 32),
-    _heldout_lm("transformer", 32, 32, 16),
-    _heldout_vae("fmnist", 28, 64, 8, 64),
-])
+HELDOUT_TASKS: Dict[str, Callable] = {
+    "mnist_mlp_16x16_64_b32": _heldout_mlp("mnist", 16, (64,), 32),  # 17,098 params
+    "fmnist_mlp_16x16_64_b32": _heldout_mlp("fmnist", 16, (64,), 32),  # 17,098 params
+    "mnist_mlp_16x16_128_b256": _heldout_mlp("mnist", 16, (128,), 256),  # 34,186 params
+    "fmnist_mlp_16x16_1024_b32": _heldout_mlp("fmnist", 16, (1024,), 32),  # 273,418 params
+    "mnist_mlp_28x28_128x128x128_b32": _heldout_mlp("mnist", 28, (128, 128, 128), 32),  # 134,794 params
+    "fmnist_mlp_28x28_32x32x32x32_b128": _heldout_mlp("fmnist", 28, (32, 32, 32, 32), 128),  # 28,618 params
+    "fmnist_mlp_28x28_64x64_tanh_b32": _heldout_mlp("fmnist", 28, (64, 64), 32, "tanh"),  # 55,050 params
+    "mnist_mlp_16x16_256x256_gelu_b64": _heldout_mlp("mnist", 16, (256, 256), 64, "gelu"),  # 134,154 params
+    "fmnist_ae_16x16_128x32x128_b32": _heldout_ae("fmnist", 16, (128, 32, 128), 32),  # 74,272 params
+    "mnist_ae_28x28_64x16x64_b32": _heldout_ae("mnist", 28, (64, 16, 64), 32),  # 103,328 params
+    "mnist_vae_16x16_64_z8_b32": _heldout_vae("mnist", 16, 64, 8, 32),  # 34,704 params
+    "fmnist_vae_28x28_64_z8_b64": _heldout_vae("fmnist", 28, 64, 8, 64),  # 102,816 params
+    "fmnist_conv_16x16_8x16_b32": _heldout_conv("fmnist", 16, (8, 16), 32),  # 1,418 params
+    "mnist_conv_16x16_8x16_layernorm_b32": _heldout_conv("mnist", 16, (8, 16), 32, norm="layer"),  # 1,466 params
+    "shakespeare_char_lstm_32_t32_b32": _heldout_lm("lstm", 32, 32, 32),  # 9,996 params
+    "shakespeare_char_transformer_1x32_t16_b32": _heldout_lm("transformer", 32, 32, 16),  # 18,220 params
+}
 
 
 def _quadratic(dim):
