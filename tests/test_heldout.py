@@ -203,3 +203,39 @@ def test_heldout_cli_bad_input_is_one_line_and_exit_code_2(args, message, capsys
   assert code == 2 and err.startswith("metafam: error: ") and len(err.strip().splitlines()) == 1, err
   assert re.search(message, err), err
   assert not os.path.exists(tmp_path / "x")
+
+
+# -- evaluate_suite ------------------------------------------------------------------------------------------------
+def test_evaluate_suite_refuses_bad_candidates_and_tasks_before_training():
+  from metafam.optimizers.learned import LearnableAdam
+  data = {"tasks": {"t": entry()}, "pending": []}
+  with pytest.raises(ValueError, match=r"tasks \['nope'\] have no shipped baselines; available: \['t'\]"):
+    heldout.evaluate_suite(optax.adam, tasks=["nope"], data=data)
+  with pytest.raises(TypeError, match="needs its meta-parameters"):
+    heldout.evaluate_suite(LearnableAdam(), data=data)
+  with pytest.raises(ValueError, match="not a tunable optax optimizer"):
+    heldout.evaluate_suite("adamax", data=data)
+  with pytest.raises(TypeError, match="candidate must be"):
+    heldout.evaluate_suite(3.0, data=data)
+
+
+@pytest.mark.slow
+def test_adam_at_the_reference_rate_reproduces_the_reference_run():
+  """End to end: the candidate trains on the suite's seeds and keys, so Adam at the reference's constant rate
+  retraces the shipped reference curve (same initializations, same batches) and scores as the reference itself."""
+  data = heldout.load_normalizers()
+  task = "mnist_mlp_16x16_64_b32"
+  e = data["tasks"][task]
+  before = jax.config.jax_threefry_partitionable
+  jax.config.update("jax_threefry_partitionable", data["versions"]["jax_threefry_partitionable"] == "True")
+  try:
+    # the reference's own optimizer: Adam with its rate held by inject_hyperparams (a fixed-rate optax.adam computes
+    # the same update with other roundings, and 1000 chaotic steps amplify them)
+    adam = optax.inject_hyperparams(optax.adam)(learning_rate=e["reference"]["learning_rate"])
+    result = heldout.evaluate_suite(adam, tasks=[task], data=data, progress=False)
+  finally:
+    jax.config.update("jax_threefry_partitionable", before)
+  steps, curves = result.curves[task]
+  reference = np.asarray(e["reference"]["test_curves"])[:, :len(steps)]
+  np.testing.assert_array_equal(curves, reference)
+  assert result.scores[0] == heldout.score_task(task, e, reference)
