@@ -239,3 +239,15 @@ def test_adam_at_the_reference_rate_reproduces_the_reference_run():
   reference = np.asarray(e["reference"]["test_curves"])[:, :len(steps)]
   np.testing.assert_array_equal(curves, reference)
   assert result.scores[0] == heldout.score_task(task, e, reference)
+
+
+def test_tuning_extends_the_grid_until_the_best_rate_is_interior():
+  """SGD on 0.5 * ||x||^2: rate 1 reaches the minimum in one step (score exactly 0); it is the top of the grid
+  1e-3 .. 1, so the tuner must add two rates above it (half a decade apart) to show it is the best."""
+  from metafam.tasks.quadratic import QuadraticTask
+  grid = 1e-3 * 10 ** (0.5 * np.arange(7))
+  result = bl.tune_baseline(QuadraticTask(4), "sgd", 8, factory=optax.sgd, learning_rates=grid)
+  np.testing.assert_allclose(result.learning_rates, 1e-3 * 10 ** (0.5 * np.arange(9)), rtol=1e-12)
+  assert result.learning_rate == pytest.approx(1.0) and not result.at_edge
+  assert result.scores["constant"][6] == 0.0 and result.schedule == "constant"  # ties go to the constant schedule
+  assert np.isinf(result.scores["constant"][-1]) or result.scores["constant"][-1] > 1.0  # rate 10 blows up
