@@ -241,6 +241,7 @@ def test_adam_at_the_reference_rate_reproduces_the_reference_run():
   assert result.scores[0] == heldout.score_task(task, e, reference)
 
 
+@pytest.mark.slow
 def test_tuning_extends_the_grid_until_the_best_rate_is_interior():
   """SGD on 0.5 * ||x||^2: rate 1 reaches the minimum in one step (score exactly 0); it is the top of the grid
   1e-3 .. 1, so the tuner must add two rates above it (half a decade apart) to show it is the best."""
