@@ -400,8 +400,53 @@ def cmd_evaluate() -> None:
   _run_suite("evaluate", SuiteArgs.from_flags(FLAGS), required=True, tuned=None, reference=None)
 
 
+def build_heldout_candidate(args: SuiteArgs, flag_values: flags.FlagValues) -> Any:
+  """The candidate of ``benchmark --suite heldout``: a tunable hand-designed name (its rate is tuned on the grid)
+  or a learned optimizer with --checkpoint; flags that the suite fixes are refused."""
+  from metafam.benchmark.sweep import TUNABLE
+  fixed = [f"--{n}" for n in ("task", "inner_steps", "seeds", "learning_rate", "seed") if flag_values[n].present]
+  if fixed:
+    raise UsageError(f"{', '.join(fixed)}: the heldout suite fixes its tasks, horizons, seeds and keys, and tunes a "
+                     "hand-designed optimizer's learning rate itself; drop these flags.")
+  if not args.optimizer_given and args.checkpoint is None:
+    raise UsageError("--suite heldout needs --optimizer (a hand-designed name, tuned on the rate grid, or a learned "
+                     "optimizer with --checkpoint).")
+  if args.optimizer in learned_optimizers() or args.checkpoint is not None:
+    return next(iter(build_optimizers(args.optimizer, learning_rate=args.learning_rate,
+                                      checkpoint=args.checkpoint).items()))
+  _lookup({**TUNABLE, **learned_optimizers()}, args.optimizer, "optimizer")
+  return args.optimizer, args.optimizer
+
+
+def _run_heldout(args: SuiteArgs) -> None:
+  from metafam.benchmark.heldout import (NormalizerFileError, baseline_evaluations, evaluate_suite, format_suite,
+                                         load_normalizers, write_suite_report)
+  name, candidate = build_heldout_candidate(args, FLAGS)
+  out_dir = _output_dir("benchmark", args.output_dir)
+  check_output_dir(out_dir)
+  check_not_in_use(out_dir)
+  _check_no_earlier_results(out_dir, args.overwrite)
+  try:
+    data = load_normalizers()
+  except NormalizerFileError as e:
+    raise UsageError(str(e)) from None
+  if not data["tasks"]:
+    raise UsageError(f"the normalizer file has no complete task yet (pending: {', '.join(data['pending'])}).")
+  with lock_output_dir(out_dir):
+    result = evaluate_suite(candidate, data=data, name=name, progress=args.progress)
+    baselines = baseline_evaluations(data)
+    print(format_suite(result, baselines))
+    paths = write_suite_report(result, out_dir, baselines)
+  print(f"\nbenchmark took {result.wall_time:.1f} s; wrote {out_dir}: "
+        + ", ".join(os.path.basename(p) for p in paths))
+
+
 def cmd_benchmark() -> None:
-  _run_suite("benchmark", SuiteArgs.from_flags(FLAGS), required=False, tuned=("adam", "sgdm"), reference="adam")
+  args = SuiteArgs.from_flags(FLAGS)
+  if args.suite == "heldout" and args.suite_given:
+    _run_heldout(args)
+    return
+  _run_suite("benchmark", args, required=False, tuned=("adam", "sgdm"), reference="adam")
 
 
 def cmd_list() -> None:

@@ -139,8 +139,9 @@ def test_evaluate_a_saved_learned_optimizer_and_its_bad_inputs(tmp_path, capsys)
       (["--optimizer=adam", "--suite=huge"], "unknown suite 'huge'; valid names: .*tiny"),
       (["--optimizer=adam", "--suite=tiny", "--task=quadratic_10"], "give --task or --suite, not both"),
       (["--optimizer=adam", "--task=resnet"], "unknown task 'resnet'; valid names: .*fmnist_mlp_8x8_32"),
-      (["--optimizer=adamw"],
-       "unknown optimizer 'adamw'; valid names: adafac_mlp_lopt, adafac_muon_mlp_lopt, adam, learnable_adam"),
+      (["--optimizer=adamax"],
+       "unknown optimizer 'adamax'; valid names: adafac_mlp_lopt, adafac_muon_mlp_lopt, adafactor, adam, adamw, "
+       "learnable_adam"),
       (["--optimizer=learnable_sgd", f"--checkpoint={tmp_path / 'missing.npz'}"], "is not a file"),
   ]:
     code, _, err = run(["evaluate", f"--output_dir={tmp_path / 'bad'}"] + args, capsys)

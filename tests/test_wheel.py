@@ -32,7 +32,8 @@ IGNORE = shutil.ignore_patterns(".git", ".ci-venv", "site", "runs", "build", "di
                                 ".pytest_cache", ".hypothesis")
 DATA = ["metafam/datasets/data/fashion_mnist_slice.npz", "metafam/datasets/data/shakespeare_8plays.txt.gz",
         "metafam/datasets/data/LICENSE_FASHION_MNIST.txt", "metafam/datasets/data/LICENSE_SHAKESPEARE.txt",
-        "metafam/py.typed"]
+        "metafam/py.typed", "metafam/datasets/data/mnist_5k.npz", "metafam/datasets/data/LICENSE_MNIST.txt",
+        "metafam/benchmark/data/heldout_baselines.json"]
 
 
 def _run(args, **kwargs):

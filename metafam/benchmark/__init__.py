@@ -6,10 +6,14 @@
 * `metrics`: normalized losses, speedup over tuned Adam, median / IQM with bootstrap confidence intervals (they
   live in `metafam.evaluation.metrics`, the lower layer, and are re-exported here).
 * `report`: aligned terminal tables, CSV / JSON files and (with matplotlib) PNG figures.
+* `baselines`: the ``heldout`` suite's nine tuned baselines (procedure, shards, the shipped normalizer file).
+* `heldout`: `evaluate_suite`, which scores one optimizer on the ``heldout`` suite against the shipped baselines.
 """
 
 from metafam.evaluation.metrics import (Aggregate, RunCurves, Speedup, aggregate, iqm, median, running_min,
                                         speedup_over_baseline)
+from metafam.benchmark.heldout import (SuiteEvaluation, TaskScore, baseline_evaluations, evaluate_suite,
+                                       format_suite, load_normalizers, score_task, write_suite_report)
 from metafam.benchmark.report import format_table, print_report, write_report
 from metafam.benchmark.runner import (BenchmarkResult, RunMetrics, learned_optimizer, load_theta,
                                       resolve_optimizers, run_benchmark)
@@ -21,4 +25,5 @@ __all__ = ["Aggregate", "RunCurves", "Speedup", "aggregate", "iqm", "median", "r
            "format_table", "print_report", "write_report", "BenchmarkResult", "RunMetrics", "learned_optimizer",
            "load_theta", "resolve_optimizers", "run_benchmark", "SUITES", "get_suite", "list_suites",
            "resolve_tasks", "TUNABLE", "SweepResult", "default_learning_rates", "select_best", "sgdm",
-           "tune_learning_rate"]
+           "tune_learning_rate", "SuiteEvaluation", "TaskScore", "baseline_evaluations", "evaluate_suite",
+           "format_suite", "load_normalizers", "score_task", "write_suite_report"]

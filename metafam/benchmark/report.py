@@ -27,7 +27,8 @@ import numpy as np
 from metafam.benchmark.runner import TUNED_SUFFIX, BenchmarkResult
 from metafam.io import atomic_write, save_figure
 
-REPORT_FILES = ("results.csv", "tuned.csv", "aggregates.csv", "results.json", "curves.png", "speedup.png")
+REPORT_FILES = ("results.csv", "tuned.csv", "aggregates.csv", "results.json", "curves.png", "speedup.png",
+                "heldout.json", "heldout_tasks.csv", "profile.png", "heldout_curves.png")  # the last four: heldout
 MATPLOTLIB_HINT = "pip install matplotlib  (or the `plot` extra: pip install \"metafam[plot]\")"
 Table = Tuple[List[str], List[List[Any]]]
 

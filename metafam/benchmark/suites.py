@@ -6,6 +6,11 @@
   task on two busy cores). The conv and language-model tasks are left out: the same sweep took 160 s (LSTM) and
   260 s (16x16 conv) there.
 * ``full``: every registered task.
+* ``heldout``: 16 tasks unlike meta-training's 8x8 Fashion-MNIST MLPs (`metafam.tasks.registry.HELDOUT_TASKS`):
+  other widths (64-1024 units), depths (1-4 hidden layers), resolutions (16x16, 28x28), architectures (conv nets with
+  and without LayerNorm, autoencoders, VAEs, a character LSTM and transformer), data (MNIST digits, Shakespeare) and
+  batch sizes (32-256), each with its own horizon (`HORIZONS`, 200 to 2,000 steps). Its tuned baselines ship as a
+  data file (`metafam.benchmark.baselines`), so evaluating an optimizer on it trains only that optimizer.
 """
 
 from __future__ import annotations
@@ -16,11 +21,32 @@ from metafam._registry import lookup
 from metafam.tasks.base import Task
 from metafam.tasks.registry import TASKS, get_task
 
+# The heldout suite's horizon (inner steps of one run) per task; the order is the baselines' generation order.
+HORIZONS: Dict[str, int] = {
+    "mnist_mlp_16x16_64_b32": 1000,
+    "fmnist_mlp_16x16_64_b32": 2000,
+    "mnist_mlp_16x16_128_b256": 200,
+    "mnist_vae_16x16_64_z8_b32": 512,
+    "fmnist_conv_16x16_8x16_b32": 200,
+    "shakespeare_char_lstm_32_t32_b32": 320,
+    "mnist_ae_28x28_64x16x64_b32": 200,
+    "shakespeare_char_transformer_1x32_t16_b32": 200,
+    "mnist_conv_16x16_8x16_layernorm_b32": 200,
+    "fmnist_mlp_28x28_32x32x32x32_b128": 320,
+    "fmnist_mlp_16x16_1024_b32": 200,
+    "fmnist_ae_16x16_128x32x128_b32": 320,
+    "fmnist_mlp_28x28_64x64_tanh_b32": 512,
+    "mnist_mlp_28x28_128x128x128_b32": 200,
+    "mnist_mlp_16x16_256x256_gelu_b64": 200,
+    "fmnist_vae_28x28_64_z8_b64": 200,
+}
+
 SUITES: Dict[str, List[str]] = {
     "tiny": ["quadratic_10", "fmnist_mlp_8x8_32"],
     "small": ["fmnist_mlp_8x8_32", "fmnist_mlp_8x8_64x64_tanh", "fmnist_mlp_16x16_64_gelu",
               "fmnist_mlp_16x16_128x32", "fmnist_ae_8x8_32x8x32", "fmnist_vae_8x8_32_z4"],
     "full": list(TASKS),
+    "heldout": list(HORIZONS),
 }
 
 

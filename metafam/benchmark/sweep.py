@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Callable, Dict, Optional, Sequence
+from typing import Callable, Dict, Mapping, Optional, Sequence, Union
 
 import jax
 import jax.numpy as jnp
@@ -34,14 +34,15 @@ import optax
 
 from metafam.evaluation.metrics import RunCurves, normalize
 from metafam.evaluation import tuning
-from metafam.evaluation.evaluate import (Runner, as_keys, check_positive_int, check_splits, eval_points,
+from metafam.evaluation.evaluate import (OptimizerLike, Runner, as_keys, as_optimizer, check_positive_int, check_splits, eval_points,
                                          train_between_evals)
 from metafam.evaluation.tuning import check_learning_rates, default_learning_rates, select_best
 from metafam.optimizers.base import OptaxOptimizer, OptimizerState
+from metafam.optimizers.optax_zoo import OPTAX_FACTORIES
 from metafam.tasks.base import Task
 
 __all__ = ["DEFAULT_SPLITS", "TUNABLE", "SweepResult", "check_learning_rates", "default_learning_rates", "select_best",
-           "sgdm", "tune_learning_rate"]  # the grid and selection rule are re-exported from metafam.evaluation.tuning
+           "sgdm", "train_lanes", "tune_learning_rate"]  # the grid and selection rule are re-exported from metafam.evaluation.tuning
 
 DEFAULT_SPLITS = ("inner_valid", "test")
 
@@ -52,8 +53,9 @@ def sgdm(learning_rate: float, momentum: float = 0.9) -> optax.GradientTransform
 
 
 # Named optax factories ``f(learning_rate) -> GradientTransformation`` that `tune_learning_rate` can sweep.
+# The nine baselines of the heldout suite come from `metafam.optimizers.optax_zoo.OPTAX_FACTORIES`.
 TUNABLE: Dict[str, Callable[..., optax.GradientTransformation]] = {
-    "adam": optax.adam, "nadamw": optax.nadamw, "sgdm": sgdm, "sgd": optax.sgd}
+    **OPTAX_FACTORIES, "sgdm": sgdm, "sgd": optax.sgd}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,12 +122,53 @@ class SweepResult:
                      wall_time=self.wall_time, learning_rate=float(self.learning_rates[index]))
 
 
-def _with_learning_rates(opt_state: OptimizerState, lane_lrs: jax.Array) -> OptimizerState:
-  """Replaces the ``learning_rate`` hyperparameter of a vmapped ``inject_hyperparams`` state by ``f32[M]``."""
+def _with_hyperparams(opt_state: OptimizerState, lane_values: Mapping[str, jax.Array]) -> OptimizerState:
+  """Replaces hyperparameters of a vmapped ``inject_hyperparams`` state by per-lane values ``{name: f32[M]}``."""
   inner = opt_state.opt_state
   hyper = dict(inner.hyperparams)
-  hyper["learning_rate"] = lane_lrs.astype(jnp.asarray(hyper["learning_rate"]).dtype)
+  for name, values in lane_values.items():
+    hyper[name] = values.astype(jnp.asarray(hyper[name]).dtype)
   return dataclasses.replace(opt_state, opt_state=inner._replace(hyperparams=hyper))
+
+
+def train_lanes(task: Task, factory: Union[Callable[..., optax.GradientTransformation], OptimizerLike],
+                hyperparams: Optional[Mapping[str, Sequence[float]]], *, num_seeds: int, points: np.ndarray,
+                eval_batches: int, key: Optional[jax.Array], splits: Sequence[str], name: str = "optax"):
+  """Trains ``H * S`` lanes in one vmapped program; lane ``h * S + s`` runs
+  ``inject_hyperparams(factory)(**{k: v[h]})`` from seed ``s`` (key ``jax.random.split(key, S)[s]``).
+
+  Args:
+    factory: an optax factory; with ``hyperparams=None`` instead a ready optimizer (a metafam `Optimizer` or an optax
+      transformation), trained as ``H = 1`` setting.
+    hyperparams: ``{argument of factory: H values}``, numeric hyperparameters set per lane.
+    points: ascending eval steps starting at 0; training runs to ``points[-1]``.
+
+  Returns ``(train f32[H, S, T], {split: f32[H, S, E]})`` as numpy.
+  """
+  if hyperparams is None:
+    values, num_settings, optimizer = {}, 1, as_optimizer(factory)
+  else:
+    values = {k: np.asarray(v, np.float64).ravel() for k, v in hyperparams.items()}
+    sizes = {v.size for v in values.values()}
+    if len(sizes) != 1 or 0 in sizes:
+      raise ValueError(f"every hyperparameter needs the same positive number of lane values, got "
+                       f"{ {k: v.size for k, v in values.items()} }.")
+    num_settings = sizes.pop()
+    optimizer = OptaxOptimizer(optax.inject_hyperparams(factory)(**{k: float(v[0]) for k, v in values.items()}),
+                               name=f"{name}-sweep")
+  runner = Runner(task, optimizer, num_members=num_settings * num_seeds, splits=splits, eval_batches=eval_batches)
+  seed_keys = as_keys(key, num_seeds)
+  keys = runner.keys(seed_keys[np.tile(np.arange(num_seeds), num_settings)])  # lane h * S + s -> seed s
+  cfg, opt_state = runner.init(keys, int(points[-1]))
+  if values:
+    opt_state = _with_hyperparams(opt_state, {k: jnp.asarray(np.repeat(v, num_seeds), jnp.float32)
+                                              for k, v in values.items()})
+  opt_state, train, evals = train_between_evals(runner, opt_state, cfg, keys, points)
+  # [T, H * S] -> [H, S, T] and [E, H * S] -> [H, S, E]
+  train = train.T.reshape(num_settings, num_seeds, -1)
+  eval_losses = {s: np.stack([np.asarray(e[s]) for e in evals]).T.reshape(num_settings, num_seeds, len(points))
+                 for s in splits}
+  return train, eval_losses
 
 
 def tune_learning_rate(task: Task, factory: Callable[..., optax.GradientTransformation] = optax.adam,
@@ -164,20 +207,9 @@ def tune_learning_rate(task: Task, factory: Callable[..., optax.GradientTransfor
   name = name or getattr(factory, "__name__", "optax")
   start = time.perf_counter()
 
-  num_rates = len(lrs)
-  optimizer = OptaxOptimizer(optax.inject_hyperparams(factory)(learning_rate=float(lrs[0])), name=f"{name}-sweep")
-  runner = Runner(task, optimizer, num_members=num_rates * num_seeds, splits=splits, eval_batches=eval_batches)
-  seed_keys = as_keys(key, num_seeds)
-  keys = runner.keys(seed_keys[np.tile(np.arange(num_seeds), num_rates)])  # lane l * S + s -> seed s
-  cfg, opt_state = runner.init(keys, num_steps)
-  opt_state = _with_learning_rates(opt_state, jnp.asarray(np.repeat(lrs, num_seeds), jnp.float32))
-
   points = np.union1d(eval_points(num_steps, eval_every), [select_at]).astype(np.int32)
-  opt_state, train, evals = train_between_evals(runner, opt_state, cfg, keys, points)
-  # [T, L * S] -> [L, S, T] and [E, L * S] -> [L, S, E]
-  train = train.T.reshape(num_rates, num_seeds, num_steps)
-  eval_losses = {s: np.stack([np.asarray(e[s]) for e in evals]).T.reshape(num_rates, num_seeds, len(points))
-                 for s in splits}
+  train, eval_losses = train_lanes(task, factory, {"learning_rate": lrs}, num_seeds=num_seeds, points=points,
+                                   eval_batches=eval_batches, key=key, splits=splits, name=name)
   scores, diverged, best = tuning.select_best(points, eval_losses[selection_split], train, select_at, tail_fraction)
   return SweepResult(task=task_name or task.name, optimizer=name, learning_rates=lrs, train_losses=train,
                      eval_steps=points, eval_losses=eval_losses,

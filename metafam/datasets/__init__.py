@@ -3,9 +3,10 @@
 from metafam.datasets.base import SPLITS, ArraySplit, Datasets, DeviceData, check_batch, dataset_lru_cache
 from metafam.datasets.cifar import cifar10_datasets, color_image_datasets, read_cifar10_dir
 from metafam.datasets.idx import read_idx, write_idx
-from metafam.datasets.images import fashion_mnist_datasets, image_datasets, mnist_datasets
+from metafam.datasets.images import (fashion_mnist_datasets, image_datasets, mnist_datasets,
+                                     mnist_digits_datasets)
 from metafam.datasets.text import shakespeare_char_datasets
 
 __all__ = ["SPLITS", "ArraySplit", "Datasets", "DeviceData", "check_batch", "dataset_lru_cache", "read_idx",
-           "write_idx", "fashion_mnist_datasets", "image_datasets", "mnist_datasets", "shakespeare_char_datasets",
-           "cifar10_datasets", "color_image_datasets", "read_cifar10_dir"]
+           "write_idx", "fashion_mnist_datasets", "image_datasets", "mnist_datasets", "mnist_digits_datasets",
+           "shakespeare_char_datasets", "cifar10_datasets", "color_image_datasets", "read_cifar10_dir"]

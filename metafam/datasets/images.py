@@ -1,4 +1,4 @@
-"""Image classification datasets: embedded Fashion-MNIST slice, full (Fashion-)MNIST from IDX files.
+"""Image classification datasets: embedded Fashion-MNIST and MNIST slices, full (Fashion-)MNIST from IDX files.
 
 Batches are ``{"image": f32[B, H, W, C], "label": i32[B]}``. Preprocessing (resize, scaling, channels) is applied once
 to the whole split when the `Datasets` is built, so iterating and device sampling only gather.
@@ -6,6 +6,8 @@ to the whole split when the `Datasets` is built, so iterating and device samplin
 Split sources (all disjoint):
   * embedded slice: training file images 0-4999 -> ``train``, 5000-5999 -> ``inner_valid``; test file images
     0-999 -> ``outer_valid``, 1000-1999 -> ``test``.
+  * embedded MNIST digits (`mnist_digits_datasets`, 5,000 images, 500 per class): per class, the first 350 ->
+    ``train``, next 50 -> ``inner_valid``, next 50 -> ``outer_valid``, last 50 -> ``test``.
   * full files: training file 0-49999 -> ``train``, 50000-59999 -> ``inner_valid``; test file 0-4999 ->
     ``outer_valid``, 5000-9999 -> ``test``.
 """
@@ -27,6 +29,7 @@ from metafam.datasets.idx import read_idx
 FASHION_MNIST_ENV = "METAFAM_FASHION_MNIST_DIR"
 MNIST_ENV = "METAFAM_MNIST_DIR"
 DEBIAN_FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
+EMBEDDED_MNIST = "<embedded mnist_5k>"  # a cache key that no absolute path can equal
 NORMALIZATIONS = ("unit", "centered", "standardize")
 
 _IDX_FILES = {"train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
@@ -42,6 +45,25 @@ def embedded_fashion_mnist() -> RawSplits:
     tr_x, tr_y, te_x, te_y = (z[k] for k in ("train_images", "train_labels", "test_images", "test_labels"))
   return {"train": (tr_x[:5000], tr_y[:5000]), "inner_valid": (tr_x[5000:], tr_y[5000:]),
           "outer_valid": (te_x[:1000], te_y[:1000]), "test": (te_x[1000:], te_y[1000:])}
+
+
+def embedded_mnist_digits() -> RawSplits:
+  """The 5,000 MNIST digits shipped in the package (CC BY-SA 3.0, see LICENSE_MNIST.txt), 500 per class, split
+  per class in stored order: the first 350 of each digit -> ``train``, next 50 -> ``inner_valid``, next 50 ->
+  ``outer_valid``, last 50 -> ``test`` (the file is sorted by class, so a plain cut would split by digit)."""
+  with importlib.resources.files("metafam.datasets").joinpath("data/mnist_5k.npz").open("rb") as f:
+    z = np.load(f)
+    x, y = z["images"], z["labels"]
+  rank = np.empty(len(y), np.int64)  # position of each example among the examples of its class
+  for c in np.unique(y):
+    members = np.nonzero(y == c)[0]
+    rank[members] = np.arange(members.size)
+  bounds = (0, 350, 400, 450, 500)
+  out = {}
+  for name, a, b in zip(SPLITS, bounds[:-1], bounds[1:]):
+    keep = np.nonzero((rank >= a) & (rank < b))[0]
+    out[name] = (x[keep], y[keep])
+  return out
 
 
 def _find(directory: str, stem: str) -> str:
@@ -133,7 +155,12 @@ def image_datasets(raw: RawSplits, batch_size: int, image_size: int = 8, normali
 @dataset_lru_cache
 def _cached_image_datasets(directory: Optional[str], batch_size: int, image_size: int, normalization: str,
                            channels: int, seed: int) -> Datasets:
-  raw = embedded_fashion_mnist() if directory is None else read_mnist_style_dir(directory)
+  if directory is None:
+    raw = embedded_fashion_mnist()
+  elif directory == EMBEDDED_MNIST:
+    raw = embedded_mnist_digits()
+  else:
+    raw = read_mnist_style_dir(directory)
   return image_datasets(raw, batch_size, image_size, normalization, channels, seed)
 
 
@@ -168,4 +195,11 @@ def mnist_datasets(batch_size: int = 128, image_size: int = 28, normalization: s
   return _cached_image_datasets(directory, batch_size, image_size, normalization, channels, seed)
 
 
-fashion_mnist_datasets.cache_clear = mnist_datasets.cache_clear = _cached_image_datasets.cache_clear
+def mnist_digits_datasets(batch_size: int = 128, image_size: int = 28, normalization: str = "unit",
+                          channels: int = 1, seed: int = 0) -> Datasets:
+  """MNIST digit batches from the 5,000 digits embedded in the package (memoized; arguments as in
+  `fashion_mnist_datasets`). Nothing is downloaded; for the full set use `mnist_datasets` with IDX files."""
+  return _cached_image_datasets(EMBEDDED_MNIST, batch_size, image_size, normalization, channels, seed)
+
+
+fashion_mnist_datasets.cache_clear = mnist_digits_datasets.cache_clear = mnist_datasets.cache_clear = _cached_image_datasets.cache_clear

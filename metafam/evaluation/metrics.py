@@ -235,3 +235,70 @@ def aggregate(values: Sequence[float], statistic: str = "iqm", num_resamples: in
   alpha = (1.0 - confidence) / 2.0
   low, high = np.quantile(stats, [alpha, 1.0 - alpha])
   return Aggregate(statistic, point, float(low), float(high), n, excluded, confidence)
+
+
+# -- run-level aggregates (rliable's stratified bootstrap) ----------------------------------------------------------
+RUN_STATISTICS = ("median", "iqm", "mean", "optimality_gap")
+
+
+def optimality_gap(scores: np.ndarray, gamma: float = 1.0) -> np.ndarray:
+  """``gamma - mean(min(scores, gamma))`` over the last axis: how far scores fall short of ``gamma`` on average
+  (0 when every score reaches it; scores above ``gamma`` earn nothing extra)."""
+  return gamma - np.mean(np.minimum(scores, gamma), axis=-1)
+
+
+def _run_statistic(statistic: str, scores: np.ndarray, gamma: float) -> np.ndarray:
+  """``statistic`` of ``scores [..., R, N]`` (R runs of N tasks) over the last two axes, as rliable defines them:
+  the median of the per-task means; the IQM, mean and optimality gap of all R * N scores pooled."""
+  pooled = scores.reshape(scores.shape[:-2] + (-1,))
+  if statistic == "median":
+    return np.median(scores.mean(axis=-2), axis=-1)
+  if statistic == "iqm":
+    return _iqm_sorted(np.sort(pooled, axis=-1))
+  if statistic == "mean":
+    return pooled.mean(axis=-1)
+  return optimality_gap(pooled, gamma)
+
+
+def stratified_aggregate(scores: Sequence[Sequence[float]], statistic: str = "iqm", num_resamples: int = 2000,
+                         confidence: float = 0.95, seed: int = 0, gamma: float = 1.0) -> Aggregate:
+  """``statistic`` of a score matrix ``[R runs, N tasks]`` with a stratified-bootstrap percentile interval.
+
+  The method of rliable (Agarwal et al., 2021, "Deep RL at the edge of the statistical precipice"), written here
+  with numpy so metafam needs no extra dependency: each of ``num_resamples`` resamples redraws, for every task
+  separately, R runs with replacement from that task's runs (tasks are strata and are never dropped), and the
+  interval is the ``(1 -+ confidence) / 2`` quantiles of the statistic over the resamples. ``statistic`` is one of
+  `RUN_STATISTICS` (see `_run_statistic`; ``gamma`` is the optimality gap's target). A task with a non-finite
+  score is left out whole and counted in ``num_excluded``; one run per task gives a zero-width interval.
+  """
+  if statistic not in RUN_STATISTICS:
+    raise ValueError(f"statistic must be one of {RUN_STATISTICS}, got {statistic!r}.")
+  if not 0 < confidence < 1:
+    raise ValueError(f"confidence must lie in (0, 1), got {confidence!r}.")
+  x = np.asarray(scores, np.float64)
+  if x.ndim != 2:
+    raise ValueError(f"scores must be a [runs, tasks] matrix, got shape {x.shape}.")
+  keep = np.all(np.isfinite(x), axis=0)
+  x = x[:, keep]
+  excluded, (runs, tasks) = int((~keep).sum()), x.shape
+  if tasks == 0 or runs == 0:
+    nan = float("nan")
+    return Aggregate(statistic, nan, nan, nan, 0, excluded, confidence)
+  point = float(_run_statistic(statistic, x, gamma))
+  rng = np.random.default_rng(seed)
+  rows = rng.integers(0, runs, size=(int(num_resamples), runs, tasks))  # per task, its own draw of runs
+  resampled = np.take_along_axis(np.broadcast_to(x, (int(num_resamples), runs, tasks)), rows, axis=1)
+  stats = _run_statistic(statistic, resampled, gamma)
+  alpha = (1.0 - confidence) / 2.0
+  low, high = np.quantile(stats, [alpha, 1.0 - alpha])
+  return Aggregate(statistic, point, float(low), float(high), tasks, excluded, confidence)
+
+
+def performance_profile(values: Sequence[float], thresholds: Sequence[float]) -> np.ndarray:
+  """``f64[K]``: the fraction of tasks whose value (e.g. speedup) is at least each threshold; NaN counts as below."""
+  x = np.asarray(values, np.float64).ravel()
+  t = np.asarray(thresholds, np.float64).ravel()
+  if x.size == 0:
+    return np.full(t.shape, np.nan)
+  with np.errstate(invalid="ignore"):
+    return np.mean(x[None, :] >= t[:, None], axis=1)

@@ -14,8 +14,6 @@ from __future__ import annotations
 import functools
 from typing import Callable, Dict, List
 
-import optax
-
 from metafam._registry import lookup
 from metafam.optimizers.base import SGD, SGDM, Adam, OptaxOptimizer, Optimizer
 from metafam.optimizers.adafac_mlp_lopt import AdafacMLPLOpt
@@ -25,6 +23,7 @@ from metafam.optimizers.learned import LearnableAdam, LearnableSGD, LearnedOptim
 from metafam.optimizers.mlp_lopt import MLPLOpt
 from metafam.optimizers.mlp_nom_lopt import MLPNomLOpt
 from metafam.optimizers.nn_adam import NNAdam
+from metafam.optimizers.optax_zoo import OPTAX_FACTORIES
 from metafam.optimizers.rnn_mlp_lopt import RNNMLPLOpt
 
 LEARNED_OPTIMIZERS: Dict[str, Callable[..., LearnedOptimizer]] = {
@@ -53,15 +52,18 @@ def get_learned_optimizer(name: str, **kwargs) -> LearnedOptimizer:
   return lookup(LEARNED_OPTIMIZERS, name, "learned optimizer")(**kwargs)
 
 
-def _nadamw(learning_rate: float) -> Optimizer:
-  return OptaxOptimizer(optax.nadamw(learning_rate), name=f"NAdamW(lr={learning_rate:g})")
+def _optax(name: str) -> Callable[[float], Optimizer]:
+  """``lr -> OptaxOptimizer(OPTAX_FACTORIES[name](lr))`` named like ``"lion(lr=0.001)"``."""
+  def build(learning_rate: float) -> Optimizer:
+    return OptaxOptimizer(OPTAX_FACTORIES[name](learning_rate), name=f"{name}(lr={learning_rate:g})")
+  return build
 
 
 HAND_DESIGNED: Dict[str, Callable[[float], Optimizer]] = {
     "adam": Adam,
     "sgd": SGD,
     "sgdm": SGDM,
-    "nadamw": _nadamw,
+    **{name: _optax(name) for name in OPTAX_FACTORIES if name != "adam"},  # the heldout benchmark's baselines
 }
 
 

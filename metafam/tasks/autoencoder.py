@@ -19,6 +19,9 @@ Registered (parameter counts):
   * ``fmnist_ae_16x16_64x16x64``: 35,216 params.
   * ``fmnist_vae_8x8_32_z4``: encoder (32,), latent 4, decoder (32,): 4,616 params.
   * ``fmnist_vae_16x16_64_z8``: encoder (64,), latent 8, decoder (64,): 34,704 params.
+  * heldout suite (batch size in the name): ``fmnist_ae_16x16_128x32x128_b32``: 74,272 params;
+    ``mnist_ae_28x28_64x16x64_b32`` (MNIST digits): 103,328 params; ``mnist_vae_16x16_64_z8_b32``: 34,704 params;
+    ``fmnist_vae_28x28_64_z8_b64``: 102,816 params.
 """
 
 from __future__ import annotations

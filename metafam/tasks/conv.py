@@ -7,6 +7,10 @@ Parameters: ``sum_i (k * k * c_{i-1} + 1) * c_i + (c_L + 1) * classes`` with ``c
   * ``fmnist_conv_28x28_16x32x32``: 28x28x1, channels (16, 32, 32): 14,378 params.
   * ``fmnist_conv_32x32x3_16x32x64``: CIFAR-shaped 32x32x3 (embedded Fashion-MNIST, gray repeated), channels
     (16, 32, 64): 24,234 params; `cifar10_conv_task` builds the same model on real CIFAR-10 files.
+  * ``fmnist_conv_16x16_8x16_b32`` (heldout suite): 16x16x1, channels (8, 16), batch 32: 1,418 params.
+  * ``mnist_conv_16x16_8x16_layernorm_b32`` (heldout suite): MNIST digits, the same with a LayerNorm between each conv and its
+    activation:
+    1,466 params.
 
 Batches are ``{"image": f32[B, H, W, C], "label": i32[B]}``; the loss is the mean softmax cross-entropy, the aux
 output holds the accuracy, and `normalizer` divides by ``log(num_classes)`` (chance level -> 1.0).
@@ -49,7 +53,7 @@ def smoothed_cross_entropy(logits: jax.Array, labels: jax.Array, smoothing=0.0) 
 
 def conv_forward(channels: Sequence[int], num_classes: int, activations: Sequence[Activation],
                  kernel_size=3, strides: Optional[Sequence[int]] = None, norm: Optional[str] = None,
-                 pool: str = "avg", w_init=None) -> hk.Transformed:
+                 pool: str = "avg", w_init=None, norm_before_activation: bool = False) -> hk.Transformed:
   """A haiku conv net ``forward(images f32[B, H, W, C], activation_index=0) -> logits f32[B, num_classes]``.
 
   Each layer is ``Conv2D(SAME padding) -> activation -> norm``; then a global ``pool`` ("avg" or "max") and a
@@ -58,6 +62,8 @@ def conv_forward(channels: Sequence[int], num_classes: int, activations: Sequenc
   ``hk.TransformedWithState``); norms add ``2 * c`` parameters per layer. With several ``activations`` the int32
   ``activation_index`` picks one via `jax.lax.switch` (may be a vmapped config leaf). ``kernel_size`` is one side
   for every layer or one per layer; ``w_init`` initializes the conv kernels (haiku's default if None).
+  ``norm_before_activation`` puts the norm between the conv and its activation instead (``Conv2D -> norm ->
+  activation``, as in the heldout suite's ``mnist_conv_16x16_8x16_layernorm_b32``).
   """
   channels = tuple(int(c) for c in channels)
   kernels = (kernel_size,) * len(channels) if isinstance(kernel_size, int) else tuple(kernel_size)
@@ -75,8 +81,9 @@ def conv_forward(channels: Sequence[int], num_classes: int, activations: Sequenc
     act = select_activation(activations, activation_index)
     x = images
     for i, (c, k, s) in enumerate(zip(channels, kernels, strides)):
-      x = act(hk.Conv2D(c, k, stride=s, padding="SAME", w_init=w_init, name=f"conv_{i}")(x))
-      x = normalization_layer(norm, f"norm_{i}")(x)
+      x = hk.Conv2D(c, k, stride=s, padding="SAME", w_init=w_init, name=f"conv_{i}")(x)
+      norm_layer = normalization_layer(norm, f"norm_{i}")
+      x = act(norm_layer(x)) if norm_before_activation else norm_layer(act(x))
     x = jnp.mean(x, axis=(1, 2)) if pool == "avg" else jnp.max(x, axis=(1, 2))
     return hk.Linear(num_classes, name="logits")(x)
 
@@ -99,19 +106,26 @@ class ConvTask(ImageClassifierTask):
     kernel_size: square kernel side.
     datasets: the data; defaults to the embedded Fashion-MNIST at ``image_size`` with ``in_channels`` channels.
     image_size, in_channels, batch_size: used only to build the default datasets.
+    norm: None, or ``"layer_norm"`` for a LayerNorm between every conv and its activation (`conv_forward` with
+      ``norm_before_activation=True``; batch norm, which needs a model state, is not offered here).
 
-  Parameter count: `conv_num_params` (registered configs in the module docstring).
+  Parameter count: `conv_num_params` (plus ``2 * sum(channels)`` with a LayerNorm) (registered configs in the module
+  docstring).
   """
 
   def __init__(self, channels: Sequence[int] = (16, 32), activation: str = "relu", kernel_size: int = 3,
                datasets: Optional[Datasets] = None, image_size: int = 16, in_channels: int = 1,
-               batch_size: int = 128, name: Optional[str] = None):
+               batch_size: int = 128, name: Optional[str] = None, norm: Optional[str] = None):
     self.datasets = datasets if datasets is not None else fashion_mnist_datasets(batch_size, image_size,
                                                                                  channels=in_channels)
     self.channels = tuple(int(c) for c in channels)
     self.activation = activation
     self.num_classes = int(self.datasets.extra_info.get("num_classes", 10))
-    self.net = conv_forward(self.channels, self.num_classes, [activation_by_name(activation)], kernel_size)
+    if norm not in (None, "layer_norm"):
+      raise ValueError(f"norm must be None or 'layer_norm', got {norm!r}.")
+    self.norm = norm
+    self.net = conv_forward(self.channels, self.num_classes, [activation_by_name(activation)], kernel_size,
+                            norm=norm, norm_before_activation=True)
     shape = self.datasets.abstract_batch["image"].shape
     self.name = name or f"Conv_{'x'.join(map(str, shape[1:]))}_{'x'.join(map(str, self.channels))}"
 

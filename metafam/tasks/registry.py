@@ -60,6 +60,88 @@ def _transformer_lm(num_layers, model_size, num_heads):
   return build
 
 
+# -- the held-out benchmark suite's tasks (`metafam.benchmark.suites.HELDOUT`): other widths, depths, resolutions,
+# architectures, batch sizes and data (MNIST digits, text) than meta-training's 8x8 Fashion-MNIST MLPs; the batch
+# size is part of the name.
+def _images(dataset, batch_size, image_size):
+  from metafam.datasets.images import fashion_mnist_datasets, mnist_digits_datasets
+  return {"fmnist": fashion_mnist_datasets, "mnist": mnist_digits_datasets}[dataset](batch_size, image_size)
+
+
+def _heldout_mlp(dataset, image_size, hidden_sizes, batch_size, activation="relu"):
+  suffix = "" if activation == "relu" else f"_{activation}"
+  name = f"{dataset}_mlp_{image_size}x{image_size}_{'x'.join(map(str, hidden_sizes))}{suffix}_b{batch_size}"
+
+  def build():
+    from metafam.tasks.image_mlp import ImageMLPTask
+    return ImageMLPTask(hidden_sizes, activation=activation, datasets=_images(dataset, batch_size, image_size),
+                        name=name)
+  return build
+
+
+def _heldout_conv(dataset, image_size, channels, batch_size, norm=None):
+  suffix = "" if norm is None else "_" + norm.replace("_", "")
+  name = f"{dataset}_conv_{image_size}x{image_size}_{'x'.join(map(str, channels))}{suffix}_b{batch_size}"
+
+  def build():
+    from metafam.tasks.conv import ConvTask
+    return ConvTask(channels, datasets=_images(dataset, batch_size, image_size), norm=norm, name=name)
+  return build
+
+
+def _heldout_ae(dataset, image_size, hidden_sizes, batch_size):
+  name = f"{dataset}_ae_{image_size}x{image_size}_{'x'.join(map(str, hidden_sizes))}_b{batch_size}"
+
+  def build():
+    from metafam.tasks.autoencoder import MLPAutoencoderTask
+    return MLPAutoencoderTask(hidden_sizes, datasets=_images(dataset, batch_size, image_size), name=name)
+  return build
+
+
+def _heldout_vae(dataset, image_size, hidden_size, latent_size, batch_size):
+  name = f"{dataset}_vae_{image_size}x{image_size}_{hidden_size}_z{latent_size}_b{batch_size}"
+
+  def build():
+    from metafam.tasks.autoencoder import VAETask
+    return VAETask((hidden_size,), latent_size, (hidden_size,), datasets=_images(dataset, batch_size, image_size),
+                   name=name)
+  return build
+
+
+def _heldout_lm(kind, size, batch_size, sequence_length, num_layers=1, num_heads=2):
+  shape = f"{size}" if kind == "lstm" else f"{num_layers}x{size}"
+  name = f"shakespeare_char_{kind}_{shape}_t{sequence_length}_b{batch_size}"
+
+  def build():
+    from metafam.datasets.text import shakespeare_char_datasets
+    from metafam.tasks.language import LSTMLanguageModelTask, TransformerLanguageModelTask
+    data = shakespeare_char_datasets(batch_size, sequence_length)
+    if kind == "lstm":
+      return LSTMLanguageModelTask(size, size // 2, datasets=data, name=name)
+    return TransformerLanguageModelTask(num_layers, size, num_heads, datasets=data, name=name)
+  return build
+
+
+HELDOUT_TASKS: Dict[str, Callable] = {
+    "mnist_mlp_16x16_64_b32": _heldout_mlp("mnist", 16, (64,), 32),  # 17,098 params
+    "fmnist_mlp_16x16_64_b32": _heldout_mlp("fmnist", 16, (64,), 32),  # 17,098 params
+    "mnist_mlp_16x16_128_b256": _heldout_mlp("mnist", 16, (128,), 256),  # 34,186 params
+    "fmnist_mlp_16x16_1024_b32": _heldout_mlp("fmnist", 16, (1024,), 32),  # 273,418 params
+    "mnist_mlp_28x28_128x128x128_b32": _heldout_mlp("mnist", 28, (128, 128, 128), 32),  # 134,794 params
+    "fmnist_mlp_28x28_32x32x32x32_b128": _heldout_mlp("fmnist", 28, (32, 32, 32, 32), 128),  # 28,618 params
+    "fmnist_mlp_28x28_64x64_tanh_b32": _heldout_mlp("fmnist", 28, (64, 64), 32, "tanh"),  # 55,050 params
+    "mnist_mlp_16x16_256x256_gelu_b64": _heldout_mlp("mnist", 16, (256, 256), 64, "gelu"),  # 134,154 params
+    "fmnist_ae_16x16_128x32x128_b32": _heldout_ae("fmnist", 16, (128, 32, 128), 32),  # 74,272 params
+    "mnist_ae_28x28_64x16x64_b32": _heldout_ae("mnist", 28, (64, 16, 64), 32),  # 103,328 params
+    "mnist_vae_16x16_64_z8_b32": _heldout_vae("mnist", 16, 64, 8, 32),  # 34,704 params
+    "fmnist_vae_28x28_64_z8_b64": _heldout_vae("fmnist", 28, 64, 8, 64),  # 102,816 params
+    "fmnist_conv_16x16_8x16_b32": _heldout_conv("fmnist", 16, (8, 16), 32),  # 1,418 params
+    "mnist_conv_16x16_8x16_layernorm_b32": _heldout_conv("mnist", 16, (8, 16), 32, norm="layer_norm"),  # 1,466 params
+    "shakespeare_char_lstm_32_t32_b32": _heldout_lm("lstm", 32, 32, 32),  # 9,996 params
+    "shakespeare_char_transformer_1x32_t16_b32": _heldout_lm("transformer", 32, 32, 16),  # 18,220 params
+}
+
+
 def _quadratic(dim):
   def build():
     from metafam.tasks.quadratic import QuadraticTask
@@ -84,6 +166,7 @@ TASKS: Dict[str, Callable] = {
     "fmnist_vae_16x16_64_z8": _vae(64, 8, 16),  # 34,704 params
     "shakespeare_char_lstm_64": _lstm_lm(64, 32),  # 32,204 params
     "shakespeare_char_transformer_2x64": _transformer_lm(2, 64, 4),  # 113,996 params
+    **HELDOUT_TASKS,
 }
 
 

@@ -1,0 +1,314 @@
+"""Tuned hand-designed baselines of the ``heldout`` suite: the tuning procedure, its shards and the shipped file.
+
+Procedure, per task (horizon T from `metafam.benchmark.suites.HORIZONS`) and per optimizer of
+`metafam.optimizers.optax_zoo.OPTAX_FACTORIES` (`tune_baseline`):
+
+* the learning rate runs over a log grid of ``NUM_RATES`` = 7 points, half a decade apart, centred per optimizer
+  (`GRIDS`), each with ``NUM_SEEDS`` = 3 seeds and both schedules of `SCHEDULES` (constant; linear warmup over the
+  first 5% of T then cosine decay to 0 at T), all 42 lanes in one vmapped program (`scheduled` makes the schedule a
+  per-lane number, so one compiled program serves both);
+* each schedule's rate is chosen by `metafam.evaluation.tuning.select_best` on ``inner_valid`` at T (a rate whose
+  training or validation loss is non-finite at any step is never chosen); while a schedule's best rate is at an end
+  of the grid, the grid grows by two more rates beyond that end (at most ``MAX_EXTENSIONS`` times), so the shipped
+  choice is interior unless flagged ``at_edge``;
+* the schedule with the lower score is kept (ties: constant); its seed curves of the normalized ``test`` loss at
+  the eval points (every T / ``EVALS_PER_RUN`` steps) are recorded.
+
+The speedup reference (`reference_run`): Adam with its tuned *constant* rate, continued to ``REFERENCE_FACTOR`` * T
+= 4T, so speedups up to 4x are resolved (its curve up to T is the tuned constant-rate Adam run itself).
+
+Every run of a task uses the key ``fold_in(key(0), crc32(task name))`` (as `metafam.benchmark.run_benchmark`), so
+seed s of every optimizer, the candidate included, starts from the same initialization and sees the same batches.
+
+`generate` writes one JSON shard per (task, optimizer) and skips shards that exist (resumable); `collect` gathers
+the tasks whose shards are all present into the versioned file ``metafam/benchmark/data/heldout_baselines.json``
+(`load_normalizers` reads it; nothing in it is executed). Command: ``python benchmarks/heldout_baselines.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import time
+import zlib
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from metafam.benchmark.suites import HORIZONS
+from metafam.benchmark.sweep import train_lanes
+from metafam.evaluation import tuning
+from metafam.evaluation.metrics import normalize
+from metafam.io import write_json
+from metafam.optimizers.optax_zoo import OPTAX_FACTORIES
+from metafam.tasks.base import Task
+
+FORMAT_VERSION = 1
+SCHEDULES = ("constant", "warmup_cosine")
+WARMUP_FRACTION = 0.05
+NUM_RATES = 7
+NUM_SEEDS = 3
+EVALS_PER_RUN = 8
+EVAL_BATCHES = 2
+REFERENCE = "adam"
+REFERENCE_FACTOR = 4
+MAX_EXTENSIONS = 3
+SPLITS = ("inner_valid", "test")
+TAIL_FRACTION = 0.1
+COMMAND = "python benchmarks/heldout_baselines.py --shard_dir heldout_shards"
+DATA_FILE = os.path.join(os.path.dirname(__file__), "data", "heldout_baselines.json")
+
+# Per optimizer, the lowest rate of its 7-point grid (then x sqrt(10) per point, 3 decades in all).
+GRIDS: Dict[str, float] = {
+    "adam": 1e-4, "adamw": 1e-4, "nadamw": 1e-4, "rmsprop": 1e-4, "schedule_free_adamw": 1e-4,
+    "lion": 1e-5, "sgd_nesterov": 1e-3, "adafactor": 1e-3, "muon": 1e-3,
+}
+
+
+def grid(name: str, num: int = NUM_RATES) -> np.ndarray:
+  """``f64[num]``: the rate grid of baseline ``name``, half a decade apart from ``GRIDS[name]``."""
+  return GRIDS[name] * 10.0 ** (0.5 * np.arange(num))
+
+
+def task_key(name: str, seed: int = 0) -> jax.Array:
+  """The key of every run on task ``name``: ``fold_in(key(seed), crc32(name))`` (independent of suite order)."""
+  return jax.random.fold_in(jax.random.key(seed), zlib.crc32(name.encode()) & 0x7FFFFFFF)
+
+
+def eval_steps(horizon: int, factor: int = 1) -> np.ndarray:
+  """``i32[E]``: 0, T / 8, 2T / 8, ..., factor * T (T = ``horizon``, a multiple of ``EVALS_PER_RUN``)."""
+  if horizon % EVALS_PER_RUN:
+    raise ValueError(f"horizon must be a multiple of {EVALS_PER_RUN}, got {horizon}.")
+  return np.arange(0, factor * horizon + 1, horizon // EVALS_PER_RUN, dtype=np.int32)
+
+
+def unit_schedule(count: jax.Array, cosine: jax.Array, horizon: int) -> jax.Array:
+  """The learning-rate multiplier at step ``count``: 1 if ``cosine == 0``; if ``cosine == 1``, linear warmup from 0
+  over ``WARMUP_FRACTION * horizon`` steps, then cosine decay to 0 at ``horizon`` (``optax.warmup_cosine_decay``)."""
+  warmup = max(1, int(round(WARMUP_FRACTION * horizon)))
+  decayed = optax.warmup_cosine_decay_schedule(0.0, 1.0, warmup, horizon, 0.0)(count)
+  return cosine * decayed + (1.0 - cosine)
+
+
+def scheduled(factory: Callable[..., optax.GradientTransformation], horizon: int
+              ) -> Callable[..., optax.GradientTransformation]:
+  """``(learning_rate, cosine) -> factory(count -> learning_rate * unit_schedule(count, cosine, horizon))``.
+
+  Both arguments are numbers that ``optax.inject_hyperparams`` can hold per lane; ``cosine`` is 0 (constant) or 1
+  (warmup + cosine), so one compiled program trains both schedules.
+  """
+  def make(learning_rate, cosine):
+    return factory(lambda count: learning_rate * unit_schedule(count, cosine, horizon))
+  return make
+
+
+@dataclasses.dataclass(frozen=True)
+class TunedBaseline:
+  """One optimizer tuned on one task (see the module docstring).
+
+  Attributes:
+    task, optimizer: names.
+    horizon: T.
+    schedule: the kept schedule (an entry of `SCHEDULES`).
+    learning_rate: the chosen rate (NaN if every lane diverged).
+    learning_rates: ``[L]`` the final grid (7 plus any extensions), ascending.
+    scores: ``{schedule: [L]}`` selection scores (inf: diverged).
+    at_edge: the kept schedule's rate is an end of the final grid.
+    eval_steps: ``[E]``.
+    test_curves: ``[S, E]`` normalized test loss per seed of the chosen setting.
+    wall_time: seconds, compilation included.
+  """
+  task: str
+  optimizer: str
+  horizon: int
+  schedule: str
+  learning_rate: float
+  learning_rates: Tuple[float, ...]
+  scores: Dict[str, Tuple[float, ...]]
+  at_edge: bool
+  eval_steps: Tuple[int, ...]
+  test_curves: Tuple[Tuple[float, ...], ...]
+  wall_time: float
+
+  def to_json(self) -> Dict[str, Any]:
+    d = dataclasses.asdict(self)
+    d["scores"] = {k: [None if not np.isfinite(v) else v for v in vs] for k, vs in self.scores.items()}
+    return d
+
+  @classmethod
+  def from_json(cls, d: Mapping[str, Any]) -> "TunedBaseline":
+    d = dict(d)
+    d["scores"] = {k: tuple(float("inf") if v is None else float(v) for v in vs) for k, vs in d["scores"].items()}
+    d["learning_rates"] = tuple(d["learning_rates"])
+    d["eval_steps"] = tuple(d["eval_steps"])
+    d["test_curves"] = tuple(tuple(c) for c in d["test_curves"])
+    return cls(**d)
+
+
+def _sweep(task: Task, factory, horizon: int, lrs: np.ndarray, schedules: Sequence[str], key: jax.Array, name: str,
+           num_seeds: int):
+  """Trains every (schedule, rate) x seed lane; returns ``{schedule: (train [L, S, T], evals {split: [L, S, E]})}``."""
+  cosine = np.repeat([float(SCHEDULES.index(s)) for s in schedules], len(lrs))
+  train, evals = train_lanes(task, scheduled(factory, horizon),
+                             {"learning_rate": np.tile(lrs, len(schedules)), "cosine": cosine},
+                             num_seeds=num_seeds, points=eval_steps(horizon), eval_batches=EVAL_BATCHES, key=key,
+                             splits=SPLITS, name=name)
+  n = len(lrs)
+  return {s: (train[i * n:(i + 1) * n], {k: v[i * n:(i + 1) * n] for k, v in evals.items()})
+          for i, s in enumerate(schedules)}
+
+
+def _merge(a, b):
+  """Concatenates two sweeps' ``(train, evals)`` along the rate axis."""
+  return (np.concatenate([a[0], b[0]]), {k: np.concatenate([a[1][k], b[1][k]]) for k in a[1]})
+
+
+def tune_baseline(task: Task, name: str, horizon: int, *, task_name: Optional[str] = None,
+                  factory: Optional[Callable[..., optax.GradientTransformation]] = None,
+                  learning_rates: Optional[Sequence[float]] = None, schedules: Sequence[str] = SCHEDULES,
+                  num_seeds: int = NUM_SEEDS, max_extensions: int = MAX_EXTENSIONS) -> TunedBaseline:
+  """Tunes optimizer ``name`` (or ``factory`` under that name) on ``task`` by the procedure of the module docstring.
+
+  ``learning_rates`` defaults to `grid` (``name`` must then be in `GRIDS`); the grid must be log-spaced by a
+  constant ratio for the edge extensions.
+  """
+  start = time.perf_counter()
+  task_name = task_name or task.name
+  factory = factory if factory is not None else OPTAX_FACTORIES[name]
+  bad = [s for s in schedules if s not in SCHEDULES]
+  if bad or not schedules:
+    raise ValueError(f"schedules must be a non-empty subset of {SCHEDULES}, got {tuple(schedules)}.")
+  lrs = np.sort(np.asarray(grid(name) if learning_rates is None else learning_rates, np.float64))
+  if lrs.size < 2:
+    raise ValueError("learning_rates needs at least two rates.")
+  ratio = lrs[1] / lrs[0]
+  key = task_key(task_name)
+  points = eval_steps(horizon)
+  runs = _sweep(task, factory, horizon, lrs, schedules, key, name, num_seeds)
+  for extension in range(max_extensions + 1):
+    chosen = {s: tuning.select_best(points, runs[s][1]["inner_valid"], runs[s][0], horizon, TAIL_FRACTION)
+              for s in schedules}
+    edges = {b for _, _, b in chosen.values() if b in (0, len(lrs) - 1)}
+    if not edges or extension == max_extensions:
+      break
+    parts = []
+    if 0 in edges:
+      parts.append(lrs[0] / ratio ** np.arange(2, 0, -1))
+    if len(lrs) - 1 in edges:
+      parts.append(lrs[-1] * ratio ** np.arange(1, 3))
+    new = np.concatenate(parts)
+    more = _sweep(task, factory, horizon, new, schedules, key, name, num_seeds)
+    order = np.argsort(np.concatenate([lrs, new]), kind="stable")
+    lrs = np.concatenate([lrs, new])[order]
+    runs = {s: _merge(runs[s], more[s]) for s in schedules}
+    runs = {s: (t[order], {k: v[order] for k, v in e.items()}) for s, (t, e) in runs.items()}
+  score_of = {s: float(c[0][c[2]]) if c[2] >= 0 else float("inf") for s, c in chosen.items()}
+  kept = min(schedules, key=lambda s: (score_of[s], SCHEDULES.index(s)))
+  best = chosen[kept][2]
+  test = normalize(task, runs[kept][1]["test"][best]) if best >= 0 else np.full((num_seeds, len(points)), np.nan)
+  return TunedBaseline(
+      task=task_name, optimizer=name, horizon=int(horizon), schedule=kept,
+      learning_rate=float(lrs[best]) if best >= 0 else float("nan"), learning_rates=tuple(map(float, lrs)),
+      scores={s: tuple(map(float, c[0])) for s, c in chosen.items()}, at_edge=bool(best in (0, len(lrs) - 1)),
+      eval_steps=tuple(map(int, points)), test_curves=tuple(tuple(map(float, row)) for row in test),
+      wall_time=time.perf_counter() - start)
+
+
+def reference_run(task: Task, learning_rate: float, horizon: int, *, task_name: Optional[str] = None,
+                  num_seeds: int = NUM_SEEDS, factor: int = REFERENCE_FACTOR) -> Dict[str, Any]:
+  """Adam at a constant ``learning_rate`` for ``factor * horizon`` steps on the suite's seeds: the speedup
+  reference. Returns ``{"learning_rate", "eval_steps", "test_curves" [S][E], "wall_time"}`` (JSON-able)."""
+  start = time.perf_counter()
+  task_name = task_name or task.name
+  points = eval_steps(horizon, factor)
+  _, evals = train_lanes(task, OPTAX_FACTORIES[REFERENCE], {"learning_rate": [learning_rate]}, num_seeds=num_seeds,
+                         points=points, eval_batches=EVAL_BATCHES, key=task_key(task_name), splits=SPLITS,
+                         name="adam-reference")
+  test = normalize(task, evals["test"][0])
+  return {"learning_rate": float(learning_rate), "eval_steps": [int(p) for p in points],
+          "test_curves": [[float(v) for v in row] for row in test], "wall_time": time.perf_counter() - start}
+
+
+def constant_rate(tuned: TunedBaseline) -> float:
+  """The best constant-schedule rate of ``tuned`` (lowest score, ties to the smaller rate; NaN if all diverged)."""
+  scores = np.asarray(tuned.scores["constant"], np.float64)
+  return float(tuned.learning_rates[int(np.argmin(scores))]) if np.isfinite(scores).any() else float("nan")
+
+
+def shard_path(shard_dir: str, task: str, optimizer: str) -> str:
+  return os.path.join(shard_dir, task, f"{optimizer}.json")
+
+
+def shard_names() -> List[str]:
+  """The shards of one task, in generation order: the nine baselines, then ``adam_reference`` (needs ``adam``)."""
+  return list(OPTAX_FACTORIES) + [f"{REFERENCE}_reference"]
+
+
+def generate(shard_dir: str, tasks: Optional[Sequence[str]] = None, progress: bool = True) -> List[str]:
+  """Computes every missing shard of ``tasks`` (default the whole heldout suite, in `HORIZONS` order) into
+  ``shard_dir/<task>/<optimizer>.json`` (written atomically; existing shards are kept, so a rerun resumes).
+  Returns the shard paths written now."""
+  from tqdm.auto import tqdm
+  from metafam.tasks.registry import get_task
+  tasks = list(HORIZONS) if tasks is None else list(tasks)
+  unknown = [t for t in tasks if t not in HORIZONS]
+  if unknown:
+    raise ValueError(f"tasks {unknown} are not in the heldout suite; valid: {sorted(HORIZONS)}.")
+  todo = [(t, o) for t in tasks for o in shard_names() if not os.path.exists(shard_path(shard_dir, t, o))]
+  written = []
+  with tqdm(total=len(todo), desc="heldout baselines", unit="shard", disable=not progress) as bar:
+    for task_name, opt in todo:
+      bar.set_postfix_str(f"{task_name}: {opt}")
+      task, horizon = get_task(task_name), HORIZONS[task_name]
+      if opt in OPTAX_FACTORIES:
+        record = tune_baseline(task, opt, horizon, task_name=task_name).to_json()
+      else:
+        with open(shard_path(shard_dir, task_name, REFERENCE)) as f:
+          adam = TunedBaseline.from_json(json.load(f))
+        record = reference_run(task, constant_rate(adam), horizon, task_name=task_name)
+      path = shard_path(shard_dir, task_name, opt)
+      write_json(path, record)
+      written.append(path)
+      bar.update()
+  return written
+
+
+def versions() -> Dict[str, str]:
+  import metafam
+  return {"metafam": metafam.__version__, "jax": jax.__version__, "optax": optax.__version__,
+          "numpy": np.__version__, "python": platform.python_version(), "backend": jax.default_backend(),
+          "jax_threefry_partitionable": str(bool(jax.config.jax_threefry_partitionable))}
+
+
+def collect(shard_dir: str, path: str = DATA_FILE) -> Dict[str, Any]:
+  """Writes the normalizer file from every heldout task whose shards are all in ``shard_dir``; returns its dict.
+
+  Tasks with missing shards are listed under ``"pending"`` (no baselines shipped for them yet).
+  """
+  tasks, pending = {}, []
+  for task_name, horizon in HORIZONS.items():
+    paths = {o: shard_path(shard_dir, task_name, o) for o in shard_names()}
+    if not all(os.path.exists(p) for p in paths.values()):
+      pending.append(task_name)
+      continue
+    shards = {}
+    for o, p in paths.items():
+      with open(p) as f:
+        shards[o] = json.load(f)
+    reference = shards.pop(f"{REFERENCE}_reference")
+    tasks[task_name] = {"horizon": horizon, "eval_steps": shards[REFERENCE]["eval_steps"],
+                        "baselines": shards, "reference": reference}
+  data = {"format_version": FORMAT_VERSION, "suite": "heldout", "command": COMMAND, "versions": versions(),
+          "procedure": {"num_rates": NUM_RATES, "num_seeds": NUM_SEEDS, "schedules": list(SCHEDULES),
+                        "warmup_fraction": WARMUP_FRACTION, "grids_low": GRIDS, "evals_per_run": EVALS_PER_RUN,
+                        "eval_batches": EVAL_BATCHES, "selection_split": "inner_valid", "metric_split": "test",
+                        "tail_fraction": TAIL_FRACTION, "reference": REFERENCE,
+                        "reference_factor": REFERENCE_FACTOR, "max_extensions": MAX_EXTENSIONS},
+          "tasks": tasks, "pending": pending}
+  write_json(path, data)
+  return data

@@ -1,0 +1,359 @@
+"""Scoring an optimizer on the ``heldout`` suite against the shipped tuned baselines.
+
+    from metafam.benchmark import evaluate_suite
+    result = evaluate_suite(optax.adam)              # a factory of the learning rate: tuned on the grid
+    result = evaluate_suite((MLPLOpt(), "run/checkpoint.npz"))   # a learned optimizer with its theta
+    print(format_suite(result))
+
+Only the candidate trains: the baselines' curves come from ``metafam/benchmark/data/heldout_baselines.json``
+(`load_normalizers`; see `metafam.benchmark.baselines`). Each task trains the candidate on the suite's seeds and
+keys (seed s starts where every baseline's seed s started) for the task's horizon T, evaluated at the same points.
+
+Per task (`score_task`), on the seed-mean normalized ``test`` loss:
+
+* ``speedup``: the VeLO metric, `metafam.evaluation.metrics.speedup_over_baseline`: the steps the reference (Adam
+  at its tuned constant rate, run to 4T) needs to reach the candidate's loss at T, over T (both curves smoothed by a
+  running minimum, so the candidate's "loss at T" is the best it reached by T). Values above 4 cannot be resolved:
+  they are reported as 4 and flagged ``speedup_capped``. Per seed (``seed_speedups``, what the aggregates use),
+  seed s of the candidate is compared with seed s of the reference (same initialization and batches); a seed whose
+  final loss is not finite scores 0.
+* ``loss_ratio``: the candidate's final loss over tuned Adam's (its best rate and schedule at T).
+* ``rank``: 1 + the number of the nine baselines whose final loss is lower (1 = best of ten).
+
+Across tasks (`aggregate_scores`): median, IQM and optimality gap (target 1: as fast as tuned Adam) of the per-seed
+speedups, with stratified-bootstrap 95% intervals (`metafam.evaluation.metrics.stratified_aggregate`); the fraction
+of tasks on which the candidate's final loss beats each baseline; the number of tasks where it diverged.
+`baseline_evaluations` scores every shipped baseline the same way (rank among the other eight).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import optax
+
+from metafam.benchmark import baselines as bl
+from metafam.evaluation.metrics import (Aggregate, normalize, performance_profile, speedup_over_baseline,
+                                        stratified_aggregate)
+from metafam.optimizers.base import Optimizer
+from metafam.optimizers.learned import LearnedOptimizer
+
+STATISTICS = ("median", "iqm", "optimality_gap")
+Candidate = Union[Optimizer, optax.GradientTransformation, Callable[..., optax.GradientTransformation],
+                  Tuple[LearnedOptimizer, Any]]
+
+
+class NormalizerFileError(ValueError):
+  """The normalizer file is missing, malformed or of an unsupported format version."""
+
+
+def load_normalizers(path: Optional[str] = None) -> Dict[str, Any]:
+  """The shipped baselines (JSON; nothing in it is executed), checked for the format version and structure."""
+  path = bl.DATA_FILE if path is None else os.fspath(path)
+  try:
+    with open(path, encoding="utf-8") as f:
+      data = json.load(f)
+  except FileNotFoundError:
+    raise NormalizerFileError(f"no normalizer file at {path!r}; regenerate it with `{bl.COMMAND}`.") from None
+  except (OSError, ValueError) as e:
+    raise NormalizerFileError(f"normalizer file {path!r} cannot be read as JSON ({e}).") from None
+  if not isinstance(data, dict) or data.get("format_version") != bl.FORMAT_VERSION:
+    got = data.get("format_version") if isinstance(data, dict) else type(data).__name__
+    raise NormalizerFileError(f"normalizer file {path!r} has format version {got!r}; this metafam reads "
+                              f"version {bl.FORMAT_VERSION}.")
+  for name, entry in data.get("tasks", {}).items():
+    missing = [o for o in bl.OPTAX_FACTORIES if o not in entry.get("baselines", {})]
+    if missing or "reference" not in entry:
+      raise NormalizerFileError(f"normalizer file {path!r}: task {name!r} lacks baselines {missing or 'reference'}.")
+  return data
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskScore:
+  """The candidate on one task (see the module docstring for the metrics).
+
+  Attributes:
+    task, horizon: the task and its T.
+    speedup: VeLO metric of the seed-mean curve; ``speedup_capped`` if the reference never reached it.
+    seed_speedups: the same per seed (0 for a seed whose final loss is not finite).
+    final_loss: seed-mean normalized test loss at T (NaN if not finite).
+    loss_ratio: ``final_loss`` over tuned Adam's.
+    rank: 1 + baselines with a lower final loss (of ``num_ranked``).
+    beats: ``{baseline: final_loss < the baseline's}``.
+    diverged: some seed's test curve is not finite.
+    setting: the candidate's tuned setting (rate, schedule) when it was tuned, else None.
+  """
+  task: str
+  horizon: int
+  speedup: float
+  speedup_capped: bool
+  seed_speedups: Tuple[float, ...]
+  final_loss: float
+  loss_ratio: float
+  rank: int
+  num_ranked: int
+  beats: Dict[str, bool]
+  diverged: bool
+  setting: Optional[Dict[str, Any]] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class SuiteEvaluation:
+  """A candidate on the suite.
+
+  Attributes:
+    name: the candidate's label.
+    scores: one `TaskScore` per evaluated task.
+    curves: ``{task: (eval_steps [E], seed curves [S, E])}`` normalized test losses.
+    aggregates: ``{statistic: Aggregate}`` of the per-seed speedups (`STATISTICS`).
+    win_fraction: ``{baseline: fraction of tasks whose final loss the candidate beats}``.
+    num_diverged: tasks on which the candidate diverged.
+    pending: heldout tasks without shipped baselines (not evaluated).
+    wall_time: seconds (training the candidate; 0 for shipped baselines).
+  """
+  name: str
+  scores: Tuple[TaskScore, ...]
+  curves: Dict[str, Tuple[np.ndarray, np.ndarray]]
+  aggregates: Dict[str, Aggregate]
+  win_fraction: Dict[str, float]
+  num_diverged: int
+  pending: Tuple[str, ...]
+  wall_time: float
+
+
+def _final(curve: np.ndarray) -> float:
+  v = float(curve[-1])
+  return v if np.isfinite(v) else float("nan")
+
+
+def score_task(task: str, entry: Mapping[str, Any], curves: np.ndarray, exclude: Sequence[str] = (),
+               setting: Optional[Dict[str, Any]] = None) -> TaskScore:
+  """`TaskScore` of seed curves ``[S, E]`` (normalized test loss at ``entry["eval_steps"]``) against one task's
+  entry of the normalizer file; ``exclude`` leaves baselines out of the ranking (a baseline scored as candidate)."""
+  steps = np.asarray(entry["eval_steps"], np.float64)
+  curves = np.asarray(curves, np.float64)
+  if curves.ndim != 2 or curves.shape[1] != steps.size:
+    raise ValueError(f"{task}: curves must be [seeds, {steps.size}] at the suite's eval points, got {curves.shape}.")
+  ref_steps = np.asarray(entry["reference"]["eval_steps"], np.float64)
+  ref_seeds = np.asarray(entry["reference"]["test_curves"], np.float64)
+  if ref_seeds.shape[0] != curves.shape[0]:
+    raise ValueError(f"{task}: {curves.shape[0]} seed curves, but the reference has {ref_seeds.shape[0]} seeds.")
+  mean = curves.mean(axis=0)
+
+  def speedup(curve, ref):
+    if not np.isfinite(curve[-1]):
+      return 0.0, False
+    s = speedup_over_baseline(steps, curve, ref_steps, ref)
+    return s.value, not s.reached
+
+  value, capped = speedup(mean, ref_seeds.mean(axis=0))
+  final = _final(mean)
+  finals = {o: _final(np.mean(np.asarray(b["test_curves"], np.float64), axis=0))
+            for o, b in entry["baselines"].items() if o not in exclude}
+  adam = _final(np.mean(np.asarray(entry["baselines"][bl.REFERENCE]["test_curves"], np.float64), axis=0))
+  beats = {o: bool(np.isfinite(final) and (not np.isfinite(f) or final < f)) for o, f in finals.items()}
+  rank = 1 + sum(1 for f in finals.values() if np.isfinite(f) and (not np.isfinite(final) or f < final))
+  return TaskScore(task=task, horizon=int(entry["horizon"]), speedup=float(value), speedup_capped=bool(capped),
+                   seed_speedups=tuple(float(speedup(c, r)[0]) for c, r in zip(curves, ref_seeds)),
+                   final_loss=final,
+                   loss_ratio=final / adam if np.isfinite(adam) and adam > 0 else float("nan"), rank=rank,
+                   num_ranked=len(finals) + 1, beats=beats, diverged=not bool(np.all(np.isfinite(curves))),
+                   setting=setting)
+
+
+def aggregate_scores(scores: Sequence[TaskScore], num_resamples: int = 2000, confidence: float = 0.95,
+                     seed: int = 0) -> Tuple[Dict[str, Aggregate], Dict[str, float], int]:
+  """``(aggregates, win_fraction, num_diverged)`` over tasks (see the module docstring)."""
+  matrix = np.array([s.seed_speedups for s in scores], np.float64).T if scores else np.zeros((1, 0))
+  aggregates = {stat: stratified_aggregate(matrix, stat, num_resamples, confidence, seed) for stat in STATISTICS}
+  names = sorted({o for s in scores for o in s.beats})
+  wins = {o: float(np.mean([s.beats[o] for s in scores if o in s.beats])) for o in names}
+  return aggregates, wins, sum(s.diverged for s in scores)
+
+
+def _evaluation(name, scores, curves, pending, wall_time) -> SuiteEvaluation:
+  aggregates, wins, diverged = aggregate_scores(scores)
+  return SuiteEvaluation(name=name, scores=tuple(scores), curves=curves, aggregates=aggregates, win_fraction=wins,
+                         num_diverged=diverged, pending=tuple(pending), wall_time=wall_time)
+
+
+def baseline_evaluations(data: Optional[Mapping[str, Any]] = None) -> Dict[str, SuiteEvaluation]:
+  """Every shipped baseline scored as a candidate from its stored curves (ranked among the other eight)."""
+  data = load_normalizers() if data is None else data
+  out = {}
+  for opt in bl.OPTAX_FACTORIES:
+    scores, curves = [], {}
+    for task, entry in data["tasks"].items():
+      b = entry["baselines"][opt]
+      seed_curves = np.asarray(b["test_curves"], np.float64)
+      scores.append(score_task(task, entry, seed_curves, exclude=(opt,),
+                               setting={"learning_rate": b["learning_rate"], "schedule": b["schedule"]}))
+      curves[task] = (np.asarray(entry["eval_steps"]), seed_curves)
+    out[opt] = _evaluation(opt, scores, curves, data.get("pending", ()), 0.0)
+  return out
+
+
+# -- running a candidate --------------------------------------------------------------------------------------------
+def _resolve(candidate: Candidate) -> Tuple[str, Any, bool]:
+  """``(name, optimizer or factory, tuned?)``."""
+  from metafam.benchmark.runner import resolve_optimizer
+  from metafam.benchmark.sweep import TUNABLE
+  if isinstance(candidate, str):
+    if candidate not in TUNABLE:
+      raise ValueError(f"candidate {candidate!r} is not a tunable optax optimizer; valid names: {sorted(TUNABLE)} "
+                       "(or pass an Optimizer, a (LearnedOptimizer, theta) pair or a factory of the learning rate).")
+    return candidate, TUNABLE[candidate], True
+  if isinstance(candidate, (Optimizer, optax.GradientTransformation, tuple)):
+    name, opt = resolve_optimizer(candidate)
+    return name, opt, False
+  if isinstance(candidate, LearnedOptimizer):
+    raise TypeError("a LearnedOptimizer needs its meta-parameters: pass (lopt, theta) or (lopt, checkpoint path).")
+  if callable(candidate):
+    return getattr(candidate, "__name__", "candidate"), candidate, True
+  raise TypeError(f"candidate must be a metafam Optimizer, an optax.GradientTransformation, a (LearnedOptimizer, "
+                  f"theta or checkpoint path) pair, a factory of the learning rate or a tunable name, got "
+                  f"{type(candidate).__name__}.")
+
+
+def evaluate_suite(candidate: Candidate, *, tasks: Optional[Sequence[str]] = None,
+                   data: Optional[Mapping[str, Any]] = None, name: Optional[str] = None,
+                   learning_rates: Optional[Sequence[float]] = None, schedules: Sequence[str] = ("constant",),
+                   progress: bool = True) -> SuiteEvaluation:
+  """Trains ``candidate`` on the heldout tasks that have shipped baselines and scores it (module docstring).
+
+  Args:
+    candidate: a metafam `Optimizer`, an optax transformation, ``(LearnedOptimizer, theta or checkpoint path)``,
+      a factory ``f(learning_rate) -> optax.GradientTransformation`` or the name of one (`TUNABLE`). A factory's
+      rate is tuned per task like the baselines' (`metafam.benchmark.baselines.tune_baseline`: same seeds, same
+      selection on ``inner_valid``, grid extended at an edge) over ``learning_rates`` (default Adam's 7-point grid)
+      and ``schedules`` (default constant only; add ``"warmup_cosine"`` to try both, at twice the cost).
+    tasks: a subset of the suite (default every task with shipped baselines).
+    data: the normalizer file's dict (default `load_normalizers`).
+    name: the label (default from the candidate).
+    progress: a tqdm bar over tasks.
+  """
+  from tqdm.auto import tqdm
+  from metafam.tasks.registry import get_task
+  data = load_normalizers() if data is None else data
+  label, opt, tuned = _resolve(candidate)
+  label = name or label
+  available = list(data["tasks"])
+  tasks = available if tasks is None else list(tasks)
+  unknown = [t for t in tasks if t not in data["tasks"]]
+  if unknown or not tasks:
+    raise ValueError(f"tasks {unknown or tasks} have no shipped baselines; available: {available}.")
+  grid = bl.grid(bl.REFERENCE) if learning_rates is None else np.asarray(learning_rates, np.float64)
+  start = time.perf_counter()
+  scores, curves = [], {}
+  for task_name in tqdm(tasks, desc=f"heldout: {label}", unit="task", disable=not progress):
+    entry, task = data["tasks"][task_name], get_task(task_name)
+    steps = np.asarray(entry["eval_steps"], np.int32)
+    if tuned:
+      result = bl.tune_baseline(task, label, int(entry["horizon"]), task_name=task_name, factory=opt,
+                                learning_rates=grid, schedules=schedules)
+      seed_curves = np.asarray(result.test_curves, np.float64)
+      setting = {"learning_rate": result.learning_rate, "schedule": result.schedule, "at_edge": result.at_edge}
+    else:
+      from metafam.benchmark.sweep import train_lanes
+      _, evals = train_lanes(task, opt, None, num_seeds=bl.NUM_SEEDS, points=steps, eval_batches=bl.EVAL_BATCHES,
+                             key=bl.task_key(task_name), splits=bl.SPLITS, name=label)
+      seed_curves, setting = normalize(task, evals["test"][0]), None
+    scores.append(score_task(task_name, entry, seed_curves, setting=setting))
+    curves[task_name] = (steps, seed_curves)
+  return _evaluation(label, scores, curves, data.get("pending", ()), time.perf_counter() - start)
+
+
+# -- tables and figures ---------------------------------------------------------------------------------------------
+def _interval(a: Aggregate) -> str:
+  return f"{a.value:.2f} [{a.low:.2f}, {a.high:.2f}]"
+
+
+def summary_row(evaluation: SuiteEvaluation) -> List[Any]:
+  """``[name, median, IQM, optimality gap (with intervals), tasks, diverged]``."""
+  a = evaluation.aggregates
+  return [evaluation.name, _interval(a["median"]), _interval(a["iqm"]), _interval(a["optimality_gap"]),
+          a["iqm"].num_tasks, evaluation.num_diverged]
+
+
+SUMMARY_HEADERS = ["optimizer", "median speedup [95% CI]", "IQM speedup [95% CI]", "optimality gap [95% CI]",
+                   "tasks", "diverged"]
+TASK_HEADERS = ["task", "T", "speedup", "capped", "loss ratio", "rank", "diverged", "setting"]
+
+
+def task_rows(evaluation: SuiteEvaluation) -> List[List[Any]]:
+  rows = []
+  for s in evaluation.scores:
+    setting = "-" if s.setting is None else f"{s.setting['schedule']} lr={s.setting['learning_rate']:.3g}"
+    rows.append([s.task, s.horizon, s.speedup, s.speedup_capped, s.loss_ratio, f"{s.rank}/{s.num_ranked}",
+                 s.diverged, setting])
+  return rows
+
+
+def format_suite(evaluation: SuiteEvaluation, baselines: Optional[Mapping[str, SuiteEvaluation]] = None) -> str:
+  """Per-task table, then the summary of the candidate (and of the baselines, if given), then the win fractions."""
+  from metafam.benchmark.report import format_table
+  parts = [format_table(TASK_HEADERS, task_rows(evaluation)), ""]
+  rows = [summary_row(evaluation)] + [summary_row(b) for b in (baselines or {}).values()]
+  parts += [format_table(SUMMARY_HEADERS, rows), ""]
+  parts.append(format_table(["baseline", f"{evaluation.name} beats it on"],
+                            [[o, f"{w:.0%} of tasks"] for o, w in evaluation.win_fraction.items()]))
+  if evaluation.pending:
+    parts.append(f"\nnot evaluated (no shipped baselines yet): {', '.join(evaluation.pending)}")
+  return "\n".join(parts)
+
+
+def write_suite_report(evaluation: SuiteEvaluation, out_dir: str,
+                       baselines: Optional[Mapping[str, SuiteEvaluation]] = None) -> List[str]:
+  """``heldout.json`` and ``heldout_tasks.csv`` (atomic), plus ``profile.png`` (performance profiles: fraction of
+  tasks with speedup at least x, per optimizer) and ``heldout_curves.png`` (per-task mean test curves of the
+  candidate and every baseline) when matplotlib is importable. Returns the paths written."""
+  from metafam.benchmark.report import table_csv
+  from metafam.io import atomic_write, write_json
+  os.makedirs(out_dir, exist_ok=True)
+  everyone = {evaluation.name: evaluation, **(baselines or {})}
+  record = {"candidate": evaluation.name, "wall_time": evaluation.wall_time, "pending": list(evaluation.pending),
+            "summary": {e.name: {k: dataclasses.asdict(a) for k, a in e.aggregates.items()}
+                        for e in everyone.values()},
+            "win_fraction": evaluation.win_fraction, "num_diverged": evaluation.num_diverged,
+            "tasks": [dataclasses.asdict(s) for s in evaluation.scores]}
+  paths = [os.path.join(out_dir, "heldout.json"), os.path.join(out_dir, "heldout_tasks.csv")]
+  write_json(paths[0], json.loads(json.dumps(record, default=float)))
+  atomic_write(paths[1], table_csv(TASK_HEADERS, task_rows(evaluation)).encode())
+  try:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+  except ImportError:
+    return paths
+  from metafam.io import save_figure
+  thresholds = np.geomspace(0.1, bl.REFERENCE_FACTOR, 60)
+  fig, ax = plt.subplots(figsize=(6, 4))
+  for e in everyone.values():
+    ax.step(thresholds, performance_profile([s.speedup for s in e.scores], thresholds), where="post",
+            label=e.name, linewidth=2.5 if e is evaluation else 1.0)
+  ax.set(xscale="log", xlabel="speedup over tuned Adam, at least", ylabel="fraction of tasks", ylim=(0, 1.02))
+  ax.legend(fontsize=7)
+  save_figure(fig, os.path.join(out_dir, "profile.png"))
+  plt.close(fig)
+  names = list(evaluation.curves)
+  cols = 4
+  fig, axes = plt.subplots((len(names) + cols - 1) // cols, cols, figsize=(4 * cols, 3 * ((len(names) + 3) // 4)),
+                           squeeze=False)
+  for ax, task in zip(axes.ravel(), names):
+    for e in everyone.values():
+      if task in e.curves:
+        steps, c = e.curves[task]
+        ax.plot(steps, np.mean(c, axis=0), label=e.name, linewidth=2.5 if e is evaluation else 1.0)
+    ax.set_title(task, fontsize=7)
+    ax.set_yscale("log")
+  for ax in axes.ravel()[len(names):]:
+    ax.axis("off")
+  axes.ravel()[0].legend(fontsize=6)
+  save_figure(fig, os.path.join(out_dir, "heldout_curves.png"))
+  plt.close(fig)
+  return paths + [os.path.join(out_dir, "profile.png"), os.path.join(out_dir, "heldout_curves.png")]

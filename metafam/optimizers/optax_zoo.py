@@ -1,0 +1,45 @@
+"""Hand-designed optax optimizers as factories of one argument, the learning rate (a number or an optax schedule).
+
+`OPTAX_FACTORIES` maps a name to ``f(learning_rate) -> optax.GradientTransformation``; every other optimizer
+hyper-parameter is the optax default unless stated. These are the nine tuned baselines of the ``heldout``
+benchmark (`metafam.benchmark.baselines`) and the optax-backed entries of `metafam.optimizers.registry.HAND_DESIGNED`.
+
+* ``adam``, ``adamw`` (decoupled weight decay 1e-4), ``nadamw`` (Nesterov Adam, weight decay 1e-4).
+* ``sgd_nesterov``: SGD with Nesterov momentum 0.9.
+* ``rmsprop``: decay 0.9, eps 1e-8, no momentum.
+* ``lion``: sign of interpolated momenta (b1 0.9, b2 0.99), decoupled weight decay 1e-3.
+* ``adafactor``: factored second moments, updates relative to the parameter scale, update clipping 1.0.
+* ``muon``: Newton-Schulz orthogonalized Nesterov momentum (beta 0.95, 5 iterations) on every 2-D parameter, Adam on
+  the rest (biases, norm scales, conv kernels), one learning rate for both (`optax.contrib.muon`).
+* ``schedule_free_adamw``: schedule-free AdamW (`optax.contrib.schedule_free_adamw`, b1 0.9). Its iterate is the
+  training point ``y``; metafam evaluates the parameters the optimizer holds, i.e. ``y``, not the averaged ``x`` that
+  ``optax.contrib.schedule_free_eval_params`` would give (a conservative choice: ``x`` is usually a little better).
+
+Importing this module builds nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable, Dict, List
+
+import optax
+
+OptaxFactory = Callable[..., optax.GradientTransformation]
+
+OPTAX_FACTORIES: Dict[str, OptaxFactory] = {
+    "adam": optax.adam,
+    "adamw": optax.adamw,
+    "nadamw": optax.nadamw,
+    "sgd_nesterov": functools.partial(optax.sgd, momentum=0.9, nesterov=True),
+    "rmsprop": optax.rmsprop,
+    "lion": optax.lion,
+    "adafactor": optax.adafactor,
+    "muon": optax.contrib.muon,
+    "schedule_free_adamw": optax.contrib.schedule_free_adamw,
+}
+
+
+def list_optax_factories() -> List[str]:
+  """The names of `OPTAX_FACTORIES`, sorted."""
+  return sorted(OPTAX_FACTORIES)

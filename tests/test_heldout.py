@@ -1,0 +1,254 @@
+"""The heldout suite: known-answer metrics, the shipped normalizer file, the tasks, the command line."""
+
+import json
+import os
+
+import jax
+import numpy as np
+import optax
+import pytest
+
+from metafam import cli
+from metafam.benchmark import baselines as bl
+from metafam.benchmark import heldout
+from metafam.benchmark.suites import HORIZONS, SUITES
+from metafam.evaluation.metrics import optimality_gap, performance_profile, stratified_aggregate
+from metafam.optimizers.optax_zoo import OPTAX_FACTORIES
+from metafam.tasks.registry import HELDOUT_TASKS, get_task
+
+T = 400
+STEPS = np.arange(0, T + 1, T // 8)
+REF_STEPS = np.arange(0, 4 * T + 1, T // 8)
+
+
+def decay(steps, rate=3.0 / T):
+  return 2.0 * np.exp(-rate * np.asarray(steps, np.float64))
+
+
+def entry(reference_seeds=None, adam_final=None, others=None):
+  """A normalizer-file entry whose reference is an exponential decay (log-linear interpolation is exact for it)."""
+  ref = np.stack([decay(REF_STEPS)] * 3) if reference_seeds is None else reference_seeds
+  adam = ref[:, :STEPS.size]
+  base = {o: {"test_curves": (adam if o == "adam" else adam * 1.5).tolist(), "learning_rate": 1e-3,
+              "schedule": "constant"} for o in OPTAX_FACTORIES}
+  for o, final in (others or {}).items():
+    c = np.array(adam)
+    c[:, -1] = final
+    base[o]["test_curves"] = c.tolist()
+  return {"horizon": T, "eval_steps": STEPS.tolist(), "baselines": base,
+          "reference": {"eval_steps": REF_STEPS.tolist(), "test_curves": ref.tolist()}}
+
+
+# -- per-task metrics --------------------------------------------------------------------------------------------
+def test_candidate_equal_to_tuned_adam_scores_one():
+  e = entry()
+  score = heldout.score_task("t", e, np.asarray(e["baselines"]["adam"]["test_curves"]))
+  assert score.speedup == 1.0 and score.seed_speedups == (1.0, 1.0, 1.0)
+  assert score.loss_ratio == 1.0 and not score.speedup_capped and not score.diverged
+  assert score.rank == 1 and score.num_ranked == 10  # ties with adam do not count against it; others are 1.5x
+
+
+@pytest.mark.parametrize("k", [0.5, 1.5, 2.0, 3.0, 3.7])
+def test_curve_shifted_by_factor_k_scores_k(k):
+  curves = np.stack([decay(k * STEPS)] * 3)  # reaches at T what the reference reaches at k T
+  score = heldout.score_task("t", entry(), curves)
+  np.testing.assert_allclose(score.speedup, k, rtol=1e-9)
+  np.testing.assert_allclose(score.seed_speedups, k, rtol=1e-9)
+  np.testing.assert_allclose(score.loss_ratio, decay(k * T) / decay(T), rtol=1e-12)
+
+
+def test_speedups_beyond_the_reference_run_are_capped_and_flagged():
+  score = heldout.score_task("t", entry(), np.stack([decay(5.0 * STEPS)] * 3))
+  assert score.speedup == 4.0 and score.speedup_capped
+
+
+def test_a_diverged_seed_scores_zero_and_ranks_last():
+  curves = np.stack([decay(2.0 * STEPS)] * 3)
+  curves[1, -1] = np.nan
+  score = heldout.score_task("t", entry(), curves)
+  assert score.diverged and score.seed_speedups[1] == 0.0 and score.seed_speedups[0] == pytest.approx(2.0)
+  assert np.isnan(score.final_loss) and score.rank == 10 and not any(score.beats.values())
+
+
+def test_rank_and_beats_count_lower_final_losses():
+  finals = {"lion": 0.01, "muon": 0.02}  # better than the candidate's final loss
+  curves = np.stack([decay(1.2 * STEPS)] * 3)
+  score = heldout.score_task("t", entry(others=finals), curves)
+  assert score.rank == 3
+  assert not score.beats["lion"] and not score.beats["muon"] and score.beats["adam"] and score.beats["sgd_nesterov"]
+  assert heldout.score_task("t", entry(others=finals), curves, exclude=("lion",)).rank == 2
+
+
+def test_score_task_refuses_curves_off_the_eval_points():
+  with pytest.raises(ValueError, match=r"curves must be \[seeds, 9\]"):
+    heldout.score_task("t", entry(), np.ones((3, 5)))
+
+
+# -- aggregates: IQM and the stratified bootstrap against hand-computed values --------------------------------------
+def test_iqm_and_optimality_gap_hand_computed():
+  scores = np.array([[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]])  # 8 pooled values: the middle 4 are 3..6
+  assert stratified_aggregate(scores, "iqm", num_resamples=10).value == 4.5
+  assert stratified_aggregate(scores, "median", num_resamples=10).value == 4.5  # median of task means 3,4,5,6
+  assert optimality_gap(np.array([0.5, 2.0, 1.0, 0.0])) == pytest.approx(1 - (0.5 + 1 + 1 + 0) / 4)
+  np.testing.assert_array_equal(performance_profile([0.5, 1.0, 2.0, np.nan], [0.5, 1.0, 3.0]), [0.75, 0.5, 0.0])
+
+
+def test_stratified_bootstrap_interval_hand_computed():
+  # One task, runs {1, 3}: a resample's IQM (= mean of 2) is 1, 2 or 3 with probabilities 1/4, 1/2, 1/4, so the
+  # 2.5% and 97.5% quantiles over 2000 resamples are 1 and 3 (each end holds ~500 resamples, far from 2.5%).
+  a = stratified_aggregate([[1.0], [3.0]], "iqm")
+  assert (a.value, a.low, a.high, a.num_tasks) == (2.0, 1.0, 3.0, 1)
+  # Strata: each task resamples only its own runs, so equal runs within each task give a zero-width interval
+  # (a bootstrap over pooled scores would mix 0s and 10s).
+  b = stratified_aggregate([[0.0, 10.0], [0.0, 10.0]], "iqm")
+  assert (b.value, b.low, b.high) == (5.0, 5.0, 5.0)
+  c = stratified_aggregate([[1.0, np.nan], [2.0, 3.0]], "mean")
+  assert (c.value, c.num_tasks, c.num_excluded) == (1.5, 1, 1)
+  with pytest.raises(ValueError, match="statistic must be one of"):
+    stratified_aggregate([[1.0]], "max")
+
+
+# -- the suite ---------------------------------------------------------------------------------------------------
+def test_suite_has_sixteen_registered_tasks_with_horizons():
+  assert sorted(SUITES["heldout"]) == sorted(HELDOUT_TASKS) == sorted(HORIZONS)
+  assert len(HORIZONS) >= 16 and {1000, 2000} <= set(HORIZONS.values())
+  assert all(h % bl.EVALS_PER_RUN == 0 for h in HORIZONS.values())
+  batches = {int(n.rsplit("_b", 1)[1]) for n in HORIZONS}
+  assert min(batches) == 32 and max(batches) == 256
+
+
+def _vmap_and_determinism(name):
+  task = get_task(name)
+  keys = jax.random.split(jax.random.key(3), 2)
+  params = jax.vmap(task.init)(keys)
+  single = task.init(keys[1])
+  jax.tree.map(lambda a, b: np.testing.assert_array_equal(a[1], b), params, single)
+  jax.tree.map(lambda a, b: np.testing.assert_array_equal(a, b), single, task.init(keys[1]))  # same seed, same init
+  data = task.datasets.device_data("train")
+  batch = data.sample(keys[0])
+  jax.tree.map(np.testing.assert_array_equal, batch, data.sample(keys[0]))
+  losses = jax.vmap(task.loss, in_axes=(0, None, None))(params, keys[0], batch)
+  np.testing.assert_allclose(losses[1], task.loss(single, keys[0], batch), rtol=2e-5)  # float32 reassociation
+  assert np.all(np.isfinite(losses))
+
+
+def test_a_heldout_task_is_vmappable_and_deterministic_per_seed():
+  _vmap_and_determinism("mnist_mlp_16x16_64_b32")  # the others: the slow test below
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(HELDOUT_TASKS))
+def test_every_heldout_task_is_vmappable_and_deterministic_per_seed(name):
+  _vmap_and_determinism(name)
+
+
+# -- the shipped normalizer file ---------------------------------------------------------------------------------
+def test_normalizer_file_is_versioned_and_every_choice_is_interior_and_finite():
+  data = heldout.load_normalizers()
+  assert data["format_version"] == bl.FORMAT_VERSION and data["command"] == bl.COMMAND
+  assert {"metafam", "jax", "optax"} <= set(data["versions"])
+  assert sorted(list(data["tasks"]) + data["pending"]) == sorted(HORIZONS)
+  for task, e in data["tasks"].items():
+    assert e["horizon"] == HORIZONS[task] and e["eval_steps"] == bl.eval_steps(HORIZONS[task]).tolist()
+    assert e["reference"]["eval_steps"][-1] == bl.REFERENCE_FACTOR * HORIZONS[task]
+    for opt, b in e["baselines"].items():
+      lrs = np.asarray(b["learning_rates"])
+      assert lrs.size >= 7 and set(b["scores"]) == set(bl.SCHEDULES), (task, opt)
+      i = int(np.argmin(np.abs(lrs - b["learning_rate"])))
+      assert lrs[i] == b["learning_rate"] and 0 < i < lrs.size - 1 and not b["at_edge"], (task, opt, lrs)
+      kept = np.asarray([np.inf if v is None else v for v in b["scores"][b["schedule"]]])
+      assert np.isfinite(kept[i]) and kept[i] == kept.min(), (task, opt)  # the best rate, never a diverged one
+      other = [np.inf if v is None else v for v in b["scores"][[s for s in bl.SCHEDULES if s != b["schedule"]][0]]]
+      assert kept[i] <= min(other), (task, opt)  # the better schedule was kept
+      assert np.all(np.isfinite(b["test_curves"]))
+
+
+def test_normalizer_file_refuses_other_versions(tmp_path):
+  path = tmp_path / "n.json"
+  path.write_text(json.dumps({"format_version": 99, "tasks": {}}))
+  with pytest.raises(heldout.NormalizerFileError, match="format version 99; this metafam reads version 1"):
+    heldout.load_normalizers(str(path))
+  path.write_text("not json")
+  with pytest.raises(heldout.NormalizerFileError, match="cannot be read as JSON"):
+    heldout.load_normalizers(str(path))
+
+
+@pytest.mark.slow
+def test_normalizer_file_matches_a_rerun_of_one_task_sweep_exactly():
+  data = heldout.load_normalizers()
+  task_name = "mnist_mlp_16x16_64_b32"  # the cheapest complete task (one 42-lane program of 1000 steps)
+  shipped = data["tasks"][task_name]["baselines"]["adam"]
+  before = jax.config.jax_threefry_partitionable
+  jax.config.update("jax_threefry_partitionable", data["versions"]["jax_threefry_partitionable"] == "True")
+  try:  # the file was generated with JAX's default random-bit generation (the test suite changes it)
+    rerun = bl.tune_baseline(get_task(task_name), "adam", HORIZONS[task_name]).to_json()
+  finally:
+    jax.config.update("jax_threefry_partitionable", before)
+  for field in ("schedule", "learning_rate", "learning_rates", "scores", "eval_steps", "test_curves", "at_edge"):
+    assert json.loads(json.dumps(rerun[field])) == shipped[field], field
+
+
+# -- the command line --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("args, message", [
+    (["--optimizer=nope"], "unknown optimizer 'nope'; valid names: .*schedule_free_adamw"),
+    (["--optimizer=adam", "--learning_rate=0.1"], "--learning_rate: the heldout suite fixes"),
+    (["--optimizer=adam", "--inner_steps=5", "--seeds=2"], "--inner_steps, --seeds: the heldout suite fixes"),
+    (["--optimizer=mlp_lopt"], "--optimizer=mlp_lopt is a learned optimizer: give its meta-parameters"),
+    ([], "--suite heldout needs --optimizer"),
+])
+def test_heldout_cli_bad_input_is_one_line_and_exit_code_2(args, message, capsys, tmp_path):
+  import re
+  code = cli.main(["metafam", "benchmark", "--suite=heldout", f"--output_dir={tmp_path / 'x'}"] + args)
+  err = capsys.readouterr().err
+  assert code == 2 and err.startswith("metafam: error: ") and len(err.strip().splitlines()) == 1, err
+  assert re.search(message, err), err
+  assert not os.path.exists(tmp_path / "x")
+
+
+# -- evaluate_suite ------------------------------------------------------------------------------------------------
+def test_evaluate_suite_refuses_bad_candidates_and_tasks_before_training():
+  from metafam.optimizers.learned import LearnableAdam
+  data = {"tasks": {"t": entry()}, "pending": []}
+  with pytest.raises(ValueError, match=r"tasks \['nope'\] have no shipped baselines; available: \['t'\]"):
+    heldout.evaluate_suite(optax.adam, tasks=["nope"], data=data)
+  with pytest.raises(TypeError, match="needs its meta-parameters"):
+    heldout.evaluate_suite(LearnableAdam(), data=data)
+  with pytest.raises(ValueError, match="not a tunable optax optimizer"):
+    heldout.evaluate_suite("adamax", data=data)
+  with pytest.raises(TypeError, match="candidate must be"):
+    heldout.evaluate_suite(3.0, data=data)
+
+
+@pytest.mark.slow
+def test_adam_at_the_reference_rate_reproduces_the_reference_run():
+  """End to end: the candidate trains on the suite's seeds and keys, so Adam at the reference's constant rate
+  retraces the shipped reference curve (same initializations, same batches) and scores as the reference itself."""
+  data = heldout.load_normalizers()
+  task = "mnist_mlp_16x16_64_b32"
+  e = data["tasks"][task]
+  before = jax.config.jax_threefry_partitionable
+  jax.config.update("jax_threefry_partitionable", data["versions"]["jax_threefry_partitionable"] == "True")
+  try:
+    # the reference's own optimizer: Adam with its rate held by inject_hyperparams (a fixed-rate optax.adam computes
+    # the same update with other roundings, and 1000 chaotic steps amplify them)
+    adam = optax.inject_hyperparams(optax.adam)(learning_rate=e["reference"]["learning_rate"])
+    result = heldout.evaluate_suite(adam, tasks=[task], data=data, progress=False)
+  finally:
+    jax.config.update("jax_threefry_partitionable", before)
+  steps, curves = result.curves[task]
+  reference = np.asarray(e["reference"]["test_curves"])[:, :len(steps)]
+  np.testing.assert_array_equal(curves, reference)
+  assert result.scores[0] == heldout.score_task(task, e, reference)
+
+
+@pytest.mark.slow
+def test_tuning_extends_the_grid_until_the_best_rate_is_interior():
+  """SGD on 0.5 * ||x||^2: rate 1 reaches the minimum in one step (score exactly 0); it is the top of the grid
+  1e-3 .. 1, so the tuner must add two rates above it (half a decade apart) to show it is the best."""
+  from metafam.tasks.quadratic import QuadraticTask
+  grid = 1e-3 * 10 ** (0.5 * np.arange(7))
+  result = bl.tune_baseline(QuadraticTask(4), "sgd", 8, factory=optax.sgd, learning_rates=grid)
+  np.testing.assert_allclose(result.learning_rates, 1e-3 * 10 ** (0.5 * np.arange(9)), rtol=1e-12)
+  assert result.learning_rate == pytest.approx(1.0) and not result.at_edge
+  assert result.scores["constant"][6] == 0.0 and result.schedule == "constant"  # ties go to the constant schedule
+  assert np.isinf(result.scores["constant"][-1]) or result.scores["constant"][-1] > 1.0  # rate 10 blows up

@@ -1,0 +1,67 @@
+"""Markdown tables of the heldout suite for docs/results/heldout.md.
+
+    python tools/heldout_tables.py tasks       # params, horizon, batch, data, single-run wall time (trains Adam once)
+    python tools/heldout_tables.py baselines   # every shipped baseline's metrics (from the normalizer file)
+
+"Single-run wall time": one Adam run (lr 1e-3, one seed, the task's horizon, the suite's evaluation points),
+compilation included, measured with `time.perf_counter` on this machine.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import jax
+import optax
+
+
+def tasks_table() -> str:
+  from metafam.benchmark import baselines as bl
+  from metafam.benchmark.suites import HORIZONS
+  from metafam.benchmark.sweep import train_lanes
+  from metafam.tasks._nn import num_params
+  from metafam.tasks.registry import get_task
+  lines = ["| task | parameters | horizon | batch | data | single-run wall time (s) |",
+           "|---|---:|---:|---:|---|---:|"]
+  for name, horizon in HORIZONS.items():
+    task = get_task(name)
+    params = num_params(task.init(jax.random.key(0)))
+    start = time.perf_counter()
+    train_lanes(task, optax.adam(1e-3), None, num_seeds=1, points=bl.eval_steps(horizon), eval_batches=bl.EVAL_BATCHES,
+                key=bl.task_key(name), splits=bl.SPLITS)
+    wall = time.perf_counter() - start
+    batch = next(iter(task.datasets.abstract_batch.values())).shape[0]
+    data = "Shakespeare" if name.startswith("shakespeare") else ("MNIST" if name.startswith("mnist") else
+                                                                 "Fashion-MNIST")
+    lines.append(f"| `{name}` | {params:,} | {horizon:,} | {batch} | {data} | {wall:.1f} |")
+    print(lines[-1], file=sys.stderr)
+  return "\n".join(lines)
+
+
+def baselines_table() -> str:
+  from metafam.benchmark.heldout import baseline_evaluations, load_normalizers
+  data = load_normalizers()
+  evaluations = baseline_evaluations(data)
+  lines = ["| optimizer | IQM speedup [95% CI] | median speedup [95% CI] | optimality gap [95% CI] | "
+           "best final loss on | mean rank | warmup+cosine chosen |",
+           "|---|---|---|---|---|---:|---:|"]
+  finals = {t: {o: e.scores[i].final_loss for o, e in evaluations.items()}
+            for i, t in enumerate(data["tasks"])}
+  for opt, e in evaluations.items():
+    a = e.aggregates
+    ci = lambda k: f"{a[k].value:.2f} [{a[k].low:.2f}, {a[k].high:.2f}]"
+    wins = [t for t, f in finals.items() if min(f, key=f.get) == opt]
+    cosine = sum(s.setting["schedule"] == "warmup_cosine" for s in e.scores)
+    rank = sum(s.rank for s in e.scores) / len(e.scores)
+    lines.append(f"| {opt} | {ci('iqm')} | {ci('median')} | {ci('optimality_gap')} | "
+                 f"{', '.join(f'`{w}`' for w in wins) or '-'} | {rank:.1f} | {cosine}/{len(e.scores)} |")
+  lines.append("")
+  lines.append(f"Tasks: {len(data['tasks'])} complete; pending: {', '.join(data['pending']) or 'none'}.")
+  return "\n".join(lines)
+
+
+if __name__ == "__main__":
+  if sys.argv[1:] not in (["tasks"], ["baselines"]):
+    raise SystemExit(__doc__)
+  print(tasks_table() if sys.argv[1] == "tasks" else baselines_table())
