@@ -123,8 +123,9 @@ def bad_invocations(root):
       (["evaluate", f"--output_dir={file_}/sub"] + EVAL, "cannot be created: .*is a file"),
       (["evaluate", f"--output_dir={file_}"] + EVAL, "exists and is not a directory"),
       (["evaluate", f"--output_dir={locked}"] + EVAL, "cannot be (written|created)|not writable"),
-      (evl + ["--optimizer=adamw"],
-       "unknown optimizer 'adamw'; valid names: adafac_mlp_lopt, adafac_muon_mlp_lopt, adam, learnable_adam"),
+      (evl + ["--optimizer=adamax"],
+       "unknown optimizer 'adamax'; valid names: adafac_mlp_lopt, adafac_muon_mlp_lopt, adafactor, adam, adamw, "
+       "hyper_v2, learnable_adam"),
       (evl + ["--optimizer=adam", "--task=resnet"], "unknown task 'resnet'; valid names: .*fmnist_mlp_8x8_32"),
       (evl + ["--optimizer=adam", "--suite=tiny", "--task=quadratic_10"], "give --task or --suite, not both"),
       (evl + ["--optimizer=mlp_lopt", "--task=quadratic_10"], "is a learned optimizer: give its meta-parameters"),
