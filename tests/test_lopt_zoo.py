@@ -6,7 +6,7 @@ quadratic's loss; the meta-gradient through 10 steps of the 8x8 MLP task (with e
 finite and matches a finite difference; state dtypes and shapes survive updates of bf16 params; `vmap` lanes (theta
 shared or per lane) equal separate runs; ``as_optax`` equals the `Optimizer`; and every outer-gradient estimator
 gives a finite estimate, which runs `TruncatedStep` with theta shared (also under `jax.grad`) and per lane
-(TruncatedBPTT and PES in the default suite, the other estimators with ``pytest -m slow``).
+(PES in the default suite, the other estimators with ``pytest -m slow``).
 
 Compilation dominates the run time, so each test builds one jitted program (e.g. all estimators together).
 """
@@ -278,17 +278,18 @@ def test_estimator_list_covers_every_estimator_class():
   assert exported == set(ESTIMATORS)
 
 
-# TruncatedBPTT runs the truncated step with theta shared by the lanes under `jax.grad`, PES with per-lane antithetic
-# theta and an accumulator across resets: the two ways an estimator drives a learned optimizer. The default suite runs
-# them for every entry; the other estimators (the same two mechanisms again) run in the slow suite.
-REPRESENTATIVE = ("TruncatedBPTT", "PES")
+# PES runs the truncated step with per-lane antithetic theta and an accumulator across resets, and the test adds
+# `jax.grad` through an unroll with per-lane theta: the default suite runs that for every entry. Theta shared by the
+# lanes is in `test_vmap_over_lanes_equals_separate_runs` and `tests/test_estimator_conformance.py`; the other
+# estimators (TruncatedBPTT's shared theta under `jax.grad` among them) run for every entry in the slow suite.
+REPRESENTATIVE = ("PES",)
 OTHERS = tuple(cls.__name__ for cls in ESTIMATORS if cls.__name__ not in REPRESENTATIVE)
 
 
 @pytest.mark.parametrize("estimator_names", [REPRESENTATIVE, pytest.param(OTHERS, marks=pytest.mark.slow)],
                          ids=["representative", "others"])
 def test_truncated_step_and_every_estimator(zoo, estimator_names):
-  """One short estimate of every estimator class (two per entry by default, the rest with ``-m slow``). Between them
+  """One short estimate of every estimator class (PES by default, the rest with ``-m slow``). Between them
   they run `TruncatedStep` with theta shared by the lanes (TruncatedBPTT under `jax.grad`; TruncatedES's unperturbed
   lanes) and per lane (the antithetic ES lanes), across trajectory resets; the lane states must keep their dtypes and
   shapes. Plus `jax.grad` through an unroll with per-lane theta."""
