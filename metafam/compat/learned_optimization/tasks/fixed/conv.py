@@ -16,6 +16,7 @@ from metafam.compat.learned_optimization.tasks.fixed._classifier import ImageCla
 from metafam.compat.learned_optimization.tasks.fixed.image_mlp import image_datasets
 from metafam.tasks._nn import activation_by_name
 from metafam.tasks.conv import conv_forward
+from metafam.compat.learned_optimization.tasks.fixed._named import named_task_functions
 
 Params = base.Params
 ModelState = base.ModelState
@@ -49,14 +50,4 @@ def build(name: str) -> ImageClassifier:
   return ImageClassifier(net, datasets, name)
 
 
-def _task_fn(name: str):
-  def task():
-    return build(name)
-  task.__name__ = task.__qualname__ = name
-  task.__doc__ = f"The reference's ``{name}`` (configuration ``TASKS[{name!r}]``)."
-  return task
-
-
-for _name in TASKS:
-  globals()[_name] = _task_fn(_name)
-del _name
+globals().update(named_task_functions(TASKS, build))

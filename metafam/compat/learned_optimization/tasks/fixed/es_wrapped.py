@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from metafam.compat.learned_optimization.tasks import es_wrapper
 from metafam.compat.learned_optimization.tasks.fixed import image_mlp
+from metafam.compat.learned_optimization.tasks.fixed._named import named_task_functions
 
 TASKS = {
     "ESWrapped_8pair_ImageMLP_Cifar10_128x128x128_Relu": ("ImageMLP_Cifar10_128x128x128_Relu", 8),
@@ -29,14 +30,4 @@ def build(name: str) -> es_wrapper.ESTask:
   return task
 
 
-def _task_fn(name: str):
-  def task():
-    return build(name)
-  task.__name__ = task.__qualname__ = name
-  task.__doc__ = f"The reference's ``{name}`` (configuration ``TASKS[{name!r}]``)."
-  return task
-
-
-for _name in TASKS:
-  globals()[_name] = _task_fn(_name)
-del _name
+globals().update(named_task_functions(TASKS, build))

@@ -19,6 +19,7 @@ from metafam.compat.learned_optimization.tasks.datasets import image
 from metafam.compat.learned_optimization.tasks.fixed._classifier import ImageClassifier
 from metafam.tasks._nn import activation_by_name
 from metafam.tasks.image_mlp import mlp_forward
+from metafam.compat.learned_optimization.tasks.fixed._named import named_task_functions
 
 Params = base.Params
 ModelState = base.ModelState
@@ -76,14 +77,4 @@ def build(name: str) -> ImageClassifier:
   return ImageClassifier(net, datasets, name, mse=options.get("mse", False), dropout=dropout_rate > 0)
 
 
-def _task_fn(name: str):
-  def task():
-    return build(name)
-  task.__name__ = task.__qualname__ = name
-  task.__doc__ = f"The reference's ``{name}`` (configuration ``TASKS[{name!r}]``)."
-  return task
-
-
-for _name in TASKS:
-  globals()[_name] = _task_fn(_name)
-del _name
+globals().update(named_task_functions(TASKS, build))

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from metafam.compat.learned_optimization.tasks import base
 from metafam.compat.learned_optimization.tasks.fixed.image_mlp import image_datasets
 from metafam.tasks.autoencoder import MLPAutoencoderTask
+from metafam.compat.learned_optimization.tasks.fixed._named import named_task_functions
 
 PRNGKey = base.PRNGKey
 Data = Any
@@ -47,14 +48,4 @@ def build(name: str) -> MLPAutoencoderTask:
   return _Autoencoder(hidden, "relu", datasets=image_datasets(dataset, batch_size, side), name=name)
 
 
-def _task_fn(name: str):
-  def task():
-    return build(name)
-  task.__name__ = task.__qualname__ = name
-  task.__doc__ = f"The reference's ``{name}`` (configuration ``TASKS[{name!r}]``)."
-  return task
-
-
-for _name in TASKS:
-  globals()[_name] = _task_fn(_name)
-del _name
+globals().update(named_task_functions(TASKS, build))

@@ -38,6 +38,7 @@ from metafam.compat.learned_optimization.tasks.fixed import conv, image_mlp
 from metafam.datasets.base import Datasets
 from metafam.inner import step as _step
 from metafam.taskfamilies.base import TaskFamily as _TaskFamily
+from metafam.compat.learned_optimization.tasks.fixed._named import named_task_functions
 
 __all__ = ["unrolled_loss", "LOptTask", "LOptTaskFamilyTask", "TruncGradEstTask", "TASKS", "build", "stacked_datasets"]
 
@@ -286,15 +287,5 @@ def build(name: str) -> base.Task:
   return task
 
 
-def _task_fn(name: str):
-  def task():
-    return build(name)
-  task.__name__ = task.__qualname__ = name
-  task.__doc__ = f"The reference's ``{name}`` (configuration ``TASKS[{name!r}]``)."
-  return task
-
-
-for _name in TASKS:
-  globals()[_name] = _task_fn(_name)
+globals().update(named_task_functions(TASKS, build))
 __all__ += list(TASKS)
-del _name

@@ -13,6 +13,7 @@ from typing import Any, Mapping
 
 from metafam.compat.learned_optimization.tasks.fixed._patch_models import DATASETS, PatchModelTask, task_table
 from metafam.tasks.vision import mlp_mixer_forward
+from metafam.compat.learned_optimization.tasks.fixed._named import named_task_functions
 
 __all__ = ["MLPMixerTask", "small_config16", "tiny_config16", "TASKS", "build"]
 
@@ -54,15 +55,5 @@ def build(name: str) -> MLPMixerTask:
   return MLPMixerTask(cfg_fn(), DATASETS[dataset](batch_size), name)
 
 
-def _task_fn(name: str):
-  def task():
-    return build(name)
-  task.__name__ = task.__qualname__ = name
-  task.__doc__ = f"The reference's ``{name}``."
-  return task
-
-
-for _name in TASKS:
-  globals()[_name] = _task_fn(_name)
-del _name
+globals().update(named_task_functions(TASKS, build))
 __all__ += list(TASKS)

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from metafam.compat.learned_optimization.tasks import base
 from metafam.compat.learned_optimization.tasks.datasets import image
 from metafam.tasks.resnet import ResNet
+from metafam.compat.learned_optimization.tasks.fixed._named import named_task_functions
 
 _P = (True, True, True, True)
 _ROWS = [(16, 64, (1, 1, 1, 1), (8, 16, 16, 16), 3, True), (16, 64, (1, 1, 1, 1), (8, 16, 16, 32), 3, True),
@@ -64,14 +65,4 @@ def build(name: str) -> base.Task:
   return _ResnetTask(TASKS[name], name=name)
 
 
-def _task_fn(name: str):
-  def task():
-    return build(name)
-  task.__name__ = task.__qualname__ = name
-  task.__doc__ = f"The reference's ``{name}`` (configuration ``TASKS[{name!r}]``)."
-  return task
-
-
-for _name in TASKS:
-  globals()[_name] = _task_fn(_name)
-del _name
+globals().update(named_task_functions(TASKS, build))

@@ -21,6 +21,7 @@ from metafam.compat.learned_optimization.tasks import base
 from metafam.compat.learned_optimization.tasks.datasets import language
 from metafam.datasets.base import Datasets
 from metafam.tasks.language import IRNN, rnn_lm_forward
+from metafam.compat.learned_optimization.tasks.fixed._named import named_task_functions
 
 Params = base.Params
 ModelState = base.ModelState
@@ -97,14 +98,4 @@ def build(name: str) -> TeacherForcedRNNLM:
   return task
 
 
-def _task_fn(name: str):
-  def task():
-    return build(name)
-  task.__name__ = task.__qualname__ = name
-  task.__doc__ = f"The reference's ``{name}`` (configuration ``TASKS[{name!r}]``)."
-  return task
-
-
-for _name in TASKS:
-  globals()[_name] = _task_fn(_name)
-del _name
+globals().update(named_task_functions(TASKS, build))

@@ -19,6 +19,7 @@ from metafam.compat.learned_optimization.tasks.datasets import language
 from metafam.compat.learned_optimization.tasks.fixed.rnn_lm import fold_ids
 from metafam.compat.learned_optimization.tasks.transformer import Transformer
 from metafam.datasets.base import Datasets
+from metafam.compat.learned_optimization.tasks.fixed._named import named_task_functions
 
 _RUNTIME = [(5, 20, 1, 4, 8, 0.1), (6, 24, 1, 4, 8, 0.1), (4, 32, 2, 8, 8, 0.0), (4, 32, 1, 8, 16, 0.0),
             (4, 32, 2, 16, 4, 0.0), (4, 32, 1, 8, 32, 0.0), (5, 80, 1, 4, 64, 0.0), (7, 112, 3, 16, 32, 0.0),
@@ -74,14 +75,4 @@ def build(name: str) -> base.Task:
   return _TransformerTask(TASKS[name], name=name)
 
 
-def _task_fn(name: str):
-  def task():
-    return build(name)
-  task.__name__ = task.__qualname__ = name
-  task.__doc__ = f"The reference's ``{name}`` (configuration ``TASKS[{name!r}]``)."
-  return task
-
-
-for _name in TASKS:
-  globals()[_name] = _task_fn(_name)
-del _name
+globals().update(named_task_functions(TASKS, build))
