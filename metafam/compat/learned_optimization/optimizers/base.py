@@ -79,7 +79,21 @@ def _check_optimizer(opt: Any, what: str) -> Optimizer:
   return as_lo_optimizer(opt)
 
 
-class GradientClipOptimizer(Optimizer):
+class WrappedOptimizer(Optimizer):
+  """Base of the optimizers that change what reaches ``self.opt`` (gradients, loss, step count) but keep its state:
+  the state accessors are ``self.opt``'s. Subclasses set ``self.opt`` and define ``name``, ``init`` and ``update``."""
+
+  def get_params(self, state):
+    return self.opt.get_params(state)
+
+  def get_state(self, state):
+    return self.opt.get_state(state)
+
+  def set_params(self, state, params):
+    return self.opt.set_params(state, params)
+
+
+class GradientClipOptimizer(WrappedOptimizer):
   """Clips every gradient entry to ``[-grad_clip, grad_clip]`` before handing it to ``opt``."""
 
   def __init__(self, opt: Optimizer, grad_clip: float = 3.0):
@@ -97,14 +111,6 @@ class GradientClipOptimizer(Optimizer):
     grad = jax.tree.map(lambda g: jnp.clip(g, -self.grad_clip, self.grad_clip), grad)
     return self.opt.update(opt_state, grad, *args, **kwargs)
 
-  def get_params(self, state):
-    return self.opt.get_params(state)
-
-  def get_state(self, state):
-    return self.opt.get_state(state)
-
-  def set_params(self, state, params):
-    return self.opt.set_params(state, params)
 
 
 @jax.tree_util.register_dataclass

@@ -18,7 +18,7 @@ from metafam.optimizers import optax_adapter
 __all__ = ["opt_to_optax_opt"]
 
 
-class _WithSteps(base.Optimizer):
+class _WithSteps(base.WrappedOptimizer):
   """``opt`` whose ``init`` is given ``num_steps``."""
 
   def __init__(self, opt: base.Optimizer, num_steps: Optional[int]):
@@ -34,15 +34,6 @@ class _WithSteps(base.Optimizer):
 
   def update(self, opt_state, grad, loss=None, model_state=None, key=None, **kwargs):
     return self.opt.update(opt_state, grad, loss=loss, model_state=model_state, key=key)
-
-  def get_params(self, state):
-    return self.opt.get_params(state)
-
-  def get_state(self, state):
-    return self.opt.get_state(state)
-
-  def set_params(self, state, params):
-    return self.opt.set_params(state, params)
 
 
 def opt_to_optax_opt(opt: base.Optimizer, num_steps: Optional[int] = None) -> optax.GradientTransformationExtraArgs:

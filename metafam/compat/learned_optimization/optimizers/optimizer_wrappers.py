@@ -21,7 +21,7 @@ from metafam.compat.learned_optimization.optimizers import base
 __all__ = ["WeightDecayWrapper", "ExtendTimeWrapper", "ExtendTimeState"]
 
 
-class WeightDecayWrapper(base.Optimizer):
+class WeightDecayWrapper(base.WrappedOptimizer):
 
   def __init__(self, opt: base.Optimizer, weight_decay: float = 0.0, add_to_loss: bool = True):
     self.opt = base._check_optimizer(opt, "opt")
@@ -40,15 +40,6 @@ class WeightDecayWrapper(base.Optimizer):
       loss = loss + self.weight_decay * sum(jnp.sum(jnp.square(p)) for p in jax.tree.leaves(params))
     grads = jax.tree.map(lambda g, p: g + self.weight_decay * p, grads, params)
     return self.opt.update(opt_state, grads, model_state=model_state, loss=loss, **kwargs)
-
-  def get_params(self, state):
-    return self.opt.get_params(state)
-
-  def get_state(self, state):
-    return self.opt.get_state(state)
-
-  def set_params(self, state, params):
-    return self.opt.set_params(state, params)
 
 
 @functools.partial(jax.tree_util.register_dataclass, data_fields=["iteration", "inner_opt_state"], meta_fields=[])
