@@ -9,9 +9,12 @@ starts its backend) so that lane sharding is tested on any machine; computations
 the first device only.
 
 Most of a test's time is XLA compiling programs that then run a few steps, and most of that compile time is LLVM
-optimizing the machine code. The suite therefore compiles with LLVM's cheap settings (`TEST_XLA_FLAGS`, also inherited
-by the command-line and multi-process tests' child processes): the same programs, the same operations and results up
-to rounding, at 40-60% less compile time (e.g. one `tests/test_inner.py` case went from 41 s to 17 s of CPU time).
+optimizing the machine code. The suite therefore compiles with LLVM's cheap settings and with XLA's older (elemental)
+emitter for fused loops instead of its MLIR fusion emitters (`TEST_XLA_FLAGS`, also inherited by the command-line and
+multi-process tests' child processes): the same programs, the same operations and results up to rounding, at a
+fraction of the compile time. The LLVM settings took one `tests/test_inner.py` case from 41 s to 17 s of CPU time;
+the emitter flag then took three of the heaviest tests (zoo PES with `hyper_v2`, zoo finite difference with
+`rnn_mlp_lopt`, that `test_inner.py` case) from 53 s to 32 s of CPU time.
 ``METAFAM_TEST_XLA_OPTIMIZE=1`` keeps XLA's default optimization instead, to test the code exactly as it runs in
 production; flags already in ``XLA_FLAGS`` are kept either way.
 """
@@ -24,7 +27,8 @@ import jax
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # shared helpers: influence.py, meta_setup.py
-TEST_XLA_FLAGS = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+TEST_XLA_FLAGS = ("--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true "
+                  "--xla_cpu_use_fusion_emitters=false")
 if os.environ.get("METAFAM_TEST_XLA_OPTIMIZE", "") in ("", "0"):  # before JAX starts its backend, which reads them
   os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {TEST_XLA_FLAGS}".strip()
 jax.config.update("jax_threefry_partitionable", False)
