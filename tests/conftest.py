@@ -29,6 +29,9 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # shared helpers: influence.py, meta_setup.py
 TEST_XLA_FLAGS = ("--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true "
                   "--xla_cpu_use_fusion_emitters=false")
+# What XLA_FLAGS held before this file: for a child process that must compile exactly as production does (a test that
+# compares with numbers the library shipped, e.g. tests/test_heldout.py's rerun of a baseline sweep).
+os.environ.setdefault("METAFAM_TEST_PRODUCTION_XLA_FLAGS", os.environ.get("XLA_FLAGS", ""))
 if os.environ.get("METAFAM_TEST_XLA_OPTIMIZE", "") in ("", "0"):  # before JAX starts its backend, which reads them
   os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {TEST_XLA_FLAGS}".strip()
 jax.config.update("jax_threefry_partitionable", False)

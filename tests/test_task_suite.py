@@ -22,7 +22,7 @@ from metafam.taskfamilies import registry as family_registry
 from metafam.taskfamilies._sampling import init_from_one_draw
 from metafam.taskfamilies.conv import ConvFamily
 from metafam.taskfamilies.language import TransformerLanguageModelFamily
-from metafam.tasks import autoencoder, conv, language, registry
+from metafam.tasks import autoencoder, conv, language, registry, vision
 from metafam.tasks._nn import num_params
 from metafam.tasks.image_mlp import ImageMLPTask
 from metafam.tasks.quadratic import QuadraticTask
@@ -45,7 +45,7 @@ def _fast_random_compile():
 
 
 def _kind(task):
-  if isinstance(task, (ImageMLPTask, conv.ConvTask)):
+  if isinstance(task, (ImageMLPTask, conv.ConvTask, vision.MLPMixerTask)):
     return "classifier"
   if isinstance(task, language.LanguageModelTask):
     return "lm"
@@ -124,11 +124,11 @@ def test_task_smoke(name):
   assert np.all(sum(np.sum(np.square(g), axis=tuple(range(1, g.ndim))) for g in jax.tree.leaves(out["grad"])) > 0)
   assert any(not np.array_equal(p[0], p[1]) for p in jax.tree.leaves(out["params"]))  # each instance has its init
   # Adam's first step moves every parameter by at most the learning rate (|m / sqrt(v)| = 1 at step one), and on
-  # the same batch and key a step this small lowers the loss. The measured step |p_new - p| also holds the float32
-  # rounding of p_new: up to one ulp of the largest |p| (1.2e-7 at |p| ~ 1, i.e. 1.2e-4 of the step).
-  largest = max(float(np.max(np.abs(p))) for p in jax.tree.leaves(out["params"]))
-  bound = LEARNING_RATE * (1 + 1e-6) + np.finfo(np.float32).eps * largest
-  assert np.all(out["max_step"] <= bound) and np.all(out["max_step"] > 0.5 * LEARNING_RATE)
+  # the same batch and key a step this small lowers the loss. The measured step |p_new - p| also holds float32
+  # rounding: p_new's (up to an ulp of |p|, 1.2e-4 of the step at |p| ~ 1) and, under the suite's cheap compile
+  # settings (conftest.py), up to 3e-4 of the step measured; 1e-3 covers both, and a wrong first step (no bias
+  # correction: 3.2x; a doubled rate: 2x) is far outside.
+  assert np.all(out["max_step"] <= LEARNING_RATE * (1 + 1e-3)) and np.all(out["max_step"] > 0.5 * LEARNING_RATE)
   assert np.all(out["loss_after"] < loss)
   kind = _kind(task)
   if kind == "vae":  # the reparameterization noise comes from the loss key

@@ -6,9 +6,9 @@
   task on two busy cores). The conv and language-model tasks are left out: the same sweep took 160 s (LSTM) and
   260 s (16x16 conv) there.
 * ``full``: every registered task.
-* ``heldout``: 16 tasks unlike meta-training's 8x8 Fashion-MNIST MLPs (`metafam.tasks.registry.HELDOUT_TASKS`):
+* ``heldout``: 17 tasks unlike meta-training's 8x8 Fashion-MNIST MLPs (`metafam.tasks.registry.HELDOUT_TASKS`):
   other widths (64-1024 units), depths (1-4 hidden layers), resolutions (16x16, 28x28), architectures (conv nets with
-  and without LayerNorm, autoencoders, VAEs, a character LSTM and transformer), data (MNIST digits, Shakespeare) and
+  and without LayerNorm, autoencoders, VAEs, an MLP-Mixer, a character LSTM and transformer), data (MNIST digits, Shakespeare) and
   batch sizes (32-256), each with its own horizon (`HORIZONS`, 200 to 2,000 steps). Its tuned baselines ship as a
   data file (`metafam.benchmark.baselines`), so evaluating an optimizer on it trains only that optimizer.
 """
@@ -39,6 +39,7 @@ HORIZONS: Dict[str, int] = {
     "mnist_mlp_28x28_128x128x128_b32": 200,
     "mnist_mlp_16x16_256x256_gelu_b64": 200,
     "fmnist_vae_28x28_64_z8_b64": 200,
+    "mnist_mixer_16x16_p4_32x2_b64": 320,
 }
 
 SUITES: Dict[str, List[str]] = {

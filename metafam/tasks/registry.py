@@ -108,6 +108,16 @@ def _heldout_vae(dataset, image_size, hidden_size, latent_size, batch_size):
   return build
 
 
+def _heldout_mixer(dataset, image_size, patch_size, hidden_dim, num_blocks, batch_size):
+  name = f"{dataset}_mixer_{image_size}x{image_size}_p{patch_size}_{hidden_dim}x{num_blocks}_b{batch_size}"
+
+  def build():
+    from metafam.tasks.vision import MLPMixerTask
+    return MLPMixerTask(_images(dataset, batch_size, image_size), patch_size, hidden_dim, num_blocks,
+                        tokens_mlp_dim=hidden_dim, channels_mlp_dim=2 * hidden_dim, name=name)
+  return build
+
+
 def _heldout_lm(kind, size, batch_size, sequence_length, num_layers=1, num_heads=2):
   shape = f"{size}" if kind == "lstm" else f"{num_layers}x{size}"
   name = f"shakespeare_char_{kind}_{shape}_t{sequence_length}_b{batch_size}"
@@ -137,6 +147,7 @@ HELDOUT_TASKS: Dict[str, Callable] = {
     "fmnist_vae_28x28_64_z8_b64": _heldout_vae("fmnist", 28, 64, 8, 64),  # 102,816 params
     "fmnist_conv_16x16_8x16_b32": _heldout_conv("fmnist", 16, (8, 16), 32),  # 1,418 params
     "mnist_conv_16x16_8x16_layernorm_b32": _heldout_conv("mnist", 16, (8, 16), 32, norm="layer_norm"),  # 1,466 params
+    "mnist_mixer_16x16_p4_32x2_b64": _heldout_mixer("mnist", 16, 4, 32, 2, 64),  # 11,722 params
     "shakespeare_char_lstm_32_t32_b32": _heldout_lm("lstm", 32, 32, 32),  # 9,996 params
     "shakespeare_char_transformer_1x32_t16_b32": _heldout_lm("transformer", 32, 32, 16),  # 18,220 params
 }

@@ -12,15 +12,20 @@ floor(W/P)`` tokens of width D; ``(P*P*C + 1) * D`` parameters) and end with a L
   (``4*D + (N + 1)*T + (T + 1)*N + (D + 1)*Cm + (Cm + 1)*D`` each, token width T, channel width Cm, GELU); the head
   reads the token mean.
 
-`vit_num_params` and `mlp_mixer_num_params` give these counts.
+`vit_num_params` and `mlp_mixer_num_params` give these counts. `MLPMixerTask` is an MLP-Mixer classifier task on an
+image `Datasets` (the heldout suite's ``mnist_mixer_16x16_p4_32x2_b64``).
 """
 
 from __future__ import annotations
+
+from typing import Optional
 
 import haiku as hk
 import jax
 import jax.numpy as jnp
 
+from metafam.datasets.base import Datasets
+from metafam.tasks.image_mlp import ImageClassifierTask
 from metafam.tasks.language import transformer_block
 
 CLASSIFIERS = ("token", "gap")
@@ -108,3 +113,27 @@ def mlp_mixer_num_params(image_shape, num_classes: int, patch_size: int, hidden_
   n = (h // patch_size) * (w // patch_size)
   block = 4 * d + (n + 1) * t + (t + 1) * n + (d + 1) * cm + (cm + 1) * d
   return (patch_size ** 2 * c + 1) * d + num_blocks * block + 2 * d + (d + 1) * num_classes
+
+
+class MLPMixerTask(ImageClassifierTask):
+  """An MLP-Mixer classifier (`mlp_mixer_forward`) on an image `Datasets`.
+
+  Args:
+    datasets: the data (images ``f32[B, H, W, C]`` with ``H`` and ``W`` multiples of ``patch_size``).
+    patch_size, hidden_dim, num_blocks, tokens_mlp_dim, channels_mlp_dim: see `mlp_mixer_forward`.
+    name: the task's name.
+
+  Parameter count: `mlp_mixer_num_params`.
+  """
+
+  def __init__(self, datasets: Datasets, patch_size: int = 4, hidden_dim: int = 32, num_blocks: int = 2,
+               tokens_mlp_dim: int = 32, channels_mlp_dim: int = 64, name: Optional[str] = None):
+    shape = datasets.abstract_batch["image"].shape
+    if shape[1] % patch_size or shape[2] % patch_size:
+      raise ValueError(f"patch_size must divide the image's height and width {tuple(shape[1:3])}, got "
+                       f"{patch_size}.")
+    self.datasets = datasets
+    self.num_classes = int(datasets.extra_info.get("num_classes", 10))
+    self.net = mlp_mixer_forward(self.num_classes, patch_size, hidden_dim, num_blocks, tokens_mlp_dim,
+                                 channels_mlp_dim)
+    self.name = name or f"MLPMixer_{'x'.join(map(str, shape[1:3]))}_p{patch_size}_{hidden_dim}x{num_blocks}"
