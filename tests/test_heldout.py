@@ -175,22 +175,26 @@ def test_normalizer_file_refuses_other_versions(tmp_path):
     heldout.load_normalizers(str(path))
 
 
+def _in_a_production_process(code):
+  """JSON printed by ``python -c code`` in a child process that compiles as the baselines' generator did: XLA's
+  default flags (this suite compiles with cheaper ones whose rounding differs; conftest.py) and JAX's default
+  random-bit generation (this suite changes it; the shipped file records the default)."""
+  assert heldout.load_normalizers()["versions"]["jax_threefry_partitionable"] == "True"
+  env = dict(os.environ, XLA_FLAGS=os.environ["METAFAM_TEST_PRODUCTION_XLA_FLAGS"])
+  out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900)
+  assert out.returncode == 0, out.stderr[-2000:]
+  return json.loads(out.stdout)
+
+
 @pytest.mark.slow
 def test_normalizer_file_matches_a_rerun_of_one_task_sweep_exactly():
   data = heldout.load_normalizers()
   task_name = "mnist_mlp_16x16_64_b32"  # the cheapest complete task (one 42-lane program of 1000 steps)
   shipped = data["tasks"][task_name]["baselines"]["adam"]
-  # In a child process that compiles as the generator did: XLA's default flags (this suite compiles with cheaper ones
-  # whose rounding differs) and JAX's default random-bit generation (this suite changes it).
-  assert data["versions"]["jax_threefry_partitionable"] == "True"  # JAX's default, which the child process keeps
-  code = ("import json, sys; from metafam.benchmark import baselines as bl; from metafam.benchmark.suites import "
-          "HORIZONS; from metafam.tasks import get_task; "
-          f"json.dump(bl.tune_baseline(get_task({task_name!r}), 'adam', HORIZONS[{task_name!r}]).to_json(), "
-          "sys.stdout)")
-  env = dict(os.environ, XLA_FLAGS=os.environ["METAFAM_TEST_PRODUCTION_XLA_FLAGS"])
-  out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900)
-  assert out.returncode == 0, out.stderr[-2000:]
-  rerun = json.loads(out.stdout)
+  rerun = _in_a_production_process(
+      "import json, sys; from metafam.benchmark import baselines as bl; from metafam.benchmark.suites import "
+      "HORIZONS; from metafam.tasks import get_task; "
+      f"json.dump(bl.tune_baseline(get_task({task_name!r}), 'adam', HORIZONS[{task_name!r}]).to_json(), sys.stdout)")
   for field in ("schedule", "learning_rate", "learning_rates", "scores", "eval_steps", "test_curves", "at_edge"):
     assert rerun[field] == shipped[field], field
 
@@ -235,16 +239,12 @@ def test_adam_at_the_reference_rate_reproduces_the_reference_run():
   e = data["tasks"][task]
   # The reference's own optimizer: Adam with its rate held by inject_hyperparams (a fixed-rate optax.adam computes the
   # same update with other roundings, and 1000 chaotic steps amplify them), in a child process that compiles as the
-  # generator did (see test_normalizer_file_matches_a_rerun_of_one_task_sweep_exactly).
-  code = ("import json, sys, optax; from metafam.benchmark import heldout; "
-          f"adam = optax.inject_hyperparams(optax.adam)(learning_rate={e['reference']['learning_rate']!r}); "
-          f"r = heldout.evaluate_suite(adam, tasks=[{task!r}], progress=False); "
-          f"json.dump([r.curves[{task!r}][0].tolist(), r.curves[{task!r}][1].tolist()], sys.stdout)")
-  assert data["versions"]["jax_threefry_partitionable"] == "True"  # JAX's default, which the child process keeps
-  env = dict(os.environ, XLA_FLAGS=os.environ["METAFAM_TEST_PRODUCTION_XLA_FLAGS"])
-  out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900)
-  assert out.returncode == 0, out.stderr[-2000:]
-  steps, curves = (np.asarray(a) for a in json.loads(out.stdout))
+  # generator did.
+  steps, curves = (np.asarray(a) for a in _in_a_production_process(
+      "import json, sys, optax; from metafam.benchmark import heldout; "
+      f"adam = optax.inject_hyperparams(optax.adam)(learning_rate={e['reference']['learning_rate']!r}); "
+      f"r = heldout.evaluate_suite(adam, tasks=[{task!r}], progress=False); "
+      f"json.dump([r.curves[{task!r}][0].tolist(), r.curves[{task!r}][1].tolist()], sys.stdout)"))
   reference = np.asarray(e["reference"]["test_curves"])[:, :len(steps)]
   np.testing.assert_array_equal(curves, reference)
   assert heldout.score_task(task, e, curves) == heldout.score_task(task, e, reference)
