@@ -34,9 +34,8 @@ def main():
     base = lopt.as_optax(theta)
 
     def scaled(learning_rate):  # the learned update times rate / step_mult (a schedule or a number)
-      if callable(learning_rate):
-        return optax.chain(base, optax.scale_by_schedule(lambda count: learning_rate(count) / args.step_mult))
-      return optax.chain(base, optax.scale(learning_rate / args.step_mult))
+      rate = learning_rate if callable(learning_rate) else (lambda count: learning_rate)
+      return optax.chain(base, optax.scale_by_schedule(lambda count: rate(count) / args.step_mult))
 
     scaled.__name__ = f"{args.optimizer}_tuned_step"
     grid = args.step_mult * 10 ** (0.5 * np.arange(-3, 4))

@@ -24,6 +24,7 @@ import haiku as hk
 import jax
 import jax.numpy as jnp
 
+from metafam._checks import check_positive_int
 from metafam.datasets.base import Datasets
 from metafam.tasks.image_mlp import ImageClassifierTask
 from metafam.tasks.language import transformer_block
@@ -128,6 +129,10 @@ class MLPMixerTask(ImageClassifierTask):
 
   def __init__(self, datasets: Datasets, patch_size: int = 4, hidden_dim: int = 32, num_blocks: int = 2,
                tokens_mlp_dim: int = 32, channels_mlp_dim: int = 64, name: Optional[str] = None):
+    patch_size = check_positive_int("patch_size", patch_size)
+    hidden_dim, num_blocks, tokens_mlp_dim, channels_mlp_dim = (
+        check_positive_int(n, v) for n, v in (("hidden_dim", hidden_dim), ("num_blocks", num_blocks),
+                                              ("tokens_mlp_dim", tokens_mlp_dim), ("channels_mlp_dim", channels_mlp_dim)))
     shape = datasets.abstract_batch["image"].shape
     if shape[1] % patch_size or shape[2] % patch_size:
       raise ValueError(f"patch_size must divide the image's height and width {tuple(shape[1:3])}, got "
