@@ -9,6 +9,7 @@ same as tuning the optimizer's ``step_mult`` (its step is linear in it). Prints 
 tasks end below tuned Adam's final loss and above 1.5x of it, and the divergences.
 """
 import argparse
+import json
 import time
 
 import jax
@@ -23,11 +24,17 @@ from metafam.optimizers.registry import get_learned_optimizer
 def main():
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--optimizer", default="adafac_muon_mlp_lopt", help="a registered learned optimizer")
+  p.add_argument("--kwargs", default="{}", help="JSON object of constructor arguments for an ablation, e.g. "
+                 "'{\"orthogonal_momentum\": false}'")
   p.add_argument("--checkpoint", default=None, help="a meta-train checkpoint (default: the initial theta)")
   p.add_argument("--step_mult", type=float, default=1e-2, help="the step scale it was meta-trained with")
   p.add_argument("--tune_step", action="store_true", help="tune the step scale per task like a learning rate")
+  p.add_argument("--grid_halfwidth", type=int, default=3,
+                 help="with --tune_step: the grid reaches this many half-decades either side of --step_mult")
+  p.add_argument("--schedules", nargs="+", default=["constant"], choices=["constant", "warmup_cosine"],
+                 help="with --tune_step: the schedules tried per task, as for the baselines")
   args = p.parse_args()
-  lopt = get_learned_optimizer(args.optimizer, step_mult=args.step_mult)
+  lopt = get_learned_optimizer(args.optimizer, **{"step_mult": args.step_mult, **json.loads(args.kwargs)})
   theta = lopt.init(jax.random.key(0)) if args.checkpoint is None else load_theta(args.checkpoint)
   start = time.perf_counter()
   if args.tune_step:
@@ -38,8 +45,8 @@ def main():
       return optax.chain(base, optax.scale_by_schedule(lambda count: rate(count) / args.step_mult))
 
     scaled.__name__ = f"{args.optimizer}_tuned_step"
-    grid = args.step_mult * 10 ** (0.5 * np.arange(-3, 4))
-    evaluation = evaluate_suite(scaled, learning_rates=grid)
+    grid = args.step_mult * 10 ** (0.5 * np.arange(-args.grid_halfwidth, args.grid_halfwidth + 1))
+    evaluation = evaluate_suite(scaled, learning_rates=grid, schedules=args.schedules)
   else:
     evaluation = evaluate_suite((lopt, theta))
   wall = time.perf_counter() - start

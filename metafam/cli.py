@@ -60,6 +60,12 @@ def _float(name: str, default: float, help_text: str, lower: float) -> None:
 
 # meta-train
 flags.DEFINE_string("family", "fmnist_mlp_family_8x8_32", "Registered task family to meta-train on.", flag_values=FLAGS)
+flags.DEFINE_string("recipe", None, "A meta-training recipe: a shipped one (generalist) or a recipe JSON file "
+                    "(metafam.outer_trainers.recipes). It sets the learned optimizer, the families (one estimator "
+                    "each), the estimator, the trajectory lengths and the meta-optimizer, so it excludes --family, "
+                    "--optimizer, --estimator and --trajectory_length; --num_steps, --num_pairs, --unroll_length, "
+                    "--sigma, --step_mult and the meta-optimizer flags override its values when given.",
+                    flag_values=FLAGS)
 flags.DEFINE_string("optimizer", "adafac_muon_mlp_lopt", "Optimizer: a registered learned optimizer, or for "
                     "evaluate/benchmark a hand-designed one (`metafam list` names both).", flag_values=FLAGS)
 flags.DEFINE_string("estimator", "nres", f"Meta-gradient estimator, one of {ESTIMATORS}.", flag_values=FLAGS)
@@ -128,7 +134,7 @@ COMMANDS: Dict[str, Dict[str, Any]] = {
     "meta-train": dict(
         summary="meta-train a learned optimizer on a task family, then compare it with tuned Adam on held-out "
                 "instances; run it again to resume",
-        args=(), flags=("family", "optimizer", "estimator", "num_steps", "num_pairs", "unroll_length",
+        args=(), flags=("recipe", "family", "optimizer", "estimator", "num_steps", "num_pairs", "unroll_length",
                         "trajectory_length", "sigma", "perturbation", "perturbation_rank", "step_mult",
                         "meta_learning_rate", "meta_lr_decay_steps", "clip_grad_norm", "output_dir",
                         "checkpoint_every", "max_skipped_steps", "eval_every", "eval_tasks", "eval_steps",
@@ -362,13 +368,15 @@ def build_optimizers(name: str, *, learning_rate: float, checkpoint: Optional[st
     raise UsageError(f"--checkpoint {checkpoint!r} is not a file.")
   from metafam.benchmark.runner import learned_optimizer
   from metafam.outer_trainers import checkpoint as checkpoints
-  # The optimizer as meta-trained: a meta-train checkpoint records its step_mult (absent: the library default).
+  # The optimizer as meta-trained: a meta-train checkpoint records its step_mult, inside its recipe for a --recipe
+  # run (absent: the library default).
   try:
     config = checkpoints.read_metadata(checkpoint).get("config") or {}
   except checkpoints.CheckpointError:
     config = {}  # not a meta-train checkpoint: learned_optimizer below says what it is
+  step_mult = config.get("step_mult", (config.get("recipe") or {}).get("step_mult"))
   try:
-    opt = learned_optimizer(make(**learned_optimizer_kwargs(name, config.get("step_mult"))), checkpoint)
+    opt = learned_optimizer(make(**learned_optimizer_kwargs(name, step_mult)), checkpoint)
   except ValueError as e:
     raise UsageError(f"--checkpoint does not hold {name} meta-parameters: {e}") from None
   return {f"{name}@{os.path.basename(os.path.dirname(os.path.abspath(checkpoint))) or 'checkpoint'}": opt}
@@ -495,17 +503,43 @@ def process_group():
                      f"--coordinator={FLAGS.coordinator}: {e}") from None
 
 
+# What --recipe sets and a flag may not (the recipe's families replace --family), and what a given flag overrides.
+RECIPE_EXCLUDES = ("family", "optimizer", "estimator", "trajectory_length")
+RECIPE_OVERRIDES = ("num_steps", "num_pairs", "unroll_length", "sigma", "step_mult", "meta_learning_rate",
+                    "meta_lr_decay_steps", "clip_grad_norm")
+
+
+def load_recipe_flags():
+  """The recipe of --recipe with the overriding flags applied (UsageError for a bad recipe or excluded flags)."""
+  from metafam.outer_trainers.recipes import load_recipe
+  excluded = [f"--{name}" for name in RECIPE_EXCLUDES if FLAGS[name].present]
+  if excluded:
+    raise UsageError(f"--recipe sets the learned optimizer, families, estimator and trajectory lengths; remove "
+                     f"{', '.join(excluded)} (or edit a copy of the recipe file).")
+  try:
+    recipe = load_recipe(FLAGS.recipe)
+    return recipe.replace(**{name: FLAGS[name].value for name in RECIPE_OVERRIDES if FLAGS[name].present})
+  except ValueError as e:
+    raise UsageError(f"--recipe {FLAGS.recipe}: {e}") from None
+
+
 def check_meta_train_flags() -> Dict[str, Any]:
   """The cheap checks of meta-train's flags (names, output directory, lane split); returns the builders."""
   from metafam.taskfamilies.registry import FAMILIES
-  found = dict(family=_lookup(FAMILIES, FLAGS.family, "family"),
-               lopt=_lookup(learned_optimizers(), FLAGS.optimizer, "learned optimizer (--optimizer)"))
-  _lookup(dict.fromkeys(ESTIMATORS), FLAGS.estimator, "estimator")
-  if FLAGS.perturbation != "full" and FLAGS.estimator == "tbptt":
+  if FLAGS.recipe is not None:
+    recipe = load_recipe_flags()
+    found = dict(recipe=recipe, lopt=_lookup(learned_optimizers(), recipe.optimizer, "learned optimizer"))
+    estimator, num_pairs = recipe.estimator, recipe.num_pairs
+  else:
+    found = dict(family=_lookup(FAMILIES, FLAGS.family, "family"),
+                 lopt=_lookup(learned_optimizers(), FLAGS.optimizer, "learned optimizer (--optimizer)"))
+    _lookup(dict.fromkeys(ESTIMATORS), FLAGS.estimator, "estimator")
+    estimator, num_pairs = FLAGS.estimator, FLAGS.num_pairs
+  if FLAGS.perturbation != "full" and estimator == "tbptt":
     raise UsageError("--perturbation low_rank: --estimator tbptt perturbs nothing; use an ES estimator.")
   if FLAGS["perturbation_rank"].present and FLAGS.perturbation == "full":
     raise UsageError("--perturbation_rank applies to --perturbation low_rank.")
-  if FLAGS["step_mult"].present and not takes_step_mult(FLAGS.optimizer):
+  if FLAGS["step_mult"].present and FLAGS.recipe is None and not takes_step_mult(FLAGS.optimizer):
     raise UsageError(f"--step_mult: --optimizer={FLAGS.optimizer} has no step_mult; it applies to "
                      f"{', '.join(n for n in sorted(learned_optimizers()) if takes_step_mult(n))}.")
   group = process_group()
@@ -513,8 +547,8 @@ def check_meta_train_flags() -> Dict[str, Any]:
     check_output_dir(_output_dir("meta-train", FLAGS.output_dir))
     check_not_in_use(_output_dir("meta-train", FLAGS.output_dir))
   total = FLAGS.num_processes * FLAGS.devices
-  if FLAGS.num_processes > 1 and FLAGS.num_pairs % total:
-    raise UsageError(f"--num_pairs {FLAGS.num_pairs} lanes cannot be split evenly over --num_processes "
+  if FLAGS.num_processes > 1 and num_pairs % total:
+    raise UsageError(f"--num_pairs {num_pairs} lanes cannot be split evenly over --num_processes "
                      f"{FLAGS.num_processes} x --devices {FLAGS.devices} = {total} devices; use a multiple of {total}.")
   if FLAGS.tensorboard:
     _require_tensorboard()
@@ -535,9 +569,26 @@ def cmd_meta_train() -> None:
 
   import jax
   from metafam.outer_trainers import MetaTrainer, meta_optimizer
-  family, lopt = checked["family"](), checked["lopt"](**learned_optimizer_kwargs(FLAGS.optimizer, FLAGS.step_mult))
   num_devices = jax.device_count() if checked["group"].distributed else FLAGS.devices
   devices = num_devices if num_devices > 1 else None
+  import contextlib
+  if "recipe" in checked:
+    recipe = checked["recipe"]
+    # The run's identity: the recipe less its length (a run may be continued to more meta-steps), and the seed.
+    config = {"recipe": {k: v for k, v in recipe.to_dict().items() if k != "num_steps"}, "seed": FLAGS.seed}
+    if FLAGS.perturbation != "full":
+      config.update(perturbation=FLAGS.perturbation, perturbation_rank=FLAGS.perturbation_rank)
+    try:
+      lopt, trainer = recipe.build(devices=devices, perturbation=FLAGS.perturbation, rank=FLAGS.perturbation_rank,
+                                   eval_num_tasks=FLAGS.eval_tasks, eval_steps=FLAGS.eval_steps, config=config)
+    except ValueError as e:
+      if devices is None:
+        raise
+      raise UsageError(f"--devices {FLAGS.devices}: {e}") from None
+    with lock_output_dir(out_dir) if main_process else contextlib.nullcontext():
+      _meta_train(trainer, lopt, out_dir, config, main_process, recipe.num_steps)
+    return
+  family, lopt = checked["family"](), checked["lopt"](**learned_optimizer_kwargs(FLAGS.optimizer, FLAGS.step_mult))
   try:
     estimator = build_estimator(FLAGS.estimator, family, lopt, num_pairs=FLAGS.num_pairs,
                                 unroll_length=FLAGS.unroll_length, trajectory_length=FLAGS.trajectory_length,
@@ -550,12 +601,11 @@ def cmd_meta_train() -> None:
   trainer = MetaTrainer(lopt, [estimator], meta_optimizer(FLAGS.meta_learning_rate, FLAGS.meta_lr_decay_steps),
                         clip_grad_norm=FLAGS.clip_grad_norm or None, eval_family=family,
                         eval_num_tasks=FLAGS.eval_tasks, eval_steps=FLAGS.eval_steps, config=config)
-  import contextlib
   with lock_output_dir(out_dir) if main_process else contextlib.nullcontext():
-    _meta_train(trainer, lopt, out_dir, config, main_process)
+    _meta_train(trainer, lopt, out_dir, config, main_process, FLAGS.num_steps)
 
 
-def _meta_train(trainer, lopt, out_dir: str, config: Dict[str, Any], main_process: bool) -> None:
+def _meta_train(trainer, lopt, out_dir: str, config: Dict[str, Any], main_process: bool, num_steps: int) -> None:
   """meta-train after its checks, with the output directory locked (process 0)."""
   import jax
   from metafam import distributed
@@ -563,7 +613,7 @@ def _meta_train(trainer, lopt, out_dir: str, config: Dict[str, Any], main_proces
   log_fn = _tensorboard_logger(out_dir) if FLAGS.tensorboard and main_process else None
   key = jax.random.key(FLAGS.seed)
   start = time.perf_counter()
-  state, _ = trainer.train(FLAGS.num_steps, key=key, output_dir=out_dir,
+  state, _ = trainer.train(num_steps, key=key, output_dir=out_dir,
                            checkpoint_every=FLAGS.checkpoint_every, eval_every=FLAGS.eval_every or None,
                            progress=FLAGS.progress and main_process, log_fn=log_fn, handle_signals=True,
                            max_skipped_steps=FLAGS.max_skipped_steps or None, lock_output_dir=False)
@@ -588,10 +638,14 @@ def _meta_train(trainer, lopt, out_dir: str, config: Dict[str, Any], main_proces
   history = read_metrics(metrics_path) if os.path.exists(metrics_path) else []
   try:
     written = write_meta_train_report(out_dir, history, comparison, config, meta_steps=int(state.step),
-                                      train_seconds=train_seconds)
+                                      train_seconds=train_seconds,
+                                      inner_steps_per_meta_step=trainer.inner_steps_per_meta_step)
   except OSError as e:  # the run itself is checkpointed: only the report is missing
     raise WriteFailedError(getattr(e, "filename", None) or out_dir, e, os.path.join(out_dir, CHECKPOINT_NAME),
                            int(state.step)) from e
+  print(f"\nmeta-steps: {int(state.step)}; meta-step time over all sessions: "
+        f"{sum(h.get('seconds', 0.0) for h in history):.0f} s (this session {train_seconds:.0f} s); inner steps: "
+        f"{int(state.step) * trainer.inner_steps_per_meta_step:,} ({trainer.inner_steps_per_meta_step:,} per meta-step)")
   print("\n" + comparison.format_table())
   plots = [name for name in written if name.endswith(".png")]
   print(f"\nwrote {os.path.join(out_dir, written[0])}, {METRICS_NAME}, {CHECKPOINT_NAME}"

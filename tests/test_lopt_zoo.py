@@ -478,3 +478,32 @@ def test_rnn_mlp_lopt_context_reaches_the_steps():
   changed = dict(theta, context=jax.tree.map(lambda x: x + 0.5, theta["context"]))
   other = _run(lopt.opt_fn(changed), params, grads)
   assert not np.allclose(np.asarray(other.params["w"]), np.asarray(state.params["w"]), rtol=0, atol=1e-8)
+
+
+def test_unit_rms_steps_follow_the_learning_rate_schedule_whatever_the_parameter_scale():
+  """``unit_rms_step``: every tensor's k-th step has RMS ``schedule(k)`` exactly, for any theta (the network sets
+  only the direction), and a step's direction does not depend on the scale of the tensor and its gradient."""
+  schedule = optax.linear_schedule(3e-2, 1e-2, 4)
+  lopt = get_learned_optimizer("adafac_muon_rms_lopt", step_mult=schedule)
+  assert lopt.name == "AdafacMLPLOpt(4x4, orthogonal, unit RMS)" and lopt.time_scales == ()
+  theta = _perturbed(lopt.init(jax.random.key(0)), seed=3)
+  params, grads = _params(), _grads(4)
+  opt = lopt.opt_fn(theta)
+  state, before = opt.init(params), params
+  for k, g in enumerate(grads):
+    state = jax.jit(opt.update)(state, g)
+    for name in ("w", "b", "s"):
+      step = np.asarray(before[name], np.float64) - np.asarray(state.params[name], np.float64)
+      # float32 rounding of p - step at |p| ~ 1: relative 1e-5 of a 1e-2 step.
+      assert np.sqrt(np.mean(step ** 2)) == pytest.approx(float(schedule(k)), rel=1e-4), (name, k)
+    before = state.params
+  first = _run(opt, params, grads[:1])
+  # w' = w / s with gradient s * g: the same first step (features are per-tensor RMS). Not for small gradients: the
+  # slowest decay's first row/column factors, 1e-3 * mean(g^2), have an RMS^2 near the normalization's floor
+  # (norm_eps = 1e-12) once |g| is below ~0.03 (documented in the module and the model card).
+  for scale in (1e1, 1e3):
+    scaled = _run(opt, jax.tree.map(lambda x: x / scale, params), [jax.tree.map(lambda x: x * scale, grads[0])])
+    for name in ("w", "b", "s"):
+      # Rounding: p' - step at |p'| ~ 1 / scale loses up to 2^-24 / scale of the step in float32.
+      np.testing.assert_allclose(np.asarray(params[name] / scale - scaled.params[name]),
+                                 np.asarray(params[name] - first.params[name]), rtol=1e-3, atol=1e-6 / scale)

@@ -36,7 +36,8 @@ HISTORY[11]["eval_final_loss"] = 0.2
 def test_report_writes_the_summary_and_plots(tmp_path):
   pytest.importorskip("matplotlib")
   cmp, config = comparison(), {"family": "synthetic", "seed": 0}
-  written = write_meta_train_report(str(tmp_path), HISTORY, cmp, config, meta_steps=12, train_seconds=3.5)
+  written = write_meta_train_report(str(tmp_path), HISTORY, cmp, config, meta_steps=12, train_seconds=3.5,
+                                    inner_steps_per_meta_step=160)
   assert written == ["summary.json", "meta_loss.png", "inner_curves.png"]
   assert sorted(os.listdir(tmp_path)) == sorted(written)  # no temporary files left behind
   for name in written[1:]:
@@ -44,14 +45,16 @@ def test_report_writes_the_summary_and_plots(tmp_path):
   text = (tmp_path / "summary.json").read_text()
   summary = json.loads(text)
   assert text == json.dumps(summary, indent=2, sort_keys=True) + "\n"
-  assert set(summary) == {"config", "meta_steps", "train_seconds_this_session", "eval", "meta_loss_first_10",
-                          "meta_loss_last_10"}
+  assert set(summary) == {"config", "meta_steps", "train_seconds_this_session", "meta_step_seconds_total",
+                          "inner_steps_total", "eval", "meta_loss_first_10", "meta_loss_last_10"}
+  assert summary["inner_steps_total"] == 12 * 160
+  assert summary["meta_step_seconds_total"] == pytest.approx(sum(h.get("seconds", 0.0) for h in HISTORY))
   assert summary["config"] == config and summary["meta_steps"] == 12 and summary["train_seconds_this_session"] == 3.5
   assert summary["eval"] == json.loads(json.dumps(cmp.to_json()))
   assert summary["eval"]["adam"]["select_scores"]["0.1"] is None  # a diverged lr's inf score
   assert summary["meta_loss_first_10"] == [1.0, 0.5, None] + [1.0 / s for s in range(4, 11)]
   assert summary["meta_loss_last_10"] == [None] + [1.0 / s for s in range(4, 13)]  # steps 3..12
-  assert summary == json.loads(json.dumps(meta_train_summary(HISTORY, cmp, config, 12, 3.5)))
+  assert summary == json.loads(json.dumps(meta_train_summary(HISTORY, cmp, config, 12, 3.5, 160)))
 
 
 def test_without_matplotlib_only_the_summary_is_written(tmp_path, monkeypatch):

@@ -33,7 +33,8 @@ IGNORE = shutil.ignore_patterns(".git", ".ci-venv", "site", "runs", "build", "di
 DATA = ["metafam/datasets/data/fashion_mnist_slice.npz", "metafam/datasets/data/shakespeare_8plays.txt.gz",
         "metafam/datasets/data/LICENSE_FASHION_MNIST.txt", "metafam/datasets/data/LICENSE_SHAKESPEARE.txt",
         "metafam/py.typed", "metafam/datasets/data/mnist_5k.npz", "metafam/datasets/data/LICENSE_MNIST.txt",
-        "metafam/benchmark/data/heldout_baselines.json"]
+        "metafam/benchmark/data/heldout_baselines.json", "metafam/pretrained/data/generalist_v1.npz",
+        "metafam/pretrained/data/generalist_v1.md", "metafam/outer_trainers/recipes/generalist.json"]
 
 
 def _run(args, **kwargs):
@@ -110,3 +111,10 @@ def test_installed_wheel_runs_list_and_a_short_meta_training(dist, tmp_path):
   assert {"checkpoint.npz", "metrics.jsonl", "summary.json"} <= set(os.listdir(work / "out"))
   with open(work / "out" / "metrics.jsonl") as f:
     assert sum(1 for _ in f) >= 10
+  # The shipped pretrained weights and recipe are read from the installed package.
+  code = ("import jax.numpy as jnp, metafam.pretrained as p; from metafam.outer_trainers import load_recipe; "
+          "tx = p.optax_transform('generalist_v1', 1e-2); w = {'w': jnp.ones((3, 2))}; "
+          "u, _ = tx.update(w, tx.init(w), w); print(float(jnp.sqrt(jnp.mean(u['w'] ** 2))), "
+          "len(load_recipe('generalist').families))")
+  rms, families = _run([python, "-c", code], cwd=work, env=env).split()
+  assert abs(float(rms) - 1e-2) < 1e-5 and int(families) == 5

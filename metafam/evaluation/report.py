@@ -32,10 +32,14 @@ def _json_number(value: Any) -> Any:
 
 
 def meta_train_summary(history: Sequence[Mapping[str, Any]], comparison: Any, config: Mapping[str, Any],
-                       meta_steps: int, train_seconds: float) -> Dict[str, Any]:
-  """The JSON-able dict of ``summary.json`` (see the module docstring)."""
+                       meta_steps: int, train_seconds: float, inner_steps_per_meta_step: int = 0) -> Dict[str, Any]:
+  """The JSON-able dict of ``summary.json`` (see the module docstring). ``meta_step_seconds_total`` sums the
+  meta-steps' own times over every session of a resumed run (evaluations and checkpoints not included);
+  ``inner_steps_total`` counts every lane's inner steps (antithetic lanes included)."""
   meta_losses = [h.get("meta_loss") for h in history]
   return {"config": dict(config), "meta_steps": int(meta_steps), "train_seconds_this_session": train_seconds,
+          "meta_step_seconds_total": float(sum(h.get("seconds", 0.0) for h in history)),
+          "inner_steps_total": int(meta_steps) * int(inner_steps_per_meta_step),
           "eval": comparison.to_json(),
           "meta_loss_first_10": [_json_number(v) for v in meta_losses[:10]],
           "meta_loss_last_10": [_json_number(v) for v in meta_losses[-10:]]}
@@ -84,7 +88,8 @@ def plot_meta_train(output_dir: str, history: Sequence[Mapping[str, Any]],
 
 
 def write_meta_train_report(output_dir: str, history: Sequence[Mapping[str, Any]], comparison: Any,
-                            config: Mapping[str, Any], *, meta_steps: int, train_seconds: float) -> List[str]:
+                            config: Mapping[str, Any], *, meta_steps: int, train_seconds: float,
+                            inner_steps_per_meta_step: int = 0) -> List[str]:
   """Writes ``summary.json`` and the plots into ``output_dir``; returns the names written, summary first.
 
   Args:
@@ -95,5 +100,6 @@ def write_meta_train_report(output_dir: str, history: Sequence[Mapping[str, Any]
     meta_steps: meta-steps trained in total; train_seconds: seconds of meta-training in this session.
   """
   write_json(os.path.join(output_dir, SUMMARY_NAME),
-             meta_train_summary(history, comparison, config, meta_steps, train_seconds))
+             meta_train_summary(history, comparison, config, meta_steps, train_seconds,
+                                inner_steps_per_meta_step))
   return [SUMMARY_NAME] + plot_meta_train(output_dir, history, comparison.mean_curves())

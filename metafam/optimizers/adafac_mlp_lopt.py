@@ -32,12 +32,26 @@ the spectral norm, a non-diagonal preconditioner no per-element feature can expr
 descent init below on it alone (no meta-training, ``step_mult=1e-2``) reaches tuned Adam's step-200 loss 1.6x
 sooner.
 
+With ``unit_rms_step=True`` the network chooses only the step's direction: ``u = d * exp(exp_mult * s)`` is
+normalized to unit RMS over each tensor (and lane) and the step is ``step_mult * u / rms(u)``, so every tensor moves by
+exactly ``step_mult`` in RMS, and ``step_mult`` acts as a learning rate; it may be an optax schedule of the update
+count (``step_mult`` may be a callable for every variant). Registered with the orthogonalized momentum and without
+step features (``time_scales=()``: nothing about the horizon is built in) as ``adafac_muon_rms_lopt``, the
+generalist recipe's optimizer (`metafam.outer_trainers.recipes`, pretrained as `metafam.pretrained`'s
+``generalist_v1``). Its features are normalized per tensor, so a step's direction does not depend on the scale of
+the tensor and its gradient, and its size is the learning rate's: like Adam's, it is chosen for the
+parameterization (reparameterized as ``w = s * w'``, the same rate moves ``w`` by ``s`` times more). The
+direction's invariance to the gradient's scale holds while every feature's RMS is well above ``sqrt(norm_eps)``
+(1e-6): the row and column factors scale like ``(1 - b_k) g^2``, so for the slowest decay (0.999) they reach that floor
+once gradients are below ~0.03 per element, and the network then sees them shrunk.
+
 The per-element features are joined by the 11 step features ``tanh(t / tau - 1)`` of
 `metafam.optimizers.mlp_lopt.time_features` (not normalized). The MLP outputs a direction ``d`` and log-magnitude
 ``s``; ``p <- p - d * exp(exp_mult * s) * step_mult``.
 
 Meta-parameters (default config): 149 = MLP ``28 -> 4 -> 4 -> 2`` (146) + 3 decay logits; with
-``orthogonal_momentum=True`` (``adafac_muon_mlp_lopt``): 153 (MLP ``29 -> 4 -> 4 -> 2``). ``theta = {"mlp": {"w0",
+``orthogonal_momentum=True`` (``adafac_muon_mlp_lopt``): 153 (MLP ``29 -> 4 -> 4 -> 2``); that without step
+features (``adafac_muon_rms_lopt``): 109 (MLP ``18 -> 4 -> 4 -> 2``). ``theta = {"mlp": {"w0",
 "b0", "w1", "b1", "w2", "b2"}, "decay_logits": f32[K]}`` with ``1 - b_k = sigmoid(decay_logits[k])``.
 
 Init (``descent_init``): two hidden units per layer pass one normalized feature to the direction output: ``m_k /
@@ -56,7 +70,9 @@ lanes: 104-112 s against 77 s).
 
 from __future__ import annotations
 
-from typing import Sequence
+import dataclasses
+import functools
+from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -78,13 +94,15 @@ class AdafacMLPLOpt(LearnedOptimizer):
     hidden_sizes: widths of the ReLU hidden layers (each >= 2 with ``descent_init``).
     decays: initial decays of the momenta and second-moment accumulators (learned via ``decay_logits``).
     time_scales: the ``tau`` of the step features.
-    step_mult, exp_mult: ``step = d * exp(exp_mult * s) * step_mult``.
+    step_mult, exp_mult: ``step = d * exp(exp_mult * s) * step_mult``; ``step_mult`` may be a schedule
+      ``iteration -> scale`` (e.g. an optax schedule).
     eps: added to ``v_k`` inside the reciprocal square root (1e-12: gradients below ~1e-6 lose scale invariance).
     norm_eps: the ``eps`` of the per-tensor RMS normalization.
     out_init_scale: output weights start as ``N(0, out_init_scale^2 / fan_in)``.
     descent_init: start as normalized Adafactor-momentum descent, or orthogonalized-momentum descent with
       ``orthogonal_momentum`` (see the module docstring).
     orthogonal_momentum: add the Newton-Schulz-orthogonalized momentum (Muon's direction) as a feature.
+    unit_rms_step: normalize each tensor's step to RMS ``step_mult`` (the network sets only its direction).
   """
 
   low_rank_weights = True  # its matrices are read by F.mlp_columns / F.mlp_bias0 only
@@ -92,11 +110,11 @@ class AdafacMLPLOpt(LearnedOptimizer):
   def __init__(self, hidden_sizes: Sequence[int] = (4, 4), decays: Sequence[float] = DEFAULT_DECAYS,
                time_scales: Sequence[float] = DEFAULT_TIME_SCALES, step_mult: float = 1e-3, exp_mult: float = 1e-3,
                eps: float = 1e-12, norm_eps: float = 1e-12, out_init_scale: float = 1e-2, descent_init: bool = True,
-               orthogonal_momentum: bool = False):
+               orthogonal_momentum: bool = False, unit_rms_step: bool = False):
     self.hidden_sizes = F.check_sizes("hidden_sizes", hidden_sizes, 2 if descent_init else 1)
     self.decays = F.check_decays("decays", decays)
     self.time_scales = F.check_time_scales(time_scales)
-    self.step_mult = F.check_positive("step_mult", step_mult)
+    self.step_mult = step_mult if callable(step_mult) else F.check_positive("step_mult", step_mult)
     self.exp_mult = F.check_positive("exp_mult", exp_mult, allow_zero=True)
     self.eps, self.norm_eps = F.check_positive("eps", eps), F.check_positive("norm_eps", norm_eps)
     self.out_init_scale = F.check_positive("out_init_scale", out_init_scale, allow_zero=True)
@@ -104,10 +122,14 @@ class AdafacMLPLOpt(LearnedOptimizer):
     if not isinstance(orthogonal_momentum, (bool, np.bool_)):
       raise ValueError(f"orthogonal_momentum must be True or False, got {orthogonal_momentum!r}.")
     self.orthogonal_momentum = bool(orthogonal_momentum)
+    if not isinstance(unit_rms_step, (bool, np.bool_)):
+      raise ValueError(f"unit_rms_step must be True or False, got {unit_rms_step!r}.")
+    self.unit_rms_step = bool(unit_rms_step)
 
   @property
   def name(self) -> str:
-    return f"AdafacMLPLOpt({'x'.join(map(str, self.hidden_sizes))}{', orthogonal' if self.orthogonal_momentum else ''})"
+    options = (", orthogonal" if self.orthogonal_momentum else "") + (", unit RMS" if self.unit_rms_step else "")
+    return f"AdafacMLPLOpt({'x'.join(map(str, self.hidden_sizes))}{options})"
 
   @property
   def num_leaf_features(self) -> int:
@@ -156,9 +178,28 @@ class AdafacMLPLOpt(LearnedOptimizer):
       acc["v"] = F.zeros_like_in(p, (k,))
     return acc
 
+  def step_scale(self, iteration: jax.Array) -> jax.Array:
+    """``step_mult`` at ``iteration`` (the learning rate of the update about to be applied; f32[])."""
+    scale = self.step_mult(iteration) if callable(self.step_mult) else self.step_mult
+    return jnp.asarray(scale, jnp.float32)
+
+  def leaf_fn(self, theta: dict, iteration: jax.Array):
+    """``(p, g, accumulators) -> (new p, new accumulators)`` for the update at ``iteration`` with ``theta``."""
+    mlp, omd = theta["mlp"], jax.nn.sigmoid(theta["decay_logits"])
+    bias0 = F.mlp_bias0(mlp, time_features(iteration, self.time_scales), self.num_leaf_features)
+    scale = self.step_scale(iteration)
+    return lambda p, g, acc: self.leaf_update(mlp, omd, bias0, p, g, acc, scale)
+
+  def as_optax(self, theta: dict) -> optax.GradientTransformationExtraArgs:
+    """``opt_fn(theta)`` as an optax transformation whose state holds no copy of the params: an int32 count and
+    the accumulators (`AdafacOptaxState`; per tensor ``K`` momenta, plus ``K`` row and ``K`` column factors for a
+    tensor of rank >= 2 or ``K`` second moments for a vector or scalar, all in float32, float64 for float64
+    params). ``update(grads, state, params)`` needs ``params``; extra arguments (``loss=``...) are ignored."""
+    return _as_optax(self, theta)
+
   def leaf_update(self, mlp: dict, one_minus_decay: jax.Array, bias0: jax.Array, p: jax.Array, g: jax.Array,
-                  acc: dict):
-    """``(new p, new accumulators)`` for one tensor."""
+                  acc: dict, scale: jax.Array):
+    """``(new p, new accumulators)`` for one tensor; ``scale`` is `step_scale` of this update."""
     dt = acc["momenta"].dtype
     g, p_c, rank = g.astype(dt), p.astype(dt), jnp.ndim(p)
     omd = one_minus_decay.astype(dt)
@@ -184,7 +225,10 @@ class AdafacMLPLOpt(LearnedOptimizer):
     x = jnp.concatenate(features, axis=0)
     x = rms_normalize(x, range(1, x.ndim), self.norm_eps)
     out = F.mlp_columns(mlp, x.reshape(x.shape[0], -1), bias0, self.num_layers)
-    step = (out[0] * jnp.exp(self.exp_mult * out[1]) * self.step_mult).reshape(jnp.shape(p))
+    step = out[0] * jnp.exp(self.exp_mult * out[1])
+    if self.unit_rms_step:  # the network sets the direction only; the magnitude is the learning rate's
+      step = step * jax.lax.rsqrt(jnp.mean(jnp.square(step)) + self.norm_eps)
+    step = (step * scale.astype(dt)).reshape(jnp.shape(p))
     return (p_c - step).astype(p.dtype), new_acc
 
 
@@ -216,9 +260,31 @@ class _AdafacOptimizer(Optimizer):
 
   def update(self, opt_state, grad, loss=None, model_state=None, key=None) -> OptimizerState:
     check_grad_matches(opt_state.params, grad)
-    lopt, mlp = self.lopt, self.theta["mlp"]
-    omd = jax.nn.sigmoid(self.theta["decay_logits"])
-    bias0 = F.mlp_bias0(mlp, time_features(opt_state.iteration, lopt.time_scales), lopt.num_leaf_features)
-    leaf = lambda p, g, acc: lopt.leaf_update(mlp, omd, bias0, p, g, acc)
+    leaf = self.lopt.leaf_fn(self.theta, opt_state.iteration)
     params, accs = F.map_leaves(leaf, opt_state.params, grad, opt_state.opt_state, num_outputs=2)
     return F.next_state(opt_state, params, model_state, accs)
+
+
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["count", "accumulators"], meta_fields=[])
+@dataclasses.dataclass(frozen=True)
+class AdafacOptaxState:
+  """The optax state of `AdafacMLPLOpt.as_optax`: the update count (int32) and the accumulators of every tensor."""
+  count: jax.Array
+  accumulators: Any
+
+
+def _as_optax(lopt: AdafacMLPLOpt, theta: dict) -> optax.GradientTransformationExtraArgs:
+  def init_fn(params):
+    return AdafacOptaxState(count=jnp.zeros((), jnp.int32), accumulators=jax.tree.map(lopt.init_accumulators, params))
+
+  def update_fn(updates, state, params=None, **extra_args):
+    del extra_args
+    if params is None:
+      raise ValueError(f"{lopt.name}'s optax update needs the current params: call tx.update(grads, state, params).")
+    check_grad_matches(params, updates)
+    leaf = lopt.leaf_fn(theta, state.count)
+    new, accs = F.map_leaves(leaf, params, updates, state.accumulators, num_outputs=2)
+    steps = jax.tree.map(lambda n, o: (n - o).astype(o.dtype), new, params)
+    return steps, AdafacOptaxState(count=(state.count + 1).astype(jnp.int32), accumulators=accs)
+
+  return optax.GradientTransformationExtraArgs(init_fn, update_fn)

@@ -34,6 +34,10 @@ LEARNED_OPTIMIZERS: Dict[str, Callable[..., LearnedOptimizer]] = {
     "adafac_mlp_lopt": AdafacMLPLOpt,   # tiny MLP on momenta + factored second moments (149)
     # ... plus Muon's orthogonalized momentum as a feature and its initial direction (153)
     "adafac_muon_mlp_lopt": functools.partial(AdafacMLPLOpt, orthogonal_momentum=True),
+    # ... with its step normalized to unit RMS per tensor and no step features: the direction is learned, the step's
+    # size is the learning rate ``step_mult`` (a number or an optax schedule); the generalist recipe's optimizer (153)
+    "adafac_muon_rms_lopt": functools.partial(AdafacMLPLOpt, orthogonal_momentum=True, unit_rms_step=True,
+                                              time_scales=(), step_mult=1e-2),
     "nn_adam": NNAdam,                  # Adam with per-tensor hyper-parameters from an LSTM (2,504)
     "rnn_mlp_lopt": RNNMLPLOpt,         # per-tensor LSTM context + per-parameter MLP (5,802)
     "mlp_nom_lopt": MLPNomLOpt,         # Adam + learned per-parameter correction (1,764)

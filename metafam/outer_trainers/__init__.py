@@ -6,9 +6,10 @@ from metafam.outer_trainers.estimators import PES, FullES, NoiseReuseES, PESWork
 from metafam.outer_trainers.meta_trainer import (MetaTrainer, MetaTrainState, RunDivergedError, WriteFailedError,
                                                  meta_optimizer, read_metrics)
 from metafam.outer_trainers.preemption import Preempted, StopRequests
+from metafam.outer_trainers.recipes import RECIPES, Recipe, list_recipes, load_recipe
 from metafam.outer_trainers.registry import ESTIMATORS, get_estimator, list_estimators, make_estimator
 
 __all__ = ["GradientEstimate", "GradientEstimator", "CheckpointError", "PES", "FullES", "NoiseReuseES",
            "PESWorkerState", "TruncatedBPTT", "TruncatedES", "MetaTrainer", "MetaTrainState", "meta_optimizer",
            "read_metrics", "RunDivergedError", "WriteFailedError", "Preempted", "StopRequests", "ESTIMATORS",
-           "get_estimator", "list_estimators", "make_estimator"]
+           "get_estimator", "list_estimators", "make_estimator", "RECIPES", "Recipe", "list_recipes", "load_recipe"]

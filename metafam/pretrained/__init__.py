@@ -1,0 +1,129 @@
+"""Pretrained learned optimizers that ship inside the package: one line of optax for any JAX model.
+
+    import metafam.pretrained
+    tx = metafam.pretrained.optax_transform("generalist_v1", learning_rate=1e-2)   # or an optax schedule
+    state = tx.init(params)                          # any pytree of float arrays: Flax, Equinox, Haiku, dicts
+    updates, state = tx.update(grads, state, params)  # params are required
+    params = optax.apply_updates(params, updates)
+
+* `list()`: the shipped names; `info(name)`: what `load` reads (optimizer, recipe, licence, model card path).
+* `load(name) -> (learned_optimizer, theta)`: the `metafam.optimizers.learned.LearnedOptimizer` as meta-trained and
+  its meta-parameters, for `opt_fn`, further meta-training or inspection.
+* `optax_transform(name, learning_rate)`: the optimizer with fixed theta as an `optax.GradientTransformationExtraArgs`
+  (see its docstring for the state's size).
+
+The weights are `metafam.outer_trainers.checkpoint` files (``.npz`` with a JSON header; nothing in them is executed)
+in ``metafam/pretrained/data/``, each with a model card (``<name>.md``: architecture, recipe, data, compute, held-out
+results, failure cases, licence). They are released under the Apache License 2.0, like the code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Callable, Dict, List, Tuple, Union
+
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from metafam._registry import lookup
+
+__all__ = ["PRETRAINED", "Pretrained", "info", "list", "load", "optax_transform"]
+
+_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+
+LearningRate = Union[float, Callable[[Any], Any]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Pretrained:
+  """A shipped learned optimizer: its weights file and model card (in ``metafam/pretrained/data``), the registered
+  learned optimizer it instantiates, the recipe that trained it and its default learning rate."""
+  weights: str
+  model_card: str
+  optimizer: str
+  recipe: str
+  default_learning_rate: float
+  summary: str
+
+  @property
+  def weights_path(self) -> str:
+    return os.path.join(_DATA, self.weights)
+
+  @property
+  def model_card_path(self) -> str:
+    return os.path.join(_DATA, self.model_card)
+
+
+PRETRAINED: Dict[str, Pretrained] = {
+    "generalist_v1": Pretrained(
+        weights="generalist_v1.npz", model_card="generalist_v1.md", optimizer="adafac_muon_rms_lopt",
+        recipe="generalist", default_learning_rate=1e-2,
+        summary="adafac_muon_rms_lopt meta-trained by the generalist recipe (5 Fashion-MNIST families, NRES); the "
+                "step's direction is learned, its size is the learning rate (unit RMS per tensor)."),
+}
+
+
+def list() -> List[str]:  # noqa: A001 -- the public name the issue and users ask for: metafam.pretrained.list()
+  """The names of the shipped pretrained optimizers, sorted."""
+  return sorted(PRETRAINED)
+
+
+def info(name: str) -> Pretrained:
+  """The `Pretrained` entry ``name`` (`UnknownNameError` listing the shipped names otherwise)."""
+  return lookup(PRETRAINED, name, "pretrained optimizer")
+
+
+def _check_learning_rate(learning_rate: Any) -> LearningRate:
+  import jax
+  if callable(learning_rate):
+    return learning_rate
+  if isinstance(learning_rate, jax.Array) and jnp.ndim(learning_rate) == 0 and jnp.issubdtype(
+      learning_rate.dtype, jnp.floating):  # e.g. traced by optax.inject_hyperparams: checked only where concrete
+    if not isinstance(learning_rate, jax.core.Tracer):
+      _check_learning_rate(float(learning_rate))
+    return lambda count: learning_rate
+  ok = (isinstance(learning_rate, (int, float, np.integer, np.floating)) and not isinstance(learning_rate, bool)
+        and bool(np.isfinite(learning_rate)) and learning_rate > 0)
+  if not ok:
+    raise ValueError(f"learning_rate must be a finite number > 0 or an optax schedule (a callable of the step "
+                     f"count), got {learning_rate!r}.")
+  return float(learning_rate)
+
+
+def load(name: str, learning_rate: LearningRate = None) -> Tuple[Any, Any]:
+  """``(learned_optimizer, theta)`` of the shipped optimizer ``name``.
+
+  ``learning_rate`` (a number or an optax schedule; default the entry's ``default_learning_rate``) becomes the
+  learned optimizer's ``step_mult``: the RMS of each tensor's step. ``theta`` is a dict of numpy float32 arrays
+  read without executing anything; the file is checked to match the optimizer's meta-parameter structure.
+  """
+  import jax
+  from metafam.optimizers.registry import get_learned_optimizer
+  from metafam.outer_trainers import checkpoint
+  entry = info(name)
+  rate = entry.default_learning_rate if learning_rate is None else _check_learning_rate(learning_rate)
+  lopt = get_learned_optimizer(entry.optimizer, step_mult=rate)
+  like = jax.eval_shape(lopt.init, jax.random.key(0))
+  theta, _ = checkpoint.load(entry.weights_path, like=like)
+  checkpoint.check_finite(theta, entry.weights_path, "pretrained meta-parameters")
+  return lopt, theta
+
+
+def optax_transform(name: str, learning_rate: LearningRate) -> optax.GradientTransformationExtraArgs:
+  """The shipped learned optimizer ``name`` as an optax transformation, at ``learning_rate`` (a number or an optax
+  schedule of the update count).
+
+  Works on any pytree of floating-point arrays of any shapes (scalars, vectors, matrices, conv kernels; float32,
+  bfloat16, float16 or float64 leaves; a tensor of rank >= 2 is treated as the matrix ``[prod(shape[:-1]),
+  shape[-1]]``) under `jax.jit`, `jax.vmap` and sharded params (every operation is per tensor). The updates have
+  the params' dtypes; the optimizer computes in float32 (float64 for float64 params).
+
+  State size (`metafam.optimizers.adafac_mlp_lopt.AdafacOptaxState`): an int32 count plus, per tensor, 3 momenta of
+  the tensor's size and, for a tensor of rank >= 2, 3 row and 3 column factors (3 x (rows + columns) numbers), for a
+  vector or scalar 3 second moments: about 3x the parameter count for matrix-dominated models (Adam: 2x), all float32.
+  No copy of the params is kept. ``update(grads, state, params)`` needs ``params``.
+  """
+  lopt, theta = load(name, _check_learning_rate(learning_rate))
+  return lopt.as_optax(theta)

@@ -1,0 +1,128 @@
+"""Meta-training recipes: the shipped generalist recipe as data, bad recipes, and `metafam meta-train --recipe`
+(mixture of families, resume bit-identical, run identity)."""
+
+import json
+import os
+import re
+
+import numpy as np
+import pytest
+
+from metafam import cli
+from metafam.benchmark.suites import HORIZONS
+from metafam.outer_trainers import checkpoint
+from metafam.outer_trainers.recipes import RECIPES, Recipe, load_recipe
+from metafam.taskfamilies.spec import FamilySpec
+
+TINY_RECIPE = {
+    "name": "tiny", "optimizer": "adafac_muon_rms_lopt", "step_mult": 0.05, "estimator": "nres", "num_pairs": 2,
+    "unroll_length": 3, "trajectory_lengths": [5, 12], "sigma": 0.05, "meta_learning_rate": 0.01,
+    "meta_lr_decay_steps": 0, "clip_grad_norm": 1.0, "num_steps": 4,
+    "families": [{"kind": "quadratic", "kwargs": {"dim": 4}}, {"kind": "quadratic", "kwargs": {"dim": 7}}]}
+FLAGS = ["--eval_tasks=2", "--eval_steps=5", "--checkpoint_every=1", "--progress=false"]
+
+
+@pytest.fixture(autouse=True)
+def _no_persistent_cache(monkeypatch):
+  monkeypatch.setenv("METAFAM_JAX_CACHE", "")
+
+
+def run(args, capsys):
+  code = cli.main(["metafam"] + args)
+  out = capsys.readouterr()
+  return code, out.out, out.err
+
+
+def write_recipe(path, **changes):
+  with open(path, "w") as f:
+    json.dump(dict(TINY_RECIPE, **changes), f)
+  return str(path)
+
+
+def test_every_shipped_recipe_loads_and_round_trips():
+  for name in RECIPES:
+    recipe = load_recipe(name)
+    assert recipe.name == name and Recipe.from_dict(json.loads(json.dumps(recipe.to_dict()))) == recipe
+
+
+def test_the_generalist_recipe_mixes_families_unlike_the_heldout_tasks():
+  recipe = load_recipe("generalist")
+  assert len(recipe.families) >= 4 and len({f.kind for f in recipe.families}) >= 3
+  heldout_sizes = {int(m.group(1)) for m in map(re.compile(r"_(\d+)x\1_").search, HORIZONS) if m}
+  assert heldout_sizes == {16, 28}  # the suite's image sizes (and text): the recipe's families use others
+  assert all(f.kwargs["image_size"] not in heldout_sizes for f in recipe.families)
+  # Trajectories as long as the suite's horizons (200 to 2,000 inner steps).
+  assert recipe.trajectory_lengths[0] <= min(HORIZONS.values()) and recipe.trajectory_lengths[1] >= max(
+      HORIZONS.values())
+  lopt = recipe.build_learned_optimizer()
+  assert lopt.unit_rms_step and lopt.time_scales == () and lopt.step_mult == recipe.step_mult
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(optimizer="adam"), "Recipe.optimizer 'adam' is not a registered learned optimizer"),
+    (dict(estimator="es"), "Recipe.estimator 'es' is not one of"),
+    (dict(families=[]), "at least one family"),
+    (dict(num_pairs=0), "Recipe.num_pairs must be a positive int"),
+    (dict(sigma=float("nan")), "Recipe.sigma"),
+    (dict(trajectory_lengths=[10, 5]), "LogUniformSchedule"),
+    (dict(trajectory_lengths=[10]), "must be \\(low, high\\)"),
+    (dict(colour="red"), "unknown recipe keys \\['colour'\\]"),
+])
+def test_bad_recipes_name_what_is_wrong(tmp_path, changes, message):
+  with pytest.raises(ValueError, match=message):
+    load_recipe(write_recipe(tmp_path / "r.json", **changes))
+
+
+def test_unknown_recipe_and_bad_json(tmp_path):
+  with pytest.raises(ValueError, match="neither a shipped recipe \\(generalist"):
+    load_recipe("nope")
+  bad = tmp_path / "bad.json"
+  bad.write_text("{not json")
+  with pytest.raises(ValueError, match="is not valid JSON"):
+    load_recipe(str(bad))
+
+
+def test_build_gives_one_estimator_per_family():
+  recipe = Recipe.from_dict(TINY_RECIPE)
+  lopt, trainer = recipe.build(eval_num_tasks=2, eval_steps=5)
+  assert len(trainer.estimators) == 2
+  assert [e.step.family.dim for e in trainer.estimators] == [4, 7]
+  # Per meta-step: per family 2 pairs = 4 lanes of 3 inner steps.
+  assert trainer.inner_steps_per_meta_step == 2 * 4 * 3
+  assert isinstance(recipe.families[0], FamilySpec)
+
+
+def test_meta_train_recipe_resumes_bit_identically_and_reports_its_totals(tmp_path, capsys):
+  path = write_recipe(tmp_path / "tiny.json")
+  straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
+  code, out, err = run(["meta-train", f"--recipe={path}", f"--output_dir={straight}"] + FLAGS, capsys)
+  assert code == 0, err
+  assert "meta-steps: 4" in out and "inner steps: 96 (24 per meta-step)" in out
+  assert run(["meta-train", f"--recipe={path}", "--num_steps=2", f"--output_dir={resumed}"] + FLAGS, capsys)[0] == 0
+  assert run(["meta-train", f"--recipe={path}", f"--output_dir={resumed}"] + FLAGS, capsys)[0] == 0
+  thetas = [checkpoint.read(os.path.join(d, "checkpoint.npz"))[1]["theta"] for d in (straight, resumed)]
+  flat = [np.concatenate([np.ravel(x) for x in (t["decay_logits"], *t["mlp"].values())]) for t in thetas]
+  np.testing.assert_array_equal(flat[0], flat[1])
+  with open(os.path.join(resumed, "summary.json")) as f:
+    summary = json.load(f)
+  assert summary["meta_steps"] == 4 and summary["inner_steps_total"] == 96
+  assert summary["config"]["recipe"]["families"][1]["kwargs"]["dim"] == 7
+  # The recipe is the run's identity: the same directory with a changed recipe is refused.
+  other = write_recipe(tmp_path / "other.json", sigma=0.1)
+  code, _, err = run(["meta-train", f"--recipe={other}", "--num_steps=5", f"--output_dir={resumed}"] + FLAGS,
+                     capsys)
+  assert code == 2 and "belongs to a different run" in err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--recipe=generalist", "--family=fmnist_mlp_family_8x8_32"], "--recipe sets the learned optimizer.*remove "
+                                                                   "--family"),
+    (["--recipe=generalist", "--estimator=pes", "--trajectory_length=50"], "remove --estimator, --trajectory_length"),
+    (["--recipe=nope"], "--recipe nope: recipe 'nope' is neither a shipped recipe"),
+])
+def test_bad_recipe_flags_are_one_line_errors(tmp_path, capsys, args, message):
+  out_dir = tmp_path / "run"
+  code, _, err = run(["meta-train", f"--output_dir={out_dir}"] + args, capsys)
+  assert code == 2 and err.startswith("metafam: error: ") and err.count("\n") == 1
+  assert re.search(message, err), err
+  assert not out_dir.exists()
