@@ -5,7 +5,7 @@ Commands:
                        instances (test split); writes checkpoints, metrics.jsonl, summary.json and PNG plots.
   evaluate             train a task or suite with a named optimizer or a saved learned optimizer; print/save results.
   benchmark            run the benchmark suite: tuned Adam baselines and the given optimizers, tables and plots.
-  list                 list the registered tasks, families, optimizers, estimators and suites.
+  list                 list the registered tasks, families, optimizers, estimators, recipes and suites.
   convert-checkpoint   convert a legacy pickle checkpoint (``OLD NEW --trust_pickle``) into the current format.
   launch               run meta-train as N local processes of one multi-process run (``--num_processes N --
                        meta-train [flags]``); see `metafam.distributed`.
@@ -81,8 +81,8 @@ flags.DEFINE_enum("perturbation", "full", ["full", "low_rank"], "ES noise of the
 _int("perturbation_rank", 1, "Factor rank of --perturbation low_rank.", upper=4096)
 _float("step_mult", 1e-2, "Scale of the learned optimizer's steps, for the optimizers that have one (mlp_lopt, "
        "adafac_mlp_lopt, adafac_muon_mlp_lopt, mlp_nom_lopt, rnn_mlp_lopt; their library default is 1e-3, and 1e-2 "
-       "meta-trains faster here); recorded in the checkpoint, and `evaluate --checkpoint` rebuilds the optimizer with "
-       "it.", lower=1e-12)
+       "meta-trains faster here; for adafac_muon_rms_lopt it is the learning rate, the RMS of every step); recorded "
+       "in the checkpoint, and `evaluate --checkpoint` rebuilds the optimizer with it.", lower=1e-12)
 _float("meta_learning_rate", 3e-3, "Adam learning rate of the meta-optimizer.", lower=1e-12)
 _int("meta_lr_decay_steps", 6000, "Meta-learning-rate schedule: linear warmup over the first min(100, N // 10) "
      "meta-steps, cosine decay to 0.1x at meta-step N, constant after (0: a constant rate).", lower=0)
@@ -134,7 +134,7 @@ COMMANDS: Dict[str, Dict[str, Any]] = {
     "meta-train": dict(
         summary="meta-train a learned optimizer on a task family, then compare it with tuned Adam on held-out "
                 "instances; run it again to resume",
-        args=(), flags=("recipe", "family", "optimizer", "estimator", "num_steps", "num_pairs", "unroll_length",
+        args=(), flags=("family", "recipe", "optimizer", "estimator", "num_steps", "num_pairs", "unroll_length",
                         "trajectory_length", "sigma", "perturbation", "perturbation_rank", "step_mult",
                         "meta_learning_rate", "meta_lr_decay_steps", "clip_grad_norm", "output_dir",
                         "checkpoint_every", "max_skipped_steps", "eval_every", "eval_tasks", "eval_steps",
@@ -144,7 +144,7 @@ COMMANDS: Dict[str, Dict[str, Any]] = {
                              "checkpoint) and save the results", args=(), flags=_SUITE_FLAGS),
     "benchmark": dict(summary="tuned Adam and SGDM baselines (and optionally one more optimizer) on a suite: "
                               "tables, speedups and plots", args=(), flags=_SUITE_FLAGS),
-    "list": dict(summary="list the registered tasks, families, optimizers, estimators and suites", args=(),
+    "list": dict(summary="list the registered tasks, families, optimizers, estimators, recipes and suites", args=(),
                  flags=()),
     "convert-checkpoint": dict(summary="convert a legacy pickle checkpoint into the current format (unpickling "
                                        "runs code: only for files you trust)", args=("OLD", "NEW"),
@@ -465,6 +465,8 @@ def cmd_list() -> None:
   print("optimizers:  learned: " + ", ".join(sorted(learned_optimizers())) + "; hand-designed: "
         + ", ".join(sorted(hand_optimizers())))
   print("estimators:  " + ", ".join(ESTIMATORS))
+  from metafam.outer_trainers.recipes import list_recipes
+  print("recipes:     " + ", ".join(list_recipes()))
   try:
     from metafam.benchmark.suites import SUITES
     print("suites:      " + ", ".join(sorted(SUITES)))

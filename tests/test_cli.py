@@ -30,7 +30,7 @@ def _no_persistent_cache(monkeypatch):
 def test_list(capsys):
   code, out, _ = run(["list"], capsys)
   assert code == 0
-  assert "fmnist_mlp_8x8_32" in out and "pes" in out and "mlp_lopt" in out
+  assert "fmnist_mlp_8x8_32" in out and "pes" in out and "mlp_lopt" in out and "recipes:     generalist" in out
 
 
 def test_meta_train_writes_files_and_resumes(tmp_path, capsys):
@@ -58,8 +58,8 @@ def test_meta_train_writes_files_and_resumes(tmp_path, capsys):
     (["meta-train", "--family=nope"], "unknown family 'nope'; valid names: .*fmnist_mlp_family_8x8_32"),
     (["meta-train", "--estimator=es"], "unknown estimator 'es'; valid names: full_es, nres, pes"),
     (["meta-train", "--optimizer=adam"],
-     "unknown learned optimizer .*'adam'; valid names: adafac_mlp_lopt, adafac_muon_mlp_lopt, hyper_v2, "
-     "learnable_adam"),
+     "unknown learned optimizer .*'adam'; valid names: adafac_mlp_lopt, adafac_muon_mlp_lopt, adafac_muon_rms_lopt, "
+     "hyper_v2, learnable_adam"),
     (["meta-train", "--num_steps=0"], r"flag --num_steps=0: 0 is not an integer in the range \[1, 2147483647\]"),
     (["meta-train", "--sigma=-1"], "flag --sigma=-1.*"),
     (["meta-train", "--num_pairs=many"], "num_pairs"),
@@ -69,7 +69,7 @@ def test_meta_train_writes_files_and_resumes(tmp_path, capsys):
     (["train"], "expected one command from meta-train, evaluate, benchmark, list, convert-checkpoint, launch; got train"),
     (["meta-train", "--optimizer=learnable_sgd", "--step_mult=0.1"],
      "--step_mult: --optimizer=learnable_sgd has no step_mult; it applies to adafac_mlp_lopt, "
-     "adafac_muon_mlp_lopt, hyper_v2, mlp_lopt, mlp_nom_lopt, rnn_mlp_lopt"),
+     "adafac_muon_mlp_lopt, adafac_muon_rms_lopt, hyper_v2, mlp_lopt, mlp_nom_lopt, rnn_mlp_lopt"),
     (["meta-train", "--step_mult=0"], "flag --step_mult=0"),
     (["meta-train", "--perturbation=lowrank"],
      "flag --perturbation=lowrank: value should be one of <full|low_rank>"),
@@ -140,7 +140,7 @@ def test_evaluate_a_saved_learned_optimizer_and_its_bad_inputs(tmp_path, capsys)
       (["--optimizer=adam", "--suite=tiny", "--task=quadratic_10"], "give --task or --suite, not both"),
       (["--optimizer=adam", "--task=resnet"], "unknown task 'resnet'; valid names: .*fmnist_mlp_8x8_32"),
       (["--optimizer=adamax"],
-       "unknown optimizer 'adamax'; valid names: adafac_mlp_lopt, adafac_muon_mlp_lopt, adafactor, adam, adamw, "
+       "unknown optimizer 'adamax'; valid names: adafac_mlp_lopt, adafac_muon_mlp_lopt, adafac_muon_rms_lopt, adafactor, adam, adamw, "
        "hyper_v2, learnable_adam"),
       (["--optimizer=learnable_sgd", f"--checkpoint={tmp_path / 'missing.npz'}"], "is not a file"),
   ]:

@@ -124,7 +124,7 @@ def bad_invocations(root):
       (["evaluate", f"--output_dir={file_}"] + EVAL, "exists and is not a directory"),
       (["evaluate", f"--output_dir={locked}"] + EVAL, "cannot be (written|created)|not writable"),
       (evl + ["--optimizer=adamax"],
-       "unknown optimizer 'adamax'; valid names: adafac_mlp_lopt, adafac_muon_mlp_lopt, adafactor, adam, adamw, "
+       "unknown optimizer 'adamax'; valid names: adafac_mlp_lopt, adafac_muon_mlp_lopt, adafac_muon_rms_lopt, adafactor, adam, adamw, "
        "hyper_v2, learnable_adam"),
       (evl + ["--optimizer=adam", "--task=resnet"], "unknown task 'resnet'; valid names: .*fmnist_mlp_8x8_32"),
       (evl + ["--optimizer=adam", "--suite=tiny", "--task=quadratic_10"], "give --task or --suite, not both"),

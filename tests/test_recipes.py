@@ -107,6 +107,14 @@ def test_meta_train_recipe_resumes_bit_identically_and_reports_its_totals(tmp_pa
     summary = json.load(f)
   assert summary["meta_steps"] == 4 and summary["inner_steps_total"] == 96
   assert summary["config"]["recipe"]["families"][1]["kwargs"]["dim"] == 7
+  # `evaluate` rebuilds the optimizer with the recipe's step_mult (recorded inside the run's recipe).
+  code, out, err = run(["evaluate", "--optimizer=adafac_muon_rms_lopt", f"--checkpoint={resumed}/checkpoint.npz",
+                        "--task=quadratic_10", "--inner_steps=5", "--seeds=1", "--progress=false",
+                        f"--output_dir={tmp_path / 'eval'}"], capsys)
+  assert code == 0, err
+  (built,) = cli.build_optimizers("adafac_muon_rms_lopt", learning_rate=1e-3,
+                                  checkpoint=f"{resumed}/checkpoint.npz").values()
+  assert built.lopt.step_mult == 0.05  # the library default is 1e-2
   # The recipe is the run's identity: the same directory with a changed recipe is refused.
   other = write_recipe(tmp_path / "other.json", sigma=0.1)
   code, _, err = run(["meta-train", f"--recipe={other}", "--num_steps=5", f"--output_dir={resumed}"] + FLAGS,
