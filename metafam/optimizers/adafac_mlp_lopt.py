@@ -178,10 +178,10 @@ class AdafacMLPLOpt(LearnedOptimizer):
       acc["v"] = F.zeros_like_in(p, (k,))
     return acc
 
-  def step_scale(self, iteration: jax.Array) -> jax.Array:
-    """``step_mult`` at ``iteration`` (the learning rate of the update about to be applied; f32[])."""
-    scale = self.step_mult(iteration) if callable(self.step_mult) else self.step_mult
-    return jnp.asarray(scale, jnp.float32)
+  def step_scale(self, iteration: jax.Array) -> Any:
+    """``step_mult`` at ``iteration``: the learning rate of the update about to be applied (a float, or the
+    schedule's value)."""
+    return self.step_mult(iteration) if callable(self.step_mult) else self.step_mult
 
   def leaf_fn(self, theta: dict, iteration: jax.Array):
     """``(p, g, accumulators) -> (new p, new accumulators)`` for the update at ``iteration`` with ``theta``."""
@@ -198,7 +198,7 @@ class AdafacMLPLOpt(LearnedOptimizer):
     return _as_optax(self, theta)
 
   def leaf_update(self, mlp: dict, one_minus_decay: jax.Array, bias0: jax.Array, p: jax.Array, g: jax.Array,
-                  acc: dict, scale: jax.Array):
+                  acc: dict, scale: Any):
     """``(new p, new accumulators)`` for one tensor; ``scale`` is `step_scale` of this update."""
     dt = acc["momenta"].dtype
     g, p_c, rank = g.astype(dt), p.astype(dt), jnp.ndim(p)
@@ -228,7 +228,7 @@ class AdafacMLPLOpt(LearnedOptimizer):
     step = out[0] * jnp.exp(self.exp_mult * out[1])
     if self.unit_rms_step:  # the network sets the direction only; the magnitude is the learning rate's
       step = step * jax.lax.rsqrt(jnp.mean(jnp.square(step)) + self.norm_eps)
-    step = (step * scale.astype(dt)).reshape(jnp.shape(p))
+    step = (step * jnp.asarray(scale, dt)).reshape(jnp.shape(p))
     return (p_c - step).astype(p.dtype), new_acc
 
 
