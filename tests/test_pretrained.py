@@ -161,3 +161,16 @@ def test_trains_an_unseen_cnn_below_tuned_adam():
   # Adam's best (measured: 0.84 against 1.54, both at 3e-2).
   assert 0 < np.argmin(adam) < len(GRID) - 1, adam
   assert learned.min() < adam.min(), (learned, adam)
+
+
+def test_learning_rate_as_an_injected_hyperparameter():
+  """Under `optax.inject_hyperparams` the rate arrives as a (traced) array and can be changed in the state."""
+  tx = optax.inject_hyperparams(pretrained.optax_transform, static_args=("name",))(name="generalist_v1",
+                                                                                   learning_rate=1e-2)
+  params = {"w": jax.random.normal(jax.random.key(2), (3, 2))}
+  update = jax.jit(tx.update)
+  state = tx.init(params)
+  for rate in (1e-2, 3e-2):
+    state.hyperparams["learning_rate"] = jnp.asarray(rate)
+    updates, state = update(params, state, params)
+    assert _rms(updates["w"]) == pytest.approx(rate, rel=1e-4)

@@ -10,7 +10,8 @@
 * `load(name) -> (learned_optimizer, theta)`: the `metafam.optimizers.learned.LearnedOptimizer` as meta-trained and
   its meta-parameters, for `opt_fn`, further meta-training or inspection.
 * `optax_transform(name, learning_rate)`: the optimizer with fixed theta as an `optax.GradientTransformationExtraArgs`
-  (see its docstring for the state's size).
+  (see its docstring for the state's size); `optax.inject_hyperparams(optax_transform, static_args=("name",))` makes
+  the rate a hyperparameter of the state.
 
 The weights are `metafam.outer_trainers.checkpoint` files (``.npz`` with a JSON header; nothing in them is executed)
 in ``metafam/pretrained/data/``, each with a model card (``<name>.md``: architecture, recipe, data, compute, held-out
