@@ -576,8 +576,10 @@ def cmd_meta_train() -> None:
   import contextlib
   if "recipe" in checked:
     recipe = checked["recipe"]
-    # The run's identity: the recipe less its length (a run may be continued to more meta-steps), and the seed.
-    config = {"recipe": {k: v for k, v in recipe.to_dict().items() if k != "num_steps"}, "seed": FLAGS.seed}
+    # The run's identity: the recipe less its length (a run may be continued to more meta-steps) and its prose
+    # description, and the seed.
+    config = {"recipe": {k: v for k, v in recipe.to_dict().items() if k not in ("num_steps", "description")},
+              "seed": FLAGS.seed}
     if FLAGS.perturbation != "full":
       config.update(perturbation=FLAGS.perturbation, perturbation_rank=FLAGS.perturbation_rank)
     try:

@@ -115,7 +115,11 @@ def test_meta_train_recipe_resumes_bit_identically_and_reports_its_totals(tmp_pa
   (built,) = cli.build_optimizers("adafac_muon_rms_lopt", learning_rate=1e-3,
                                   checkpoint=f"{resumed}/checkpoint.npz").values()
   assert built.lopt.step_mult == 0.05  # the library default is 1e-2
-  # The recipe is the run's identity: the same directory with a changed recipe is refused.
+  # The recipe is the run's identity: the same directory with a changed recipe is refused; its description is prose.
+  reworded = write_recipe(tmp_path / "reworded.json", description="the same run, described again")
+  code, out, err = run(["meta-train", f"--recipe={reworded}", "--num_steps=5", f"--output_dir={resumed}"] + FLAGS,
+                       capsys)
+  assert code == 0 and "meta-steps: 5" in out, err
   other = write_recipe(tmp_path / "other.json", sigma=0.1)
   code, _, err = run(["meta-train", f"--recipe={other}", "--num_steps=5", f"--output_dir={resumed}"] + FLAGS,
                      capsys)
