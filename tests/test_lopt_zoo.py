@@ -87,6 +87,8 @@ def test_registry_lists_every_optimizer_and_builds_with_kwargs():
     (lambda: AdafacMLPLOpt(decays=(0.9, float("nan"))), r"decays\[1\] must lie in \(0, 1\), got nan"),
     (lambda: AdafacMLPLOpt(step_mult=0.0), "step_mult must be a finite number > 0"),
     (lambda: AdafacMLPLOpt(orthogonal_momentum="yes"), "orthogonal_momentum must be True or False, got 'yes'"),
+    (lambda: AdafacMLPLOpt(fan_in_power=float("nan")), "fan_in_power must be a finite number >= 0, got nan"),
+    (lambda: AdafacMLPLOpt(base_fan_in=0), "base_fan_in must be a positive integer, got 0"),
     (lambda: NNAdam(beta2=0.0), "beta2 must lie in"),
     (lambda: NNAdam(lstm_hidden=True), "lstm_hidden must be an int >= 1, got True"),
     (lambda: RNNMLPLOpt(lstm_hidden=0), "lstm_hidden must be an int >= 1"),
@@ -507,3 +509,24 @@ def test_unit_rms_steps_follow_the_learning_rate_schedule_whatever_the_parameter
       # Rounding: p' - step at |p'| ~ 1 / scale loses up to 2^-24 / scale of the step in float32.
       np.testing.assert_allclose(np.asarray(params[name] / scale - scaled.params[name]),
                                  np.asarray(params[name] - first.params[name]), rtol=1e-3, atol=1e-6 / scale)
+
+
+def test_fan_in_power_scales_matrix_steps_by_their_fan_in_only():
+  """``fan_in_power``: with unit-RMS steps, a matrix's step RMS is the rate times ``(base / fan_in) ** power``
+  (``fan_in`` = the product of all but the last axis); vectors and scalars keep the rate, and the direction is that
+  of the unscaled optimizer."""
+  theta = _perturbed(get_learned_optimizer("adafac_muon_rms_lopt").init(jax.random.key(0)), seed=5)
+  params = dict(_params(), k=jnp.asarray(np.random.default_rng(7).standard_normal((3, 2, 4)), jnp.float32))
+  grads = [dict(g, k=0.5 * params["k"][::-1]) for g in _grads(1)]
+  plain = _run(get_learned_optimizer("adafac_muon_rms_lopt", step_mult=1e-2).opt_fn(theta), params, grads)
+  lopt = get_learned_optimizer("adafac_muon_rms_lopt", step_mult=1e-2, fan_in_power=0.5, base_fan_in=2)
+  assert lopt.name.endswith("fan-in^-0.5 from 2)")
+  scaled = _run(lopt.opt_fn(theta), params, grads)
+  # w: [6, 4] has fan-in 6; k: [3, 2, 4] has fan-in 6 too (a conv kernel's H * W * C_in); b, s are not scaled.
+  factors = {"w": (2 / 6) ** 0.5, "k": (2 / 6) ** 0.5, "b": 1.0, "s": 1.0}
+  for name, factor in factors.items():
+    moved = np.asarray(params[name], np.float64) - np.asarray(scaled.params[name], np.float64)
+    moved_plain = np.asarray(params[name], np.float64) - np.asarray(plain.params[name], np.float64)
+    assert np.sqrt(np.mean(moved ** 2)) == pytest.approx(1e-2 * factor, rel=1e-4), name
+    # The same direction; float32 rounding of p - step at |p| ~ 1 is ~6e-8, 1e-5 of a 6e-3 step.
+    np.testing.assert_allclose(moved, factor * moved_plain, rtol=1e-4, atol=1e-7)

@@ -103,6 +103,10 @@ class AdafacMLPLOpt(LearnedOptimizer):
       ``orthogonal_momentum`` (see the module docstring).
     orthogonal_momentum: add the Newton-Schulz-orthogonalized momentum (Muon's direction) as a feature.
     unit_rms_step: normalize each tensor's step to RMS ``step_mult`` (the network sets only its direction).
+    fan_in_power, base_fan_in: µP-style width scaling: the step of a tensor of rank >= 2 is multiplied by
+      ``(base_fan_in / fan_in) ** fan_in_power`` with ``fan_in = prod(shape[:-1])`` (the rows of the matrix view
+      that `orthogonalize` uses: a dense layer's inputs, a conv kernel's ``H * W * C_in``); vectors and scalars are
+      not scaled. 0 (the default) turns it off; 1 is µP's rule for Adam-like updates of hidden weights.
   """
 
   low_rank_weights = True  # its matrices are read by F.mlp_columns / F.mlp_bias0 only
@@ -110,7 +114,8 @@ class AdafacMLPLOpt(LearnedOptimizer):
   def __init__(self, hidden_sizes: Sequence[int] = (4, 4), decays: Sequence[float] = DEFAULT_DECAYS,
                time_scales: Sequence[float] = DEFAULT_TIME_SCALES, step_mult: float = 1e-3, exp_mult: float = 1e-3,
                eps: float = 1e-12, norm_eps: float = 1e-12, out_init_scale: float = 1e-2, descent_init: bool = True,
-               orthogonal_momentum: bool = False, unit_rms_step: bool = False):
+               orthogonal_momentum: bool = False, unit_rms_step: bool = False, fan_in_power: float = 0.0,
+               base_fan_in: int = 64):
     self.hidden_sizes = F.check_sizes("hidden_sizes", hidden_sizes, 2 if descent_init else 1)
     self.decays = F.check_decays("decays", decays)
     self.time_scales = F.check_time_scales(time_scales)
@@ -125,10 +130,16 @@ class AdafacMLPLOpt(LearnedOptimizer):
     if not isinstance(unit_rms_step, (bool, np.bool_)):
       raise ValueError(f"unit_rms_step must be True or False, got {unit_rms_step!r}.")
     self.unit_rms_step = bool(unit_rms_step)
+    self.fan_in_power = F.check_positive("fan_in_power", fan_in_power, allow_zero=True)
+    if isinstance(base_fan_in, (bool, np.bool_)) or not isinstance(base_fan_in, (int, np.integer)) or base_fan_in < 1:
+      raise ValueError(f"base_fan_in must be a positive integer, got {base_fan_in!r}.")
+    self.base_fan_in = int(base_fan_in)
 
   @property
   def name(self) -> str:
     options = (", orthogonal" if self.orthogonal_momentum else "") + (", unit RMS" if self.unit_rms_step else "")
+    if self.fan_in_power:
+      options += f", fan-in^-{self.fan_in_power:g} from {self.base_fan_in}"
     return f"AdafacMLPLOpt({'x'.join(map(str, self.hidden_sizes))}{options})"
 
   @property
@@ -228,6 +239,8 @@ class AdafacMLPLOpt(LearnedOptimizer):
     step = out[0] * jnp.exp(self.exp_mult * out[1])
     if self.unit_rms_step:  # the network sets the direction only; the magnitude is the learning rate's
       step = step * jax.lax.rsqrt(jnp.mean(jnp.square(step)) + self.norm_eps)
+    if self.fan_in_power and rank >= 2:  # static: the tensor's shape is known at trace time
+      step = step * (self.base_fan_in / int(np.prod(jnp.shape(p)[:-1]))) ** self.fan_in_power
     step = (step * jnp.asarray(scale, dt)).reshape(jnp.shape(p))
     return (p_c - step).astype(p.dtype), new_acc
 
