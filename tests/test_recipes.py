@@ -1,6 +1,7 @@
 """Meta-training recipes: the shipped generalist recipe as data, bad recipes, and `metafam meta-train --recipe`
 (mixture of families, resume bit-identical, run identity)."""
 
+import dataclasses
 import json
 import os
 import re
@@ -43,6 +44,21 @@ def test_every_shipped_recipe_loads_and_round_trips():
   for name in RECIPES:
     recipe = load_recipe(name)
     assert recipe.name == name and Recipe.from_dict(json.loads(json.dumps(recipe.to_dict()))) == recipe
+
+
+def test_the_ablation_recipes_in_experiments_load_and_differ_from_generalist_only_where_they_say():
+  """``experiments/recipes/*.json``: the generalist recipe plus one change each (the docs' ablation rows)."""
+  base = load_recipe("generalist").to_dict()
+  folder = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments", "recipes")
+  changed = {}
+  for name in sorted(os.listdir(folder)):
+    recipe = load_recipe(os.path.join(folder, name)).to_dict()
+    changed[name] = sorted(k for k in recipe if recipe[k] != base[k] and k not in ("name", "description"))
+  assert changed == {"generalist_reparam.json": ["families"]}
+  reparam = load_recipe(os.path.join(folder, "generalist_reparam.json"))
+  assert [dataclasses.replace(f, augmentations=()) for f in reparam.families] == list(load_recipe("generalist").families)
+  for family in reparam.families:
+    assert family.augmentations == (("reparam", {"log_scale_range": (-2.302585, 2.302585)}),)
 
 
 def test_the_generalist_recipe_mixes_families_unlike_the_heldout_tasks():
