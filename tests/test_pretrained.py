@@ -46,7 +46,8 @@ def test_shipped_weights_load_and_say_where_they_come_from(name):
   assert "Apache-2.0" in card
 
 
-@pytest.mark.parametrize("rate", [0, -1e-3, float("nan"), float("inf"), "0.01", True, None])
+@pytest.mark.parametrize("rate", [0, -1e-3, float("nan"), float("inf"), "0.01", True, None,
+                                  jnp.float32(-1e-3), jnp.float32(float("nan"))])
 def test_bad_learning_rates_are_refused_by_name(rate):
   with pytest.raises(ValueError, match="learning_rate must be a finite number > 0 or an optax schedule"):
     pretrained.optax_transform("generalist_v1", rate)

@@ -81,9 +81,11 @@ def _check_learning_rate(learning_rate: Any) -> LearningRate:
   if callable(learning_rate):
     return learning_rate
   if isinstance(learning_rate, jax.Array) and jnp.ndim(learning_rate) == 0 and jnp.issubdtype(
-      learning_rate.dtype, jnp.floating):  # e.g. traced by optax.inject_hyperparams: checked only where concrete
-    if not isinstance(learning_rate, jax.core.Tracer):
+      learning_rate.dtype, jnp.floating):
+    try:
       _check_learning_rate(float(learning_rate))
+    except jax.errors.ConcretizationTypeError:
+      pass  # traced, e.g. by optax.inject_hyperparams under jit: checked only where concrete
     return lambda count: learning_rate
   ok = (isinstance(learning_rate, (int, float, np.integer, np.floating)) and not isinstance(learning_rate, bool)
         and bool(np.isfinite(learning_rate)) and learning_rate > 0)
