@@ -634,7 +634,7 @@ def _meta_train(trainer, lopt, out_dir: str, config: Dict[str, Any], main_proces
   # The held-out report: fresh instances (test split), the learned optimizer before and after meta-training against
   # Adam at the learning rate tuned on inner_valid, with per-instance speedups and their bootstrap interval.
   from metafam.evaluation.comparison import compare_with_tuned_adam
-  from metafam.evaluation.report import write_meta_train_report
+  from metafam.evaluation.report import meta_train_totals, write_meta_train_report
   from metafam.outer_trainers.meta_trainer import read_metrics
   comparison = compare_with_tuned_adam(trainer.evaluator, lopt, thetas, jax.random.key(FLAGS.seed + 1_000_003),
                                        min_tasks=1)
@@ -647,9 +647,10 @@ def _meta_train(trainer, lopt, out_dir: str, config: Dict[str, Any], main_proces
   except OSError as e:  # the run itself is checkpointed: only the report is missing
     raise WriteFailedError(getattr(e, "filename", None) or out_dir, e, os.path.join(out_dir, CHECKPOINT_NAME),
                            int(state.step)) from e
+  totals = meta_train_totals(history, int(state.step), trainer.inner_steps_per_meta_step)
   print(f"\nmeta-steps: {int(state.step)}; meta-step time over all sessions: "
-        f"{sum(h.get('seconds', 0.0) for h in history):.0f} s (this session {train_seconds:.0f} s); inner steps: "
-        f"{int(state.step) * trainer.inner_steps_per_meta_step:,} ({trainer.inner_steps_per_meta_step:,} per meta-step)")
+        f"{totals['meta_step_seconds_total']:.0f} s (this session {train_seconds:.0f} s); inner steps: "
+        f"{totals['inner_steps_total']:,} ({trainer.inner_steps_per_meta_step:,} per meta-step)")
   print("\n" + comparison.format_table())
   plots = [name for name in written if name.endswith(".png")]
   print(f"\nwrote {os.path.join(out_dir, written[0])}, {METRICS_NAME}, {CHECKPOINT_NAME}"

@@ -31,15 +31,20 @@ def _json_number(value: Any) -> Any:
   return float(value) if value is not None and math.isfinite(value) else None
 
 
+def meta_train_totals(history: Sequence[Mapping[str, Any]], meta_steps: int,
+                      inner_steps_per_meta_step: int) -> Dict[str, Any]:
+  """``meta_step_seconds_total`` (the meta-steps' own times summed over every session of a resumed run; evaluations
+  and checkpoints not included) and ``inner_steps_total`` (every lane's inner steps, antithetic lanes included)."""
+  return {"meta_step_seconds_total": float(sum(h.get("seconds", 0.0) for h in history)),
+          "inner_steps_total": int(meta_steps) * int(inner_steps_per_meta_step)}
+
+
 def meta_train_summary(history: Sequence[Mapping[str, Any]], comparison: Any, config: Mapping[str, Any],
                        meta_steps: int, train_seconds: float, inner_steps_per_meta_step: int = 0) -> Dict[str, Any]:
-  """The JSON-able dict of ``summary.json`` (see the module docstring). ``meta_step_seconds_total`` sums the
-  meta-steps' own times over every session of a resumed run (evaluations and checkpoints not included);
-  ``inner_steps_total`` counts every lane's inner steps (antithetic lanes included)."""
+  """The JSON-able dict of ``summary.json`` (see the module docstring), with `meta_train_totals`."""
   meta_losses = [h.get("meta_loss") for h in history]
   return {"config": dict(config), "meta_steps": int(meta_steps), "train_seconds_this_session": train_seconds,
-          "meta_step_seconds_total": float(sum(h.get("seconds", 0.0) for h in history)),
-          "inner_steps_total": int(meta_steps) * int(inner_steps_per_meta_step),
+          **meta_train_totals(history, meta_steps, inner_steps_per_meta_step),
           "eval": comparison.to_json(),
           "meta_loss_first_10": [_json_number(v) for v in meta_losses[:10]],
           "meta_loss_last_10": [_json_number(v) for v in meta_losses[-10:]]}
