@@ -35,7 +35,7 @@ LEARNED_OPTIMIZERS: Dict[str, Callable[..., LearnedOptimizer]] = {
     # ... plus Muon's orthogonalized momentum as a feature and its initial direction (153)
     "adafac_muon_mlp_lopt": functools.partial(AdafacMLPLOpt, orthogonal_momentum=True),
     # ... with its step normalized to unit RMS per tensor and no step features: the direction is learned, the step's
-    # size is the learning rate ``step_mult`` (a number or an optax schedule); the generalist recipe's optimizer (153)
+    # size is the learning rate ``step_mult`` (a number or an optax schedule); the generalist recipe's optimizer (109)
     "adafac_muon_rms_lopt": functools.partial(AdafacMLPLOpt, orthogonal_momentum=True, unit_rms_step=True,
                                               time_scales=(), step_mult=1e-2),
     "nn_adam": NNAdam,                  # Adam with per-tensor hyper-parameters from an LSTM (2,504)
