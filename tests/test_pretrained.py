@@ -63,9 +63,8 @@ def test_any_pytree_any_dtype_under_jit_with_unit_rms_steps():
   params = {"conv": {"kernel": jax.random.normal(k[0], (3, 3, 4, 8))},
             "dense": [jax.random.normal(k[1], (32, 10)).astype(jnp.bfloat16), jnp.zeros((10,), jnp.float16)],
             "scale": jnp.asarray(1.5, jnp.float32), "deep": (jax.random.normal(k[2], (2, 5, 6, 7)),)}
-  grads = jax.tree.map(lambda p, kk: jax.random.normal(kk, jnp.shape(p), jnp.float32).astype(p.dtype), params,
-                       list(jax.random.split(k[3], 5)) and jax.tree.unflatten(jax.tree.structure(params),
-                                                                             list(jax.random.split(k[3], 5))))
+  keys = jax.tree.unflatten(jax.tree.structure(params), list(jax.random.split(k[3], 5)))
+  grads = jax.tree.map(lambda p, kk: jax.random.normal(kk, jnp.shape(p), jnp.float32).astype(p.dtype), params, keys)
   lr = 3e-3
   tx = pretrained.optax_transform("generalist_v1", lr)
   state = tx.init(params)
