@@ -1,6 +1,7 @@
-"""Regenerates the heldout suite's tuned baselines (metafam/benchmark/data/heldout_baselines.json).
+"""Regenerates a suite's tuned baselines (metafam/benchmark/data/<suite>_baselines.json).
 
     python benchmarks/heldout_baselines.py --shard_dir heldout_shards [--tasks a,b] [--collect_only]
+    python benchmarks/heldout_baselines.py --suite test --shard_dir test_shards
 
 Each (task, optimizer) is one JSON shard under --shard_dir, written atomically; rerunning skips existing shards, so
 an interrupted run resumes. After the shards, the data file is rewritten from every task whose shards are complete
@@ -17,14 +18,17 @@ from metafam.benchmark import baselines
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--shard_dir", default="heldout_shards")
-  parser.add_argument("--tasks", default="", help="comma-separated heldout task names (default: all)")
+  parser.add_argument("--suite", default="heldout", choices=sorted(baselines.SUITE_SPECS),
+                      help="the suite whose baselines are generated")
+  parser.add_argument("--shard_dir", default=None, help="where the shards go (default <suite>_shards)")
+  parser.add_argument("--tasks", default="", help="comma-separated task names of the suite (default: all)")
   parser.add_argument("--collect_only", action="store_true", help="only rebuild the data file from the shards")
   args = parser.parse_args()
   start = time.perf_counter()
+  shard_dir = args.shard_dir or f"{args.suite}_shards"
   if not args.collect_only:
-    baselines.generate(args.shard_dir, [t for t in args.tasks.split(",") if t] or None)
-  data = baselines.collect(args.shard_dir)
+    baselines.generate(shard_dir, [t for t in args.tasks.split(",") if t] or None, suite=args.suite)
+  data = baselines.collect(shard_dir, suite=args.suite)
   print(f"{len(data['tasks'])} tasks complete, {len(data['pending'])} pending; "
         f"{time.perf_counter() - start:.0f} s")
 

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from metafam.datasets.idx import write_idx
 from metafam.datasets.images import fashion_mnist_datasets
 from metafam.optimizers.base import Adam
 from metafam.taskfamilies import registry as family_registry
@@ -42,6 +43,19 @@ def _fast_random_compile():
   tests/test_families.py covers these tasks' families under the default setting."""
   with jax.threefry_partitionable(False):
     yield
+
+
+@pytest.fixture(autouse=True)
+def _small_full_fashion_mnist(tmp_path_factory, monkeypatch):
+  """The test suite's tasks read the full Fashion-MNIST (``data_dir="full"``), which nothing ships: here they read
+  small IDX files this fixture writes (120 training and 40 test images), so every task is tested on any machine."""
+  directory = tmp_path_factory.getbasetemp() / "fake_fashion_mnist"
+  if not directory.exists():
+    rng = np.random.default_rng(0)
+    for part, n in (("train", 120), ("t10k", 40)):
+      write_idx(str(directory / f"{part}-images-idx3-ubyte.gz"), rng.integers(0, 256, (n, 28, 28), dtype=np.uint8))
+      write_idx(str(directory / f"{part}-labels-idx1-ubyte.gz"), (np.arange(n) % 10).astype(np.uint8))
+  monkeypatch.setenv("METAFAM_FASHION_MNIST_DIR", str(directory))
 
 
 def _kind(task):

@@ -23,12 +23,19 @@ seed s of every optimizer, the candidate included, starts from the same initiali
 `generate` writes one JSON shard per (task, optimizer) and skips shards that exist (resumable); `collect` gathers
 the tasks whose shards are all present into the versioned file ``metafam/benchmark/data/heldout_baselines.json``
 (`load_normalizers` reads it; nothing in it is executed). Command: ``python benchmarks/heldout_baselines.py``.
+
+The same procedure serves every suite with shipped baselines; a `SuiteSpec` says what differs (`SUITE_SPECS`):
+``heldout`` (the development suite: nine baselines, 2 evaluation batches per point) and ``test`` (the test suite,
+evaluated once per shipped optimizer: Adam, AdamW, NAdamW and Muon, and at least ``TEST_EVAL_EXAMPLES`` examples per
+split and evaluation point, so the per-point noise is small against the differences reported; see
+``docs/guide/evaluation.md``). Its file is ``metafam/benchmark/data/test_baselines.json``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import platform
 import time
@@ -40,7 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from metafam.benchmark.suites import HORIZONS
+from metafam.benchmark.suites import HORIZONS, TEST_HORIZONS
 from metafam.benchmark.sweep import train_lanes
 from metafam.evaluation import tuning
 from metafam.evaluation.metrics import normalize
@@ -62,12 +69,58 @@ SPLITS = ("inner_valid", "test")
 TAIL_FRACTION = 0.1
 COMMAND = "python benchmarks/heldout_baselines.py --shard_dir heldout_shards"
 DATA_FILE = os.path.join(os.path.dirname(__file__), "data", "heldout_baselines.json")
+TEST_EVAL_EXAMPLES = 2048
 
 # Per optimizer, the lowest rate of its 7-point grid (then x sqrt(10) per point, 3 decades in all).
 GRIDS: Dict[str, float] = {
     "adam": 1e-4, "adamw": 1e-4, "nadamw": 1e-4, "rmsprop": 1e-4, "schedule_free_adamw": 1e-4,
     "lion": 1e-5, "sgd_nesterov": 1e-3, "adafactor": 1e-3, "muon": 1e-3,
 }
+
+
+@dataclasses.dataclass(frozen=True)
+class SuiteSpec:
+  """What a suite's shipped baselines are made of (the procedure itself is the module docstring's).
+
+  Attributes:
+    name: the suite (`metafam.benchmark.suites.SUITES` key).
+    horizons: ``{task: T}`` in generation order.
+    optimizers: the tuned baselines (names of `OPTAX_FACTORIES`; ``REFERENCE`` first).
+    data_file: the shipped file.
+    command: how to regenerate it.
+    eval_examples: examples per split and evaluation point (rounded up to whole batches); None: ``EVAL_BATCHES``
+      batches whatever the batch size.
+  """
+  name: str
+  horizons: Mapping[str, int]
+  optimizers: Tuple[str, ...]
+  data_file: str
+  command: str
+  eval_examples: Optional[int] = None
+
+  def eval_batches(self, task: Task) -> int:
+    """Batches averaged per split and evaluation point on ``task``."""
+    if self.eval_examples is None:
+      return EVAL_BATCHES
+    if task.datasets is None:  # a data-free task: its loss does not depend on a batch
+      return 1
+    batch = jax.tree.leaves(task.datasets.abstract_batch)[0].shape[0]
+    return max(1, math.ceil(self.eval_examples / batch))
+
+
+SUITE_SPECS: Dict[str, SuiteSpec] = {
+    "heldout": SuiteSpec("heldout", HORIZONS, tuple(OPTAX_FACTORIES), DATA_FILE, COMMAND),
+    "test": SuiteSpec("test", TEST_HORIZONS, ("adam", "adamw", "nadamw", "muon"),
+                      os.path.join(os.path.dirname(__file__), "data", "test_baselines.json"),
+                      "python benchmarks/heldout_baselines.py --suite test --shard_dir test_shards",
+                      eval_examples=TEST_EVAL_EXAMPLES),
+}
+
+
+def suite_spec(suite: str) -> SuiteSpec:
+  """The `SuiteSpec` of ``suite``; `UnknownNameError` listing the suites with shipped baselines."""
+  from metafam._registry import lookup
+  return lookup(SUITE_SPECS, suite, "suite with shipped baselines")
 
 
 def grid(name: str, num: int = NUM_RATES) -> np.ndarray:
@@ -151,12 +204,12 @@ class TunedBaseline:
 
 
 def _sweep(task: Task, factory, horizon: int, lrs: np.ndarray, schedules: Sequence[str], key: jax.Array, name: str,
-           num_seeds: int):
+           num_seeds: int, eval_batches: int):
   """Trains every (schedule, rate) x seed lane; returns ``{schedule: (train [L, S, T], evals {split: [L, S, E]})}``."""
   cosine = np.repeat([float(SCHEDULES.index(s)) for s in schedules], len(lrs))
   train, evals = train_lanes(task, scheduled(factory, horizon),
                              {"learning_rate": np.tile(lrs, len(schedules)), "cosine": cosine},
-                             num_seeds=num_seeds, points=eval_steps(horizon), eval_batches=EVAL_BATCHES, key=key,
+                             num_seeds=num_seeds, points=eval_steps(horizon), eval_batches=eval_batches, key=key,
                              splits=SPLITS, name=name)
   n = len(lrs)
   return {s: (train[i * n:(i + 1) * n], {k: v[i * n:(i + 1) * n] for k, v in evals.items()})
@@ -171,11 +224,12 @@ def _merge(a, b):
 def tune_baseline(task: Task, name: str, horizon: int, *, task_name: Optional[str] = None,
                   factory: Optional[Callable[..., optax.GradientTransformation]] = None,
                   learning_rates: Optional[Sequence[float]] = None, schedules: Sequence[str] = SCHEDULES,
-                  num_seeds: int = NUM_SEEDS, max_extensions: int = MAX_EXTENSIONS) -> TunedBaseline:
+                  num_seeds: int = NUM_SEEDS, max_extensions: int = MAX_EXTENSIONS,
+                  eval_batches: int = EVAL_BATCHES) -> TunedBaseline:
   """Tunes optimizer ``name`` (or ``factory`` under that name) on ``task`` by the procedure of the module docstring.
 
   ``learning_rates`` defaults to `grid` (``name`` must then be in `GRIDS`); the grid must be log-spaced by a
-  constant ratio for the edge extensions.
+  constant ratio for the edge extensions. ``eval_batches``: batches per split and eval point (`SuiteSpec`).
   """
   start = time.perf_counter()
   task_name = task_name or task.name
@@ -189,7 +243,7 @@ def tune_baseline(task: Task, name: str, horizon: int, *, task_name: Optional[st
   ratio = lrs[1] / lrs[0]
   key = task_key(task_name)
   points = eval_steps(horizon)
-  runs = _sweep(task, factory, horizon, lrs, schedules, key, name, num_seeds)
+  runs = _sweep(task, factory, horizon, lrs, schedules, key, name, num_seeds, eval_batches)
   for extension in range(max_extensions + 1):
     chosen = {s: tuning.select_best(points, runs[s][1]["inner_valid"], runs[s][0], horizon, TAIL_FRACTION)
               for s in schedules}
@@ -202,7 +256,7 @@ def tune_baseline(task: Task, name: str, horizon: int, *, task_name: Optional[st
     if len(lrs) - 1 in edges:
       parts.append(lrs[-1] * ratio ** np.arange(1, 3))
     new = np.concatenate(parts)
-    more = _sweep(task, factory, horizon, new, schedules, key, name, num_seeds)
+    more = _sweep(task, factory, horizon, new, schedules, key, name, num_seeds, eval_batches)
     order = np.argsort(np.concatenate([lrs, new]), kind="stable")
     lrs = np.concatenate([lrs, new])[order]
     runs = {s: _merge(runs[s], more[s]) for s in schedules}
@@ -220,14 +274,15 @@ def tune_baseline(task: Task, name: str, horizon: int, *, task_name: Optional[st
 
 
 def reference_run(task: Task, learning_rate: float, horizon: int, *, task_name: Optional[str] = None,
-                  num_seeds: int = NUM_SEEDS, factor: int = REFERENCE_FACTOR) -> Dict[str, Any]:
+                  num_seeds: int = NUM_SEEDS, factor: int = REFERENCE_FACTOR,
+                  eval_batches: int = EVAL_BATCHES) -> Dict[str, Any]:
   """Adam at a constant ``learning_rate`` for ``factor * horizon`` steps on the suite's seeds: the speedup
   reference. Returns ``{"learning_rate", "eval_steps", "test_curves" [S][E], "wall_time"}`` (JSON-able)."""
   start = time.perf_counter()
   task_name = task_name or task.name
   points = eval_steps(horizon, factor)
   _, evals = train_lanes(task, OPTAX_FACTORIES[REFERENCE], {"learning_rate": [learning_rate]}, num_seeds=num_seeds,
-                         points=points, eval_batches=EVAL_BATCHES, key=task_key(task_name), splits=SPLITS,
+                         points=points, eval_batches=eval_batches, key=task_key(task_name), splits=SPLITS,
                          name="adam-reference")
   test = normalize(task, evals["test"][0])
   return {"learning_rate": float(learning_rate), "eval_steps": [int(p) for p in points],
@@ -244,33 +299,36 @@ def shard_path(shard_dir: str, task: str, optimizer: str) -> str:
   return os.path.join(shard_dir, task, f"{optimizer}.json")
 
 
-def shard_names() -> List[str]:
-  """The shards of one task, in generation order: the nine baselines, then ``adam_reference`` (needs ``adam``)."""
-  return list(OPTAX_FACTORIES) + [f"{REFERENCE}_reference"]
+def shard_names(suite: str = "heldout") -> List[str]:
+  """The shards of one task, in generation order: the suite's baselines, then ``adam_reference`` (needs ``adam``)."""
+  return list(suite_spec(suite).optimizers) + [f"{REFERENCE}_reference"]
 
 
-def generate(shard_dir: str, tasks: Optional[Sequence[str]] = None, progress: bool = True) -> List[str]:
-  """Computes every missing shard of ``tasks`` (default the whole heldout suite, in `HORIZONS` order) into
+def generate(shard_dir: str, tasks: Optional[Sequence[str]] = None, progress: bool = True,
+             suite: str = "heldout") -> List[str]:
+  """Computes every missing shard of ``tasks`` (default the whole suite, in its horizons' order) into
   ``shard_dir/<task>/<optimizer>.json`` (written atomically; existing shards are kept, so a rerun resumes).
   Returns the shard paths written now."""
   from tqdm.auto import tqdm
   from metafam.tasks.registry import get_task
-  tasks = list(HORIZONS) if tasks is None else list(tasks)
-  unknown = [t for t in tasks if t not in HORIZONS]
+  spec = suite_spec(suite)
+  tasks = list(spec.horizons) if tasks is None else list(tasks)
+  unknown = [t for t in tasks if t not in spec.horizons]
   if unknown:
-    raise ValueError(f"tasks {unknown} are not in the heldout suite; valid: {sorted(HORIZONS)}.")
-  todo = [(t, o) for t in tasks for o in shard_names() if not os.path.exists(shard_path(shard_dir, t, o))]
+    raise ValueError(f"tasks {unknown} are not in the {suite} suite; valid: {sorted(spec.horizons)}.")
+  todo = [(t, o) for t in tasks for o in shard_names(suite) if not os.path.exists(shard_path(shard_dir, t, o))]
   written = []
-  with tqdm(total=len(todo), desc="heldout baselines", unit="shard", disable=not progress) as bar:
+  with tqdm(total=len(todo), desc=f"{suite} baselines", unit="shard", disable=not progress) as bar:
     for task_name, opt in todo:
       bar.set_postfix_str(f"{task_name}: {opt}")
-      task, horizon = get_task(task_name), HORIZONS[task_name]
+      task, horizon = get_task(task_name), spec.horizons[task_name]
+      batches = spec.eval_batches(task)
       if opt in OPTAX_FACTORIES:
-        record = tune_baseline(task, opt, horizon, task_name=task_name).to_json()
+        record = tune_baseline(task, opt, horizon, task_name=task_name, eval_batches=batches).to_json()
       else:
         with open(shard_path(shard_dir, task_name, REFERENCE)) as f:
           adam = TunedBaseline.from_json(json.load(f))
-        record = reference_run(task, constant_rate(adam), horizon, task_name=task_name)
+        record = reference_run(task, constant_rate(adam), horizon, task_name=task_name, eval_batches=batches)
       path = shard_path(shard_dir, task_name, opt)
       write_json(path, record)
       written.append(path)
@@ -285,14 +343,17 @@ def versions() -> Dict[str, str]:
           "jax_threefry_partitionable": str(bool(jax.config.jax_threefry_partitionable))}
 
 
-def collect(shard_dir: str, path: str = DATA_FILE) -> Dict[str, Any]:
-  """Writes the normalizer file from every heldout task whose shards are all in ``shard_dir``; returns its dict.
+def collect(shard_dir: str, path: Optional[str] = None, suite: str = "heldout") -> Dict[str, Any]:
+  """Writes the normalizer file (default the suite's ``data_file``) from every task of ``suite`` whose shards are
+  all in ``shard_dir``; returns its dict.
 
   Tasks with missing shards are listed under ``"pending"`` (no baselines shipped for them yet).
   """
+  spec = suite_spec(suite)
+  path = spec.data_file if path is None else path
   tasks, pending = {}, []
-  for task_name, horizon in HORIZONS.items():
-    paths = {o: shard_path(shard_dir, task_name, o) for o in shard_names()}
+  for task_name, horizon in spec.horizons.items():
+    paths = {o: shard_path(shard_dir, task_name, o) for o in shard_names(suite)}
     if not all(os.path.exists(p) for p in paths.values()):
       pending.append(task_name)
       continue
@@ -301,14 +362,22 @@ def collect(shard_dir: str, path: str = DATA_FILE) -> Dict[str, Any]:
       with open(p) as f:
         shards[o] = json.load(f)
     reference = shards.pop(f"{REFERENCE}_reference")
-    tasks[task_name] = {"horizon": horizon, "eval_steps": shards[REFERENCE]["eval_steps"],
-                        "baselines": shards, "reference": reference}
-  data = {"format_version": FORMAT_VERSION, "suite": "heldout", "command": COMMAND, "versions": versions(),
+    entry = {"horizon": horizon, "eval_steps": shards[REFERENCE]["eval_steps"], "baselines": shards,
+             "reference": reference}
+    if spec.eval_examples is not None:
+      from metafam.tasks.registry import get_task
+      entry["eval_batches"] = spec.eval_batches(get_task(task_name))
+    tasks[task_name] = entry
+  data = {"format_version": FORMAT_VERSION, "suite": suite, "command": spec.command, "versions": versions(),
           "procedure": {"num_rates": NUM_RATES, "num_seeds": NUM_SEEDS, "schedules": list(SCHEDULES),
-                        "warmup_fraction": WARMUP_FRACTION, "grids_low": GRIDS, "evals_per_run": EVALS_PER_RUN,
-                        "eval_batches": EVAL_BATCHES, "selection_split": "inner_valid", "metric_split": "test",
+                        "warmup_fraction": WARMUP_FRACTION, "grids_low": {o: GRIDS[o] for o in spec.optimizers},
+                        "evals_per_run": EVALS_PER_RUN,
+                        "eval_batches": EVAL_BATCHES if spec.eval_examples is None else "per task",
+                        "selection_split": "inner_valid", "metric_split": "test",
                         "tail_fraction": TAIL_FRACTION, "reference": REFERENCE,
                         "reference_factor": REFERENCE_FACTOR, "max_extensions": MAX_EXTENSIONS},
           "tasks": tasks, "pending": pending}
+  if spec.eval_examples is not None:
+    data["procedure"]["eval_examples"] = spec.eval_examples
   write_json(path, data)
   return data

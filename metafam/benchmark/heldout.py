@@ -1,4 +1,4 @@
-"""Scoring an optimizer on the ``heldout`` suite against the shipped tuned baselines.
+"""Scoring an optimizer on a suite with shipped tuned baselines: ``heldout`` (development) or ``test``.
 
     from metafam.benchmark import evaluate_suite
     result = evaluate_suite(optax.adam)              # a factory of the learning rate: tuned on the grid
@@ -23,12 +23,19 @@ Per task (`score_task`), on the seed-mean normalized ``test`` loss:
 Across tasks (`aggregate_scores`): median, IQM and optimality gap (target 1: as fast as tuned Adam) of the per-seed
 speedups, with stratified-bootstrap 95% intervals (`metafam.evaluation.metrics.stratified_aggregate`); the fraction
 of tasks on which the candidate's final loss beats each baseline; the number of tasks where it diverged.
-`baseline_evaluations` scores every shipped baseline the same way (rank among the other eight).
+`baseline_evaluations` scores every shipped baseline the same way (rank among the others).
+
+Dev and test: ``heldout`` is where design choices are made and may be run freely. ``test`` (`metafam.benchmark.suites`)
+is scored once per shipped optimizer: `evaluate_suite` refuses it unless ``confirm_test=True``, and every
+`SuiteEvaluation` records its suite and when it ran (UTC), as do the files `write_suite_report` writes.
+`format_suite` adds the paired comparisons of `metafam.benchmark.paired` against each baseline it is given:
+P(candidate > baseline) and the IQM difference, each with its bootstrap interval.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import os
 import time
@@ -38,6 +45,7 @@ import numpy as np
 import optax
 
 from metafam.benchmark import baselines as bl
+from metafam.benchmark import paired
 from metafam.evaluation.metrics import (Aggregate, normalize, performance_profile, speedup_over_baseline,
                                         stratified_aggregate)
 from metafam.optimizers.base import Optimizer
@@ -52,22 +60,26 @@ class NormalizerFileError(ValueError):
   """The normalizer file is missing, malformed or of an unsupported format version."""
 
 
-def load_normalizers(path: Optional[str] = None) -> Dict[str, Any]:
-  """The shipped baselines (JSON; nothing in it is executed), checked for the format version and structure."""
-  path = bl.DATA_FILE if path is None else os.fspath(path)
+def load_normalizers(path: Optional[str] = None, suite: str = "heldout") -> Dict[str, Any]:
+  """The shipped baselines of ``suite`` (JSON; nothing in it is executed; ``path`` overrides the shipped file),
+  checked for the format version and structure."""
+  spec = bl.suite_spec(suite)
+  path = spec.data_file if path is None else os.fspath(path)
   try:
     with open(path, encoding="utf-8") as f:
       data = json.load(f)
   except FileNotFoundError:
-    raise NormalizerFileError(f"no normalizer file at {path!r}; regenerate it with `{bl.COMMAND}`.") from None
+    raise NormalizerFileError(f"no normalizer file at {path!r}; regenerate it with `{spec.command}`.") from None
   except (OSError, ValueError) as e:
     raise NormalizerFileError(f"normalizer file {path!r} cannot be read as JSON ({e}).") from None
   if not isinstance(data, dict) or data.get("format_version") != bl.FORMAT_VERSION:
     got = data.get("format_version") if isinstance(data, dict) else type(data).__name__
     raise NormalizerFileError(f"normalizer file {path!r} has format version {got!r}; this metafam reads "
                               f"version {bl.FORMAT_VERSION}.")
+  if data.get("suite", "heldout") != suite:
+    raise NormalizerFileError(f"normalizer file {path!r} holds the {data.get('suite')!r} suite, not {suite!r}.")
   for name, entry in data.get("tasks", {}).items():
-    missing = [o for o in bl.OPTAX_FACTORIES if o not in entry.get("baselines", {})]
+    missing = [o for o in spec.optimizers if o not in entry.get("baselines", {})]
     if missing or "reference" not in entry:
       raise NormalizerFileError(f"normalizer file {path!r}: task {name!r} lacks baselines {missing or 'reference'}.")
   return data
@@ -113,8 +125,11 @@ class SuiteEvaluation:
     aggregates: ``{statistic: Aggregate}`` of the per-seed speedups (`STATISTICS`).
     win_fraction: ``{baseline: fraction of tasks whose final loss the candidate beats}``.
     num_diverged: tasks on which the candidate diverged.
-    pending: heldout tasks without shipped baselines (not evaluated).
+    pending: the suite's tasks without shipped baselines (not evaluated).
     wall_time: seconds (training the candidate; 0 for shipped baselines).
+    suite: ``"heldout"`` (development) or ``"test"``.
+    evaluated_at: when the candidate was trained (UTC, ISO 8601); for shipped baselines, the data file's generation
+      is recorded in it instead, and this is empty.
   """
   name: str
   scores: Tuple[TaskScore, ...]
@@ -124,6 +139,18 @@ class SuiteEvaluation:
   num_diverged: int
   pending: Tuple[str, ...]
   wall_time: float
+  suite: str = "heldout"
+  evaluated_at: str = ""
+
+  def seed_speedups(self, tasks: Optional[Sequence[str]] = None) -> np.ndarray:
+    """``f64[S, N]``: the per-seed speedups (rows: seeds; columns: ``tasks``, default every scored task in order),
+    the score matrix of the aggregates and of `metafam.benchmark.paired`."""
+    by_task = {s.task: s.seed_speedups for s in self.scores}
+    tasks = list(by_task) if tasks is None else list(tasks)
+    missing = [t for t in tasks if t not in by_task]
+    if missing:
+      raise ValueError(f"{self.name} was not scored on {missing}.")
+    return np.array([by_task[t] for t in tasks], np.float64).T
 
 
 def _final(curve: np.ndarray) -> float:
@@ -176,17 +203,19 @@ def aggregate_scores(scores: Sequence[TaskScore], num_resamples: int = 2000, con
   return aggregates, wins, sum(s.diverged for s in scores)
 
 
-def _evaluation(name, scores, curves, pending, wall_time) -> SuiteEvaluation:
+def _evaluation(name, scores, curves, pending, wall_time, suite, evaluated_at="") -> SuiteEvaluation:
   aggregates, wins, diverged = aggregate_scores(scores)
   return SuiteEvaluation(name=name, scores=tuple(scores), curves=curves, aggregates=aggregates, win_fraction=wins,
-                         num_diverged=diverged, pending=tuple(pending), wall_time=wall_time)
+                         num_diverged=diverged, pending=tuple(pending), wall_time=wall_time, suite=suite,
+                         evaluated_at=evaluated_at)
 
 
 def baseline_evaluations(data: Optional[Mapping[str, Any]] = None) -> Dict[str, SuiteEvaluation]:
-  """Every shipped baseline scored as a candidate from its stored curves (ranked among the other eight)."""
+  """Every shipped baseline scored as a candidate from its stored curves (ranked among the others)."""
   data = load_normalizers() if data is None else data
+  suite = data.get("suite", "heldout")
   out = {}
-  for opt in bl.OPTAX_FACTORIES:
+  for opt in bl.suite_spec(suite).optimizers:
     scores, curves = [], {}
     for task, entry in data["tasks"].items():
       b = entry["baselines"][opt]
@@ -194,7 +223,7 @@ def baseline_evaluations(data: Optional[Mapping[str, Any]] = None) -> Dict[str, 
       scores.append(score_task(task, entry, seed_curves, exclude=(opt,),
                                setting={"learning_rate": b["learning_rate"], "schedule": b["schedule"]}))
       curves[task] = (np.asarray(entry["eval_steps"]), seed_curves)
-    out[opt] = _evaluation(opt, scores, curves, data.get("pending", ()), 0.0)
+    out[opt] = _evaluation(opt, scores, curves, data.get("pending", ()), 0.0, suite)
   return out
 
 
@@ -223,8 +252,8 @@ def _resolve(candidate: Candidate) -> Tuple[str, Any, bool]:
 def evaluate_suite(candidate: Candidate, *, tasks: Optional[Sequence[str]] = None,
                    data: Optional[Mapping[str, Any]] = None, name: Optional[str] = None,
                    learning_rates: Optional[Sequence[float]] = None, schedules: Sequence[str] = ("constant",),
-                   progress: bool = True) -> SuiteEvaluation:
-  """Trains ``candidate`` on the heldout tasks that have shipped baselines and scores it (module docstring).
+                   progress: bool = True, suite: str = "heldout", confirm_test: bool = False) -> SuiteEvaluation:
+  """Trains ``candidate`` on the suite's tasks that have shipped baselines and scores it (module docstring).
 
   Args:
     candidate: a metafam `Optimizer`, an optax transformation, ``(LearnedOptimizer, theta or checkpoint path)``,
@@ -236,10 +265,19 @@ def evaluate_suite(candidate: Candidate, *, tasks: Optional[Sequence[str]] = Non
     data: the normalizer file's dict (default `load_normalizers`).
     name: the label (default from the candidate).
     progress: a tqdm bar over tasks.
+    suite: ``"heldout"`` (development, the default) or ``"test"``.
+    confirm_test: must be True to score on ``test``, the suite that is run once per shipped optimizer and never
+      tuned on; the result records the suite and the time (``evaluated_at``).
   """
   from tqdm.auto import tqdm
   from metafam.tasks.registry import get_task
-  data = load_normalizers() if data is None else data
+  if suite == "test" and confirm_test is not True:
+    raise ValueError("suite='test' is the test split, scored once per shipped optimizer and never used for design "
+                     "choices: pass confirm_test=True to run it (use suite='heldout' for development).")
+  spec = bl.suite_spec(suite)
+  data = load_normalizers(suite=suite) if data is None else data
+  if data.get("suite", "heldout") != suite:
+    raise ValueError(f"data holds the {data.get('suite')!r} suite's baselines, not {suite!r}'s.")
   label, opt, tuned = _resolve(candidate)
   label = name or label
   available = list(data["tasks"])
@@ -248,24 +286,27 @@ def evaluate_suite(candidate: Candidate, *, tasks: Optional[Sequence[str]] = Non
   if unknown or not tasks:
     raise ValueError(f"tasks {unknown or tasks} have no shipped baselines; available: {available}.")
   grid = bl.grid(bl.REFERENCE) if learning_rates is None else np.asarray(learning_rates, np.float64)
+  evaluated_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
   start = time.perf_counter()
   scores, curves = [], {}
-  for task_name in tqdm(tasks, desc=f"heldout: {label}", unit="task", disable=not progress):
+  for task_name in tqdm(tasks, desc=f"{suite}: {label}", unit="task", disable=not progress):
     entry, task = data["tasks"][task_name], get_task(task_name)
     steps = np.asarray(entry["eval_steps"], np.int32)
+    eval_batches = spec.eval_batches(task)
     if tuned:
       result = bl.tune_baseline(task, label, int(entry["horizon"]), task_name=task_name, factory=opt,
-                                learning_rates=grid, schedules=schedules)
+                                learning_rates=grid, schedules=schedules, eval_batches=eval_batches)
       seed_curves = np.asarray(result.test_curves, np.float64)
       setting = {"learning_rate": result.learning_rate, "schedule": result.schedule, "at_edge": result.at_edge}
     else:
       from metafam.benchmark.sweep import train_lanes
-      _, evals = train_lanes(task, opt, None, num_seeds=bl.NUM_SEEDS, points=steps, eval_batches=bl.EVAL_BATCHES,
+      _, evals = train_lanes(task, opt, None, num_seeds=bl.NUM_SEEDS, points=steps, eval_batches=eval_batches,
                              key=bl.task_key(task_name), splits=bl.SPLITS, name=label)
       seed_curves, setting = normalize(task, evals["test"][0]), None
     scores.append(score_task(task_name, entry, seed_curves, setting=setting))
     curves[task_name] = (steps, seed_curves)
-  return _evaluation(label, scores, curves, data.get("pending", ()), time.perf_counter() - start)
+  return _evaluation(label, scores, curves, data.get("pending", ()), time.perf_counter() - start, suite,
+                     evaluated_at)
 
 
 # -- tables and figures ---------------------------------------------------------------------------------------------
@@ -294,12 +335,35 @@ def task_rows(evaluation: SuiteEvaluation) -> List[List[Any]]:
   return rows
 
 
+PAIRED_HEADERS = ["baseline", "P(candidate > baseline) [95% CI]", "IQM difference [95% CI]", "tasks"]
+
+
+def paired_rows(evaluation: SuiteEvaluation, baselines: Mapping[str, SuiteEvaluation]) -> List[List[Any]]:
+  """Per baseline: `metafam.benchmark.paired.probability_of_improvement` and the paired IQM `difference` of the
+  candidate's per-seed speedups against the baseline's, on the tasks both were scored on."""
+  rows = []
+  for b in baselines.values():
+    if b is evaluation:
+      continue
+    common = [s.task for s in evaluation.scores if s.task in {t.task for t in b.scores}]
+    a_scores, b_scores = evaluation.seed_speedups(common), b.seed_speedups(common)
+    p = paired.probability_of_improvement(a_scores, b_scores)
+    d = paired.difference(a_scores, b_scores)
+    rows.append([b.name, f"{p.value:.2f} [{p.low:.2f}, {p.high:.2f}]", f"{d.value:+.2f} [{d.low:+.2f}, {d.high:+.2f}]",
+                 p.num_tasks])
+  return rows
+
+
 def format_suite(evaluation: SuiteEvaluation, baselines: Optional[Mapping[str, SuiteEvaluation]] = None) -> str:
-  """Per-task table, then the summary of the candidate (and of the baselines, if given), then the win fractions."""
+  """Per-task table, the summary of the candidate (and of the baselines, if given), the paired comparisons with each
+  baseline, then the win fractions."""
   from metafam.benchmark.report import format_table
-  parts = [format_table(TASK_HEADERS, task_rows(evaluation)), ""]
+  head = f"suite: {evaluation.suite}" + (f", evaluated {evaluation.evaluated_at}" if evaluation.evaluated_at else "")
+  parts = [head, format_table(TASK_HEADERS, task_rows(evaluation)), ""]
   rows = [summary_row(evaluation)] + [summary_row(b) for b in (baselines or {}).values()]
   parts += [format_table(SUMMARY_HEADERS, rows), ""]
+  if baselines:
+    parts += [format_table(PAIRED_HEADERS, paired_rows(evaluation, baselines)), ""]
   parts.append(format_table(["baseline", f"{evaluation.name} beats it on"],
                             [[o, f"{w:.0%} of tasks"] for o, w in evaluation.win_fraction.items()]))
   if evaluation.pending:
@@ -309,19 +373,23 @@ def format_suite(evaluation: SuiteEvaluation, baselines: Optional[Mapping[str, S
 
 def write_suite_report(evaluation: SuiteEvaluation, out_dir: str,
                        baselines: Optional[Mapping[str, SuiteEvaluation]] = None) -> List[str]:
-  """``heldout.json`` and ``heldout_tasks.csv`` (atomic), plus ``profile.png`` (performance profiles: fraction of
-  tasks with speedup at least x, per optimizer) and ``heldout_curves.png`` (per-task mean test curves of the
-  candidate and every baseline) when matplotlib is importable. Returns the paths written."""
+  """``<suite>.json`` and ``<suite>_tasks.csv`` (atomic; the JSON records the suite, when the candidate ran and the
+  paired comparisons), plus ``profile.png`` (performance profiles: fraction of tasks with speedup at least x, per
+  optimizer) and ``<suite>_curves.png`` (per-task mean test curves of the candidate and every baseline) when
+  matplotlib is importable. Returns the paths written."""
   from metafam.benchmark.report import table_csv
   from metafam.io import atomic_write, write_json
   os.makedirs(out_dir, exist_ok=True)
   everyone = {evaluation.name: evaluation, **(baselines or {})}
-  record = {"candidate": evaluation.name, "wall_time": evaluation.wall_time, "pending": list(evaluation.pending),
+  paired_table = [dict(zip(PAIRED_HEADERS, row)) for row in paired_rows(evaluation, baselines or {})]
+  record = {"candidate": evaluation.name, "suite": evaluation.suite, "evaluated_at": evaluation.evaluated_at,
+            "wall_time": evaluation.wall_time, "pending": list(evaluation.pending), "paired": paired_table,
             "summary": {e.name: {k: dataclasses.asdict(a) for k, a in e.aggregates.items()}
                         for e in everyone.values()},
             "win_fraction": evaluation.win_fraction, "num_diverged": evaluation.num_diverged,
             "tasks": [dataclasses.asdict(s) for s in evaluation.scores]}
-  paths = [os.path.join(out_dir, "heldout.json"), os.path.join(out_dir, "heldout_tasks.csv")]
+  suite = evaluation.suite
+  paths = [os.path.join(out_dir, f"{suite}.json"), os.path.join(out_dir, f"{suite}_tasks.csv")]
   write_json(paths[0], json.loads(json.dumps(record, default=float)))
   atomic_write(paths[1], table_csv(TASK_HEADERS, task_rows(evaluation)).encode())
   try:
@@ -354,6 +422,6 @@ def write_suite_report(evaluation: SuiteEvaluation, out_dir: str,
   for ax in axes.ravel()[len(names):]:
     ax.axis("off")
   axes.ravel()[0].legend(fontsize=6)
-  save_figure(fig, os.path.join(out_dir, "heldout_curves.png"))
+  save_figure(fig, os.path.join(out_dir, f"{suite}_curves.png"))
   plt.close(fig)
-  return paths + [os.path.join(out_dir, "profile.png"), os.path.join(out_dir, "heldout_curves.png")]
+  return paths + [os.path.join(out_dir, "profile.png"), os.path.join(out_dir, f"{suite}_curves.png")]

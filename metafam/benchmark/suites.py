@@ -10,7 +10,13 @@
   other widths (64-1024 units), depths (1-4 hidden layers), resolutions (16x16, 28x28), architectures (conv nets with
   and without LayerNorm, autoencoders, VAEs, an MLP-Mixer, a character LSTM and transformer), data (MNIST digits, Shakespeare) and
   batch sizes (32-256), each with its own horizon (`HORIZONS`, 200 to 2,000 steps). Its tuned baselines ship as a
-  data file (`metafam.benchmark.baselines`), so evaluating an optimizer on it trains only that optimizer.
+  data file (`metafam.benchmark.baselines`), so evaluating an optimizer on it trains only that optimizer. It is the
+  project's *development* suite: design choices, ablations and early stopping are chosen on it.
+* ``test``: 12 tasks at the sizes people train (`metafam.tasks.registry.TEST_TASKS`): the full Fashion-MNIST at
+  28x28 (read from ``$METAFAM_FASHION_MNIST_DIR`` or Debian's ``dataset-fashion-mnist``) and the Shakespeare corpus,
+  10^5 to 7x10^5 parameters (and a convex logistic regression), MLPs of 2, 3, 4 and 6 layers, a CNN, an autoencoder,
+  a VAE, an LSTM and a transformer LM, horizons of 1,000 and 2,000 steps (`TEST_HORIZONS`). Nothing is tuned on it: a
+  shipped optimizer is scored on it once (`metafam.benchmark.evaluate_suite(..., suite="test", confirm_test=True)`).
 """
 
 from __future__ import annotations
@@ -42,12 +48,29 @@ HORIZONS: Dict[str, int] = {
     "mnist_mixer_16x16_p4_32x2_b64": 320,
 }
 
+# The test suite's horizon per task, in generation order (cheapest first, so a partial run covers the most tasks).
+TEST_HORIZONS: Dict[str, int] = {
+    "fmnist60k_logreg_28x28_b128": 2000,
+    "fmnist60k_mlp_28x28_128x128x128_b64": 1000,
+    "fmnist60k_mlp_28x28_128x128x128x128x128x128_tanh_b64": 1000,
+    "fmnist60k_ae_28x28_128x32x128_b64": 1000,
+    "fmnist60k_vae_28x28_128_z16_b64": 1000,
+    "fmnist60k_mlp_28x28_160x160x160x160_gelu_b64": 1000,
+    "fmnist60k_mlp_28x28_384x96_b32": 1000,
+    "fmnist60k_mlp_28x28_256x256_b128": 1000,
+    "fmnist60k_mlp_28x28_512x512_b32": 1000,
+    "fmnist60k_conv_28x28_16x32x64x128_b32": 1000,
+    "shakespeare_char_lstm_128_t32_b16": 1000,
+    "shakespeare_char_transformer_2x64_t32_b16": 1000,
+}
+
 SUITES: Dict[str, List[str]] = {
     "tiny": ["quadratic_10", "fmnist_mlp_8x8_32"],
     "small": ["fmnist_mlp_8x8_32", "fmnist_mlp_8x8_64x64_tanh", "fmnist_mlp_16x16_64_gelu",
               "fmnist_mlp_16x16_128x32", "fmnist_ae_8x8_32x8x32", "fmnist_vae_8x8_32_z4"],
     "full": list(TASKS),
     "heldout": list(HORIZONS),
+    "test": list(TEST_HORIZONS),
 }
 
 

@@ -90,8 +90,9 @@ def read_mnist_style_dir(directory: str) -> RawSplits:
           "outer_valid": (te_x[:b], te_y[:b]), "test": (te_x[b:], te_y[b:])}
 
 
-def resolve_data_dir(data_dir: Optional[str], env: str, fallback: Optional[str] = None) -> str:
-  """``data_dir`` if given, else ``$env``, else ``fallback`` if it exists; otherwise a FileNotFoundError."""
+def resolve_data_dir(data_dir: Optional[str], env: str, fallback: Optional[str] = None, hint: str = "") -> str:
+  """``data_dir`` if given, else ``$env``, else ``fallback`` if it exists; otherwise a FileNotFoundError (ending
+  with ``hint``: where to get the data)."""
   explicit = data_dir or os.environ.get(env)
   if explicit:
     if not os.path.isdir(explicit):
@@ -101,7 +102,7 @@ def resolve_data_dir(data_dir: Optional[str], env: str, fallback: Optional[str] 
   if fallback and os.path.isdir(fallback):
     return fallback
   raise FileNotFoundError(f"No data directory: pass data_dir or set ${env}"
-                          + (f", or install the files at {fallback}" if fallback else "") + ".")
+                          + (f", or install the files at {fallback}" if fallback else "") + "." + hint)
 
 
 @functools.partial(jax.jit, static_argnums=1)
@@ -180,8 +181,10 @@ def fashion_mnist_datasets(batch_size: int = 128, image_size: int = 8, normaliza
   """
   directory = None
   if data_dir is not None:
-    directory = os.path.abspath(resolve_data_dir(None if data_dir == "full" else data_dir, FASHION_MNIST_ENV,
-                                                 DEBIAN_FASHION_MNIST_DIR))
+    directory = os.path.abspath(resolve_data_dir(
+        None if data_dir == "full" else data_dir, FASHION_MNIST_ENV, DEBIAN_FASHION_MNIST_DIR,
+        " The full Fashion-MNIST (MIT licence) is Debian's package dataset-fashion-mnist (`apt-get install "
+        "dataset-fashion-mnist`), or the four IDX files from the Zalando Research fashion-mnist repository."))
   return _cached_image_datasets(directory, batch_size, image_size, normalization, channels, seed)
 
 

@@ -22,6 +22,8 @@ Registered (parameter counts):
   * heldout suite (batch size in the name): ``fmnist_ae_16x16_128x32x128_b32``: 74,272 params;
     ``mnist_ae_28x28_64x16x64_b32`` (MNIST digits): 103,328 params; ``mnist_vae_16x16_64_z8_b32``: 34,704 params;
     ``fmnist_vae_28x28_64_z8_b64``: 102,816 params.
+  * test suite (the full Fashion-MNIST): ``fmnist60k_ae_28x28_128x32x128_b64``: 209,968 params;
+    ``fmnist60k_vae_28x28_128_z16_b64``: 207,920 params.
 """
 
 from __future__ import annotations

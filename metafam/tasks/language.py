@@ -17,6 +17,8 @@ Registered (Shakespeare, V = 76, T = 64, batch 32):
   * ``shakespeare_char_transformer_2x64``: d = 64, L = 2, 4 heads, M = 256, GELU: 113,996 params.
   * heldout suite: ``shakespeare_char_lstm_32_t32_b32`` (T = 32, E = 16, H = 32): 9,996 params;
     ``shakespeare_char_transformer_1x32_t16_b32`` (T = 16, d = 32, L = 1, 2 heads, M = 128): 18,220 params.
+  * test suite: ``shakespeare_char_lstm_128_t32_b16`` (T = 32, E = 64, H = 128): 113,484 params;
+    ``shakespeare_char_transformer_2x64_t32_b16`` (T = 32, d = 64, L = 2, 4 heads, M = 256): 111,948 params.
 """
 
 from __future__ import annotations

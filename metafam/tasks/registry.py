@@ -160,6 +160,69 @@ def _quadratic(dim):
   return build
 
 
+# -- the test suite's tasks (`metafam.benchmark.suites.TEST_HORIZONS`): evaluated once per shipped optimizer, never
+# tuned on. Full-size data at the sizes people train: the whole Fashion-MNIST (60,000 training images at 28x28, read
+# from ``$METAFAM_FASHION_MNIST_DIR`` or Debian's ``dataset-fashion-mnist`` package; nothing ships it) and the embedded
+# Shakespeare corpus; 10^5-10^6 parameters except the convex model.
+def _full_fmnist(batch_size):
+  from metafam.datasets.images import fashion_mnist_datasets
+  return fashion_mnist_datasets(batch_size, 28, data_dir="full")
+
+
+def _test_mlp(hidden_sizes, batch_size, activation="relu"):
+  suffix = "" if activation == "relu" else f"_{activation}"
+  kind = f"mlp_28x28_{'x'.join(map(str, hidden_sizes))}" if hidden_sizes else "logreg_28x28"
+  name = f"fmnist60k_{kind}{suffix}_b{batch_size}"
+
+  def build():
+    from metafam.tasks.image_mlp import ImageMLPTask
+    return ImageMLPTask(hidden_sizes, activation=activation, datasets=_full_fmnist(batch_size), name=name)
+  return build
+
+
+def _test_conv(channels, batch_size):
+  name = f"fmnist60k_conv_28x28_{'x'.join(map(str, channels))}_b{batch_size}"
+
+  def build():
+    from metafam.tasks.conv import ConvTask
+    return ConvTask(channels, datasets=_full_fmnist(batch_size), name=name)
+  return build
+
+
+def _test_ae(hidden_sizes, batch_size):
+  name = f"fmnist60k_ae_28x28_{'x'.join(map(str, hidden_sizes))}_b{batch_size}"
+
+  def build():
+    from metafam.tasks.autoencoder import MLPAutoencoderTask
+    return MLPAutoencoderTask(hidden_sizes, datasets=_full_fmnist(batch_size), name=name)
+  return build
+
+
+def _test_vae(hidden_size, latent_size, batch_size):
+  name = f"fmnist60k_vae_28x28_{hidden_size}_z{latent_size}_b{batch_size}"
+
+  def build():
+    from metafam.tasks.autoencoder import VAETask
+    return VAETask((hidden_size,), latent_size, (hidden_size,), datasets=_full_fmnist(batch_size), name=name)
+  return build
+
+
+TEST_TASKS: Dict[str, Callable] = {
+    "fmnist60k_mlp_28x28_256x256_b128": _test_mlp((256, 256), 128),  # 269,322 params
+    "fmnist60k_mlp_28x28_512x512_b32": _test_mlp((512, 512), 32),  # 669,706 params
+    "fmnist60k_mlp_28x28_384x96_b32": _test_mlp((384, 96), 32),  # 339,370 params
+    "fmnist60k_mlp_28x28_128x128x128_b64": _test_mlp((128, 128, 128), 64),  # 134,794 params
+    "fmnist60k_mlp_28x28_160x160x160x160_gelu_b64": _test_mlp((160, 160, 160, 160), 64, "gelu"),  # 204,490 params
+    "fmnist60k_mlp_28x28_128x128x128x128x128x128_tanh_b64": _test_mlp((128,) * 6, 64, "tanh"),  # 184,330 params
+    "fmnist60k_logreg_28x28_b128": _test_mlp((), 128),  # 7,850 params
+    "fmnist60k_conv_28x28_16x32x64x128_b32": _test_conv((16, 32, 64, 128), 32),  # 98,442 params
+    "fmnist60k_ae_28x28_128x32x128_b64": _test_ae((128, 32, 128), 64),  # 209,968 params
+    "fmnist60k_vae_28x28_128_z16_b64": _test_vae(128, 16, 64),  # 207,920 params
+    "shakespeare_char_lstm_128_t32_b16": _heldout_lm("lstm", 128, 16, 32),  # 113,484 params
+    "shakespeare_char_transformer_2x64_t32_b16": _heldout_lm("transformer", 64, 16, 32, 2, 4),  # 111,948 params
+}
+
+
 TASKS: Dict[str, Callable] = {
     "quadratic_10": _quadratic(10),  # 10 params
     "fmnist_mlp_8x8_32": _image_mlp((32,), 8),            # 2,410 params
@@ -178,6 +241,7 @@ TASKS: Dict[str, Callable] = {
     "shakespeare_char_lstm_64": _lstm_lm(64, 32),  # 32,204 params
     "shakespeare_char_transformer_2x64": _transformer_lm(2, 64, 4),  # 113,996 params
     **HELDOUT_TASKS,
+    **TEST_TASKS,
 }
 
 
