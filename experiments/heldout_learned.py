@@ -1,14 +1,23 @@
 """A learned optimizer on the heldout suite, with its step scale fixed or tuned per task like a learning rate.
 
     python experiments/heldout_learned.py [--checkpoint runs/meta_train/checkpoint.npz] [--tune_step]
+    python experiments/heldout_learned.py --pretrained generalist_v1 --schedules constant warmup_cosine --out DIR
+    python experiments/heldout_learned.py --pretrained generalist_v1 --suite test --confirm_test --out DIR
 
 Without ``--checkpoint`` the optimizer's initial theta is scored. With ``--tune_step`` its updates are scaled by
 ``rate / --step_mult`` and the rate is tuned per task by the baselines' own procedure (same 7-point grid half a
 decade apart, centred on ``--step_mult``; same seeds; selection on ``inner_valid``; constant schedule), which is the
 same as tuning the optimizer's ``step_mult`` (its step is linear in it). Prints the suite's aggregates, how many
 tasks end below tuned Adam's final loss and above 1.5x of it, and the divergences.
+
+``--pretrained NAME`` scores a shipped optimizer of `metafam.pretrained` through its optax face,
+``optax_transform(NAME, rate)``, with the rate tuned per task on the grid around ``--step_mult`` (``--tune_step`` is
+implied; the optimizer's step is the rate). ``--out DIR`` writes the suite report (`write_suite_report`: per-task
+scores, per-seed speedups, the paired comparisons with every shipped baseline). ``--suite test`` scores on the test
+suite, which needs ``--confirm_test`` (it is run once per shipped optimizer).
 """
 import argparse
+import functools
 import json
 import time
 
@@ -16,7 +25,7 @@ import jax
 import numpy as np
 import optax
 
-from metafam.benchmark import evaluate_suite
+from metafam.benchmark import baseline_evaluations, evaluate_suite, format_suite, load_normalizers, write_suite_report
 from metafam.benchmark.runner import load_theta
 from metafam.optimizers.registry import get_learned_optimizer
 
@@ -33,10 +42,24 @@ def main():
                  help="with --tune_step: the grid reaches this many half-decades either side of --step_mult")
   p.add_argument("--schedules", nargs="+", default=["constant"], choices=["constant", "warmup_cosine"],
                  help="with --tune_step: the schedules tried per task, as for the baselines")
+  p.add_argument("--pretrained", default=None, help="a shipped optimizer of metafam.pretrained (e.g. generalist_v1)")
+  p.add_argument("--suite", default="heldout", choices=["heldout", "test"], help="the suite scored on")
+  p.add_argument("--confirm_test", action="store_true", help="needed with --suite test (run once per optimizer)")
+  p.add_argument("--out", default=None, help="write the suite report (JSON, CSV, plots) to this directory")
   args = p.parse_args()
+  if args.suite == "test" and not args.confirm_test:
+    p.error("--suite test is the test split, scored once per shipped optimizer: add --confirm_test")
+  suite = dict(suite=args.suite, confirm_test=args.confirm_test)
+  grid = args.step_mult * 10 ** (0.5 * np.arange(-args.grid_halfwidth, args.grid_halfwidth + 1))
+  start = time.perf_counter()
+  if args.pretrained:
+    from metafam.pretrained import optax_transform
+    factory = functools.partial(optax_transform, args.pretrained)
+    factory.__name__ = args.pretrained
+    evaluation = evaluate_suite(factory, learning_rates=grid, schedules=args.schedules, **suite)
+    return report(evaluation, time.perf_counter() - start, args)
   lopt = get_learned_optimizer(args.optimizer, **{"step_mult": args.step_mult, **json.loads(args.kwargs)})
   theta = lopt.init(jax.random.key(0)) if args.checkpoint is None else load_theta(args.checkpoint)
-  start = time.perf_counter()
   if args.tune_step:
     base = lopt.as_optax(theta)
 
@@ -45,11 +68,17 @@ def main():
       return optax.chain(base, optax.scale_by_schedule(lambda count: rate(count) / args.step_mult))
 
     scaled.__name__ = f"{args.optimizer}_tuned_step"
-    grid = args.step_mult * 10 ** (0.5 * np.arange(-args.grid_halfwidth, args.grid_halfwidth + 1))
-    evaluation = evaluate_suite(scaled, learning_rates=grid, schedules=args.schedules)
+    evaluation = evaluate_suite(scaled, learning_rates=grid, schedules=args.schedules, **suite)
   else:
-    evaluation = evaluate_suite((lopt, theta))
-  wall = time.perf_counter() - start
+    evaluation = evaluate_suite((lopt, theta), **suite)
+  report(evaluation, time.perf_counter() - start, args)
+
+
+def report(evaluation, wall, args):
+  if args.out:
+    baselines = baseline_evaluations(load_normalizers(suite=args.suite))
+    print(format_suite(evaluation, baselines))
+    print("wrote", ", ".join(write_suite_report(evaluation, args.out, baselines)))
   for key, a in evaluation.aggregates.items():
     print(f"{key}: {a.value:.2f} [{a.low:.2f}, {a.high:.2f}]")
   ratios = [s.loss_ratio for s in evaluation.scores]
