@@ -116,3 +116,15 @@ def test_generate_collect_and_score_a_suite(tiny_suite, tmp_path):
   # Compared with its own stored curves: every (seed, seed') pair of equal speedups ties, so P = 0.5, IQM diff 0.
   assert vs_self and vs_self[0]["P(candidate > baseline) [95% CI]"].startswith("0.50")
   assert vs_self[0]["IQM difference [95% CI]"] == "+0.00 [+0.00, +0.00]"
+
+
+def test_shipped_test_baselines_cover_the_suite():
+  data = heldout.load_normalizers(suite="test")
+  assert data["suite"] == "test" and data["procedure"]["eval_examples"] == bl.TEST_EVAL_EXAMPLES
+  assert sorted(list(data["tasks"]) + list(data["pending"])) == sorted(TEST_HORIZONS)
+  for name, entry in data["tasks"].items():
+    assert entry["horizon"] == TEST_HORIZONS[name] and set(entry["baselines"]) == set(bl.SUITE_SPECS["test"].optimizers)
+    for opt, b in entry["baselines"].items():
+      assert not b["at_edge"] and np.isfinite(b["learning_rate"]), (name, opt)  # the tuned rate is interior
+      assert np.all(np.isfinite(b["test_curves"])), (name, opt)
+    assert entry["reference"]["learning_rate"] == bl.constant_rate(bl.TunedBaseline.from_json(entry["baselines"]["adam"]))
