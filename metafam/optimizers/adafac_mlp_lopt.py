@@ -82,6 +82,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from metafam._checks import check_bool, check_positive_int
 from metafam.optimizers import _features as F
 from metafam.optimizers.base import Optimizer, OptimizerState, check_grad_matches
 from metafam.optimizers.learned import LearnedOptimizer
@@ -127,16 +128,10 @@ class AdafacMLPLOpt(LearnedOptimizer):
     self.eps, self.norm_eps = F.check_positive("eps", eps), F.check_positive("norm_eps", norm_eps)
     self.out_init_scale = F.check_positive("out_init_scale", out_init_scale, allow_zero=True)
     self.descent_init = bool(descent_init)
-    if not isinstance(orthogonal_momentum, (bool, np.bool_)):
-      raise ValueError(f"orthogonal_momentum must be True or False, got {orthogonal_momentum!r}.")
-    self.orthogonal_momentum = bool(orthogonal_momentum)
-    if not isinstance(unit_rms_step, (bool, np.bool_)):
-      raise ValueError(f"unit_rms_step must be True or False, got {unit_rms_step!r}.")
-    self.unit_rms_step = bool(unit_rms_step)
+    self.orthogonal_momentum = check_bool("orthogonal_momentum", orthogonal_momentum)
+    self.unit_rms_step = check_bool("unit_rms_step", unit_rms_step)
     self.fan_in_power = F.check_positive("fan_in_power", fan_in_power, allow_zero=True)
-    if isinstance(base_fan_in, (bool, np.bool_)) or not isinstance(base_fan_in, (int, np.integer)) or base_fan_in < 1:
-      raise ValueError(f"base_fan_in must be a positive integer, got {base_fan_in!r}.")
-    self.base_fan_in = int(base_fan_in)
+    self.base_fan_in = check_positive_int("base_fan_in", base_fan_in)
 
   @property
   def name(self) -> str:

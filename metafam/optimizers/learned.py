@@ -23,7 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from metafam.optimizers.base import Optimizer, OptimizerState, check_grad_matches, check_number
+from metafam._checks import check_number
+from metafam.optimizers.base import Optimizer, OptimizerState, check_grad_matches
 from metafam.optimizers.optax_adapter import optimizer_as_optax
 from metafam.tasks._nn import num_params
 
