@@ -36,7 +36,8 @@ flags.DEFINE_string("recipe", None, "A meta-training recipe: a shipped one (gene
                     "(metafam.outer_trainers.recipes). It sets the learned optimizer, the families (one estimator "
                     "each), the estimator, the trajectory lengths and the meta-optimizer, so it excludes --family, "
                     "--optimizer, --estimator and --trajectory_length; --num_steps, --num_pairs, --unroll_length, "
-                    "--sigma, --step_mult and the meta-optimizer flags override its values when given.",
+                    "--sigma, --step_mult, --perturbation(_rank) and the meta-optimizer flags override its values "
+                    "when given.",
                     flag_values=FLAGS)
 flags.DEFINE_string("optimizer", "adafac_muon_mlp_lopt", "Optimizer: a registered learned optimizer, or for "
                     "evaluate/benchmark a hand-designed one (`metafam list` names both).", flag_values=FLAGS)

@@ -1,16 +1,9 @@
 """The `metafam` command line: ``metafam COMMAND [ARGS] [--flags]`` (also ``python -m metafam``).
 
-Commands:
-  meta-train           meta-train a learned optimizer on a task family, then compare it with tuned Adam on held-out
-                       instances (test split); writes checkpoints, metrics.jsonl, summary.json and PNG plots.
-  evaluate             train a task or suite with a named optimizer or a saved learned optimizer; print/save results.
-  benchmark            run the benchmark suite: tuned Adam baselines and the given optimizers, tables and plots.
-  list                 list the registered tasks, families, optimizers, estimators, recipes and suites.
-  convert-checkpoint   convert a legacy pickle checkpoint (``OLD NEW --trust_pickle``) into the current format.
-  launch               run meta-train as N local processes of one multi-process run (``--num_processes N --
-                       meta-train [flags]``); see `metafam.distributed`.
-
-``metafam --help`` lists the commands; ``metafam COMMAND --help`` lists the command's flags with their defaults.
+The commands (meta-train, evaluate, benchmark, list, convert-checkpoint, launch) and their flags are defined in
+`metafam._cli_spec`; ``metafam --help`` lists the commands, ``metafam COMMAND --help`` a command's flags with their
+defaults. ``meta-train`` turns its flags into a `metafam.outer_trainers.recipes.Recipe` (or loads ``--recipe``) and
+runs a `metafam.outer_trainers.run.MetaTrainingRun`; evaluate and benchmark run `metafam.benchmark`.
 
 Bad input (unknown names, non-finite or out-of-range numbers, flags that the command does not take, an output
 directory that cannot be written, that holds another run's results or that a live run is using, a corrupted,
@@ -37,6 +30,7 @@ from absl import flags
 from metafam._cli_spec import (COMMANDS, EXIT_CODES, FLAGS, HELP_ARGS, PER_PROCESS_FLAGS, RECIPE_EXCLUDES,
                                RECIPE_OVERRIDES, command_usage, usage)
 from metafam._registry import UnknownNameError, lookup
+
 
 class UsageError(Exception):
   """Bad input: reported as one line with exit code 2."""
@@ -338,28 +332,20 @@ def cmd_launch(*argv: str) -> int:
   return distributed.launch_local(list(argv), num_processes)
 
 
-def _enable_compilation_cache() -> None:
-  """Persists compiled programs across runs (``$METAFAM_JAX_CACHE``, default ~/.cache/metafam/jax; "" disables).
-
-  Compilation dominates short CPU runs; a second run of the same command starts in seconds. Only the command line
-  does this: the library never changes JAX's configuration.
-  """
+def _configure_jax(devices: int) -> None:
+  """What only the command line changes in JAX's configuration (the library never does): a persistent compilation
+  cache (``$METAFAM_JAX_CACHE``, default ~/.cache/metafam/jax; "" disables), since compiling dominates short CPU runs,
+  and ``devices`` CPU devices (one per core to use), asked for before JAX starts (no effect once it has started)."""
   import jax
   path = os.environ.get("METAFAM_JAX_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "metafam", "jax"))
   if path and not jax.config.jax_compilation_cache_dir:
     jax.config.update("jax_compilation_cache_dir", path)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
-
-
-def _request_cpu_devices(count: int) -> None:
-  """Asks JAX for ``count`` CPU devices (one per core to use) before it starts; other platforms are unaffected."""
-  if count <= 1:
-    return
-  import jax
-  try:
-    jax.config.update("jax_num_cpu_devices", count)
-  except RuntimeError:  # JAX already started in this process (main() called from a program): keep its devices
-    pass
+  if devices > 1:
+    try:
+      jax.config.update("jax_num_cpu_devices", devices)
+    except RuntimeError:  # JAX already started in this process (main() called from a program): keep its devices
+      pass
 
 
 # -- entry point -----------------------------------------------------------------------------------------------------
@@ -429,8 +415,7 @@ def _main(argv: List[str]) -> int:
         "meta-train": cmd_meta_train, "list": cmd_list, "evaluate": cmd_evaluate, "benchmark": cmd_benchmark,
         "convert-checkpoint": cmd_convert_checkpoint, "launch": cmd_launch}
     if command in ("meta-train", "evaluate", "benchmark"):
-      _enable_compilation_cache()
-      _request_cpu_devices(FLAGS.devices)
+      _configure_jax(FLAGS.devices)
     return handlers[command](*args) or 0
   except PeerFailureError as e:  # leave at once: JAX's exit hook would wait for the dead process, then abort
     print(f"metafam: error: {_one_line(e)}", file=sys.stderr)
