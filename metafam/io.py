@@ -223,7 +223,10 @@ def check_output_dir(path: str, what: str = "output directory") -> None:
     raise OutputDirectoryError(f"{what} {path!r} cannot be created: {ancestor!r} is a file, not a directory.")
   if not os.access(ancestor, os.W_OK | os.X_OK):
     raise OutputDirectoryError(f"{what} {path!r} is not writable ({ancestor!r} denies writing).")
-  DirectoryLock.check_free(path)
+  try:
+    DirectoryLock.check_free(path)
+  except DirectoryBusyError as e:
+    raise DirectoryBusyError(f"{what} {e}") from None
 
 
 def lock_output_dir(path: str, what: str = "output directory") -> DirectoryLock:
@@ -242,9 +245,11 @@ def lock_output_dir(path: str, what: str = "output directory") -> DirectoryLock:
   lock = DirectoryLock(path)
   try:
     lock.acquire()
-  except BaseException:
+  except BaseException as e:
     if created and not os.listdir(path):
       os.rmdir(path)
+    if isinstance(e, DirectoryBusyError):
+      raise DirectoryBusyError(f"{what} {e}") from None
     raise
   lock._created_dir = created
   return lock

@@ -62,13 +62,9 @@ sqrt(v_k)`` for the decay nearest 0.9, so the optimizer starts as per-tensor-nor
 or with ``orthogonal_momentum`` the orthogonalized momentum (Muon on matrices, Adafactor momentum on vectors); steps
 are about ``step_mult`` per element (1e-3 by default: small steps), and every meta-parameter gets a gradient.
 
-Per-step cost (8x8 MLP, 2,410 params, CPU, jitted; medians on a shared, noisy machine, two runs): 7-11x Adam's
-update inside a jitted loop (the feature construction dominates; the width-4 MLP is cheap) and 1.7x per single
-jitted call, where dispatch dominates at this size. The state holds ``K`` momenta plus the factors (``K`` full
-second moments only for vectors and scalars). ``orthogonal_momentum`` adds 5 Newton-Schulz iterations (small
-matrix products) per matrix and step: about 1.9x the default's update time alone (one lane: 152 against 79 us, 33x
-against 17x Adam's, measured beside a test run), 1.4x per meta-step of the main job (4,000 NRES meta-steps of 16
-lanes: 104-112 s against 77 s).
+The feature construction dominates an update (the width-4 MLP is cheap); ``orthogonal_momentum`` adds 5
+Newton-Schulz iterations (small matrix products) per matrix and step (costs: docs/performance/inner-loop.md). The
+state holds ``K`` momenta plus the factors (``K`` full second moments only for vectors and scalars).
 """
 
 from __future__ import annotations

@@ -427,7 +427,7 @@ class MetaTrainingRun:
                eval_steps: int = 200, devices: Any = None):
     if not isinstance(recipe, Recipe):
       raise TypeError(f"recipe must be a Recipe (metafam.outer_trainers.recipes), got {type(recipe).__name__}.")
-    self.recipe, self.output_dir, self.seed = recipe, output_dir, seed
+    self.recipe, self.output_dir, self.seed = recipe, output_dir, int(check_number("seed", seed, low=0, integer=True))
     self.lopt, self.trainer = recipe.build(devices=devices, eval_num_tasks=eval_tasks, eval_steps=eval_steps,
                                            seed=seed)
 
