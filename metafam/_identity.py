@@ -4,7 +4,7 @@ The one policy for compiled programs: a program built for one object lives on th
 which dies with it); a program shared across calls is keyed by the identity of the objects it was built for, held
 weakly, through one of these two:
 
-* `IdentityKey`: a static argument of a module-level `jax.jit` (`metafam.evaluation.evaluate`), so jit's own bounded
+* `IdentityKey`: a static argument of a module-level `jax.jit` (`metafam.inner.runner`), so jit's own bounded
   cache serves every (task, optimizer) pair without keeping either alive;
 * `IdentityCache`: ``(object, hashable key) -> value`` built once (e.g. an evaluator's programs per learned
   optimizer); an object's entries are dropped when it dies.

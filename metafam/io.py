@@ -2,7 +2,8 @@
 
 Every file metafam writes goes through a temporary file and `os.replace` (`atomic_write`), except logs that grow by
 one record at a time, which `append_line` extends all-or-nothing. `DirectoryLock` keeps two runs out of one output
-directory.
+directory; `check_output_dir` (creating nothing) and `lock_output_dir` (create, prove writable, lock) are the checks
+every command makes of its output directory before expensive work.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ import io
 import json
 import os
 import secrets
+import tempfile
 from typing import Any, Optional, Tuple
 
 __all__ = ["atomic_write", "write_json", "save_figure", "append_line", "LOCK_NAME", "DirectoryLock",
-           "DirectoryBusyError"]
+           "DirectoryBusyError", "OutputDirectoryError", "check_output_dir", "lock_output_dir"]
 
 
 def _create_temporary(directory: str, name: str) -> Tuple[int, str]:
@@ -75,7 +77,7 @@ def append_line(path: str, line: str) -> None:
   A write that fails part-way (a full disk, a quota, a file-size limit, an I/O error) is undone by truncating the
   file back to its previous length before the `OSError` propagates, so the file never ends in a partial record
   because of a failed write. A crash of the process mid-write can still leave one; readers of such logs drop a
-  partial last line (`metafam.outer_trainers.meta_trainer.read_metrics`).
+  partial last line (`metafam.outer_trainers.run.read_metrics`).
   """
   data = (line.rstrip("\n") + "\n").encode()
   fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
@@ -107,6 +109,10 @@ def _busy(path: str, lock_path: str, holder: bytes) -> DirectoryBusyError:
   who = f"process {pid}" if pid.isdigit() else "another process"
   return DirectoryBusyError(f"{path!r} is in use by a live metafam run ({who} holds {lock_path}); wait for it to "
                             "finish or choose another output directory.")
+
+
+def _times(stat: os.stat_result) -> Tuple[int, int]:
+  return stat.st_atime_ns, stat.st_mtime_ns
 
 
 class DirectoryLock:
@@ -145,7 +151,13 @@ class DirectoryLock:
   def acquire(self) -> "DirectoryLock":
     if self._fd is not None:
       raise RuntimeError(f"DirectoryLock({self.path!r}) is already held by this object.")
+    created_dir = not os.path.isdir(self.path)
     os.makedirs(self.path, exist_ok=True)
+    try:
+      with open(self.lock_path, "rb") as f:
+        previous: Optional[Tuple[bytes, int, int]] = (f.read(), *_times(os.fstat(f.fileno())))
+    except FileNotFoundError:
+      previous = None
     fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
     try:
       fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -160,12 +172,26 @@ class DirectoryLock:
       os.ftruncate(fd, 0)
       os.pwrite(fd, pid, 0)
     self._fd = fd
+    self._previous, self._created_dir = previous, created_dir
     return self
 
-  def release(self) -> None:
-    if self._fd is not None:
-      os.close(self._fd)  # closing the descriptor releases the flock
-      self._fd = None
+  def release(self, restore: bool = False) -> None:
+    """Releases the lock; with ``restore`` (a run refused after taking it) the lock file gets back the bytes and times
+    it had before `acquire` (or is removed, with the directory if `acquire` created it and it is empty again)."""
+    if self._fd is None:
+      return
+    if restore:
+      if self._previous is None:
+        os.unlink(self.lock_path)
+        if self._created_dir and not os.listdir(self.path):
+          os.rmdir(self.path)
+      else:
+        data, atime, mtime = self._previous
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, data, 0)
+        os.utime(self._fd, ns=(atime, mtime))
+    os.close(self._fd)  # closing the descriptor releases the flock
+    self._fd = None
 
   @property
   def held(self) -> bool:
@@ -176,3 +202,54 @@ class DirectoryLock:
 
   def __exit__(self, *exc) -> None:
     self.release()
+
+
+class OutputDirectoryError(ValueError):
+  """An output directory that cannot be used (empty path, a file, not writable)."""
+
+
+def check_output_dir(path: str, what: str = "output directory") -> None:
+  """Raises `OutputDirectoryError` (starting with ``what`` and the path), creating nothing, for an output directory
+  that is empty, a file or under one, or whose nearest existing ancestor is not writable; `DirectoryBusyError` when a
+  live metafam process holds its lock."""
+  if not path:
+    raise OutputDirectoryError(f"{what} must not be empty.")
+  if os.path.exists(path) and not os.path.isdir(path):
+    raise OutputDirectoryError(f"{what} {path!r} exists and is not a directory.")
+  ancestor = os.path.abspath(path)
+  while not os.path.exists(ancestor):
+    ancestor = os.path.dirname(ancestor)
+  if not os.path.isdir(ancestor):
+    raise OutputDirectoryError(f"{what} {path!r} cannot be created: {ancestor!r} is a file, not a directory.")
+  if not os.access(ancestor, os.W_OK | os.X_OK):
+    raise OutputDirectoryError(f"{what} {path!r} is not writable ({ancestor!r} denies writing).")
+  try:
+    DirectoryLock.check_free(path)
+  except DirectoryBusyError as e:
+    raise DirectoryBusyError(f"{what} {e}") from None
+
+
+def lock_output_dir(path: str, what: str = "output directory") -> DirectoryLock:
+  """Creates ``path``, proves it writable with a probe file (removed again) and returns its held `DirectoryLock`
+  (`OutputDirectoryError` naming ``what`` if it cannot be written, `DirectoryBusyError` if a live run holds it). A
+  caller refused after this releases with ``restore=True``: the directory is then as it was."""
+  created = not os.path.isdir(path)
+  try:
+    os.makedirs(path, exist_ok=True)
+    with tempfile.TemporaryFile(dir=path):
+      pass
+  except OSError as e:
+    if created and os.path.isdir(path) and not os.listdir(path):
+      os.rmdir(path)
+    raise OutputDirectoryError(f"{what} {path!r} cannot be written ({e.strerror or e}).") from None
+  lock = DirectoryLock(path)
+  try:
+    lock.acquire()
+  except BaseException as e:
+    if created and not os.listdir(path):
+      os.rmdir(path)
+    if isinstance(e, DirectoryBusyError):
+      raise DirectoryBusyError(f"{what} {e}") from None
+    raise
+  lock._created_dir = created
+  return lock

@@ -18,12 +18,13 @@ from meta_setup import build_trainer, quadratic_family
 from metafam import cli
 from metafam.benchmark import learned_optimizer, load_theta, run_benchmark
 from metafam.inner import ConstantSchedule
-from metafam.io import LOCK_NAME, atomic_write, write_json
+from metafam.io import atomic_write, write_json
 from metafam.optimizers import SGD, HandDesigned, LearnableAdam, LearnableSGD, LearnedOptimizer, MLPLOpt
 from metafam import optimizers as optimizers_module
 from metafam.outer_trainers import MetaTrainState, MetaTrainer, checkpoint, make_estimator
 from metafam.outer_trainers.checkpoint import CheckpointError
-from metafam.outer_trainers.meta_trainer import CHECKPOINT_NAME, LEGACY_CHECKPOINT_NAME
+from metafam.outer_trainers import run
+from metafam.outer_trainers.run import CHECKPOINT_NAME, LEGACY_CHECKPOINT_NAME
 from metafam.tasks.quadratic import QuadraticTask
 
 
@@ -84,7 +85,7 @@ LOADERS = {
     "learned_optimizer": lambda p: learned_optimizer(LearnableSGD(), p),
     "run_benchmark": lambda p: run_benchmark([QuadraticTask(2)], {"l": (LearnableSGD(), p)}, num_steps=2,
                                              tuned=None, reference=None, progress=False),
-    "MetaTrainer.restore": lambda p: build_trainer().restore(p, None),
+    "run.restore": lambda p: run.restore(build_trainer(), p, None),
 }
 
 
@@ -118,8 +119,8 @@ def test_meta_train_resume_refuses_a_pickle_in_the_output_dir(tmp_path, evil, na
   assert_legacy_refusal(str(e.value))
   if name == LEGACY_CHECKPOINT_NAME:  # the suggested conversion writes the file a resumed run reads
     assert str(e.value).endswith(f"{path} {os.path.join(out, CHECKPOINT_NAME)} --trust_pickle")
-  # Nothing started over (the run's directory lock, metafam.io.LOCK_NAME, is all it left).
-  assert sorted(os.listdir(out)) == sorted([name, LOCK_NAME]) and open(path, "rb").read() == before
+  # Nothing started over, and the refused run took its directory lock (metafam.io.LOCK_NAME) back out.
+  assert os.listdir(out) == [name] and open(path, "rb").read() == before
 
 
 @pytest.mark.parametrize("command", ["evaluate", "benchmark", "meta-train"])
@@ -174,8 +175,8 @@ def test_meta_train_state_round_trips_exactly(tmp_path, estimator_trainer):
   trainer = estimator_trainer
   state = trainer.init(jax.random.key(3))
   path = str(tmp_path / "state.npz")
-  trainer.save(state, path)
-  restored = trainer.restore(path, trainer.init(jax.random.key(4)))  # the config's tuple is stored as a list
+  run.save(trainer, state, path)
+  restored = run.restore(trainer, path, trainer.init(jax.random.key(4)))  # the config's tuple is stored as a list
   assert isinstance(restored, MetaTrainState)
   same(state, restored)
   header = checkpoint.read_header(path)
@@ -352,7 +353,7 @@ def test_converted_legacy_checkpoint_resumes_bit_identically(tmp_path, capsys):
   resumed, history = trainer.train(4, key=jax.random.key(5), output_dir=out, progress=False)
   assert [h["step"] for h in history] == [3, 4]
   same(straight, resumed)
-  same(straight, trainer.restore(new, trainer.init(jax.random.key(0))))  # the final checkpoint, in v2
+  same(straight, run.restore(trainer, new, trainer.init(jax.random.key(0))))  # the final checkpoint, in v2
 
 
 # -- permissions ----------------------------------------------------------------------------------------------------

@@ -47,7 +47,9 @@ def test_meta_train_writes_files_and_resumes(tmp_path, capsys):
     assert [json.loads(line)["step"] for line in f] == [1, 2, 3, 4, 5]
   with open(os.path.join(out_dir, "summary.json")) as f:
     summary = json.load(f)
-  assert summary["meta_steps"] == 5 and summary["config"]["family"] == "quadratic_family_10"
+  family = summary["config"]["recipe"]["families"][0]
+  assert summary["meta_steps"] == 5 and family == {"kind": "registered", "kwargs": {"name": "quadratic_family_10"},
+                                                   "augmentations": []}
   assert set(summary["eval"]["learned"]) == {"learned (init)", "learned (final)"}
   final = summary["eval"]["learned"]["learned (final)"]
   assert len(final["speedup_per_instance"]) == 2 and set(final["speedup"]) >= {"value", "low", "high"}
@@ -91,6 +93,10 @@ def test_bad_input_is_one_line_and_exit_code_2(args, message, capsys, tmp_path):
 def test_other_runs_checkpoint_and_corrupted_checkpoint_are_refused_and_kept(tmp_path, capsys):
   out_dir = str(tmp_path / "run")
   assert run(["meta-train", "--num_steps=2", f"--output_dir={out_dir}"] + TINY, capsys)[0] == 0
+  # The lock file as a run long gone leaves it (another pid; nobody holds the flock): a refusal after the directory
+  # was locked gives the lock file its bytes back, so every byte of the directory is as it was.
+  with open(os.path.join(out_dir, ".metafam.lock"), "wb") as f:
+    f.write(b"999999999")
   files = {n: open(os.path.join(out_dir, n), "rb").read() for n in os.listdir(out_dir)}
   code, _, err = run(["meta-train", "--num_steps=4", "--seed=1", f"--output_dir={out_dir}"] + TINY, capsys)
   assert code == 2 and "belongs to a different run" in err and len(err.strip().splitlines()) == 1
@@ -102,6 +108,7 @@ def test_other_runs_checkpoint_and_corrupted_checkpoint_are_refused_and_kept(tmp
   assert code == 2 and "corrupted" in err
   assert open(ckpt, "rb").read() == files["checkpoint.npz"][:100]  # left as found, for the user to inspect
   assert open(os.path.join(out_dir, "metrics.jsonl"), "rb").read() == files["metrics.jsonl"]
+  assert open(os.path.join(out_dir, ".metafam.lock"), "rb").read() == b"999999999"
 
 
 def test_low_rank_perturbation_is_part_of_the_run_config(tmp_path, capsys):
@@ -109,7 +116,7 @@ def test_low_rank_perturbation_is_part_of_the_run_config(tmp_path, capsys):
   low_rank = ["--perturbation=low_rank", "--perturbation_rank=2"]
   assert run(["meta-train", "--num_steps=2", f"--output_dir={out_dir}"] + TINY + low_rank, capsys)[0] == 0
   with open(os.path.join(out_dir, "summary.json")) as f:
-    assert json.load(f)["config"]["perturbation_rank"] == 2
+    assert json.load(f)["config"]["recipe"]["perturbation_rank"] == 2
   code, _, err = run(["meta-train", "--num_steps=3", f"--output_dir={out_dir}"] + TINY, capsys)
   assert code == 2 and "belongs to a different run" in err
   assert run(["meta-train", "--num_steps=3", f"--output_dir={out_dir}"] + TINY + low_rank, capsys)[0] == 0
@@ -160,7 +167,7 @@ def test_step_mult_is_recorded_and_evaluate_rebuilds_the_optimizer_with_it(tmp_p
   args = ["meta-train", "--num_steps=2", f"--output_dir={run_dir}", "--optimizer=mlp_lopt", "--step_mult=0.05"]
   assert run(args + [a for a in TINY if not a.startswith("--optimizer")], capsys)[0] == 0
   ckpt = os.path.join(run_dir, "checkpoint.npz")
-  assert checkpoint.read_metadata(ckpt)["config"]["step_mult"] == 0.05
+  assert checkpoint.read_metadata(ckpt)["config"]["recipe"]["step_mult"] == 0.05
   (opt,) = cli.build_optimizers("mlp_lopt", learning_rate=1.0, checkpoint=ckpt).values()
   # The same theta under step_mult 0.05 (as trained) and 0.005 (the wrong scale): the CLI's must be the first.
   step = {}
@@ -173,4 +180,5 @@ def test_step_mult_is_recorded_and_evaluate_rebuilds_the_optimizer_with_it(tmp_p
     step[mult] = np.asarray(ref.get_params(new)["w"]) - 1.0
   np.testing.assert_array_equal(step["cli"], step[0.05])
   assert np.all(np.abs(step[0.005]) < np.abs(step[0.05]))
-  assert cli.learned_optimizer_kwargs("learnable_sgd", 0.05) == {}  # optimizers without a step_mult
+  from metafam.optimizers.registry import takes_step_mult
+  assert takes_step_mult("mlp_lopt") and not takes_step_mult("learnable_sgd")  # optimizers without a step_mult

@@ -128,11 +128,6 @@ def test_paired_step_layout():
     step.replace(num_pairs=2)
 
 
-def test_cli_estimator_names_are_the_registry():
-  from metafam import cli
-  assert sorted(cli.ESTIMATORS) == sorted(ESTIMATORS)
-
-
 def test_initial_theta_is_the_theta_init_starts_from():
   lopt = MLPLOpt()  # random initial weights: theta depends on the key
   trainer = _trainer(_user_estimator(lopt), lopt)

@@ -13,7 +13,7 @@ import pytest
 from metafam.datasets.base import SPLITS, ArraySplit, Datasets
 from metafam.evaluation import (ensemble_apply, ensemble_init, ensemble_size, eval_points, train_and_evaluate,
                                 train_and_evaluate_vectorized, tree_stack, tree_take, tree_unstack)
-from metafam.evaluation.evaluate import _ByIdentity
+from metafam._identity import IdentityKey as _ByIdentity
 from metafam.optimizers.base import SGD, Adam
 from metafam.taskfamilies.quadratic import NoisyQuadraticFamily
 from metafam.tasks.base import Task

@@ -25,11 +25,11 @@ import pytest
 from meta_setup import build_trainer
 from metafam import cli, distributed, resources
 from metafam.benchmark import load_theta
-from metafam.io import LOCK_NAME, DirectoryBusyError, DirectoryLock, append_line
+from metafam.io import DirectoryBusyError, DirectoryLock, append_line
 from metafam.optimizers.learned import LearnableSGD
 from metafam.outer_trainers import GradientEstimate, GradientEstimator, MetaTrainer, checkpoint, read_metrics
 from metafam.outer_trainers.checkpoint import CheckpointError
-from metafam.outer_trainers.meta_trainer import CHECKPOINT_NAME, METRICS_NAME, RunDivergedError
+from metafam.outer_trainers.run import CHECKPOINT_NAME, METRICS_NAME, RunDivergedError, check_memory
 from metafam.outer_trainers.preemption import EXIT_PREEMPTED
 
 TINY = ["--family=quadratic_family_10", "--optimizer=learnable_sgd", "--estimator=pes", "--num_pairs=2",
@@ -342,6 +342,26 @@ class _NaNAfter(GradientEstimator):
     return 1
 
 
+def test_a_lock_released_with_restore_leaves_the_directory_as_it_was(tmp_path):
+  """What a refused run relies on: `DirectoryLock.release(restore=True)` gives the lock file its bytes and times back,
+  or removes it (and the directory, if the lock created it) when there was none."""
+  old = tmp_path / "old"
+  old.mkdir()
+  (old / ".metafam.lock").write_bytes(b"12")
+  os.utime(old / ".metafam.lock", ns=(10 ** 18, 10 ** 18))
+  before = snapshot(str(old))
+  lock = DirectoryLock(str(old)).acquire()
+  assert (old / ".metafam.lock").read_bytes() == str(os.getpid()).encode()
+  lock.release(restore=True)
+  assert snapshot(str(old)) == before and not lock.held
+  new = tmp_path / "new" / "run"
+  DirectoryLock(str(new)).acquire().release(restore=True)
+  assert not new.exists()  # the directory the lock created is removed (its parent, made on the way, stays)
+  kept = DirectoryLock(str(new)).acquire()
+  kept.release()
+  assert (new / ".metafam.lock").read_bytes() == str(os.getpid()).encode()
+
+
 def test_consecutive_skipped_updates_stop_the_run_naming_the_step_and_checkpoint(tmp_path):
   trainer = MetaTrainer(LearnableSGD(0.1), [_NaNAfter(3)], optax.adam(0.1))
   with pytest.raises(RunDivergedError) as e:
@@ -398,8 +418,7 @@ def test_a_checkpoint_with_non_finite_theta_is_refused_by_every_load_path(tmp_pa
     assert cli.main(["metafam", *args]) == 2, args
     line = one_line(capsys.readouterr().err, "metafam: error: ")
     assert "meta-parameter theta['log_lr'] holds 1 infinite value(s) of 1" in line, line
-  unlocked = lambda files: {k: v for k, v in files.items() if k != LOCK_NAME}  # the refused resume held the lock
-  assert unlocked(snapshot(out)) == unlocked(before)
+  assert snapshot(out) == before  # the lock file included: the refused resume gave it its bytes back
   with pytest.raises(CheckpointError, match=r"theta\['log_lr'\] holds 1 infinite"):
     load_theta(path)
 
@@ -407,7 +426,7 @@ def test_a_checkpoint_with_non_finite_theta_is_refused_by_every_load_path(tmp_pa
 # -- memory ----------------------------------------------------------------------------------------------------------
 def test_memory_estimate_is_xla_s_buffer_assignment_of_the_meta_step():
   trainer = build_trainer(num_pairs=2)
-  estimate = trainer.check_memory(jax.random.key(0))  # fits easily
+  estimate = check_memory(trainer, jax.random.key(0))  # fits easily
   state = trainer.init(jax.random.key(0))
   size = lambda x: (jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x).nbytes
   state_bytes = sum(size(x) for x in jax.tree.leaves(state))
@@ -437,4 +456,4 @@ def test_cli_refuses_a_run_that_cannot_fit_before_allocating_it(tmp_path, cache_
   need, have = (float(x) for x in re.findall(r"([0-9.]+) GiB", line))
   assert need > have and have < 6  # the number, against the limit it ran under
   assert time.monotonic() - started < 120
-  assert not os.path.exists(os.path.join(run, CHECKPOINT_NAME))
+  assert not os.path.exists(run)  # refused: the directory it created (and locked) is gone again

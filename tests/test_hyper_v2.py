@@ -165,13 +165,31 @@ def test_no_loss_and_no_num_steps_use_the_documented_defaults():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(lstm_hidden_size=0), "lstm_hidden_size must be an int >= 1, got 0"),
+    (dict(lstm_hidden_size=0), r"lstm_hidden_size must be an int >= 1 \(not a bool\), got 0"),
     (dict(initial_rms_decays=(0.9, 0.99)), "initial_rms_decays must have 1 or 3 entries"),
     (dict(initial_adafactor_decays=(0.9,)), "initial_adafactor_decays 3"),
-    (dict(initial_momentum_decays=(0.9, 1.0, 0.5)), r"initial_momentum_decays\[1\] must lie in \(0, 1\)"),
+    (dict(initial_momentum_decays=(0.9, 1.0, 0.5)),
+     r"initial_momentum_decays\[1\] must be a finite number in \(0, 1\)"),
     (dict(step_mult=float("nan")), "step_mult must be a finite number > 0"),
     (dict(ff_hidden_size=1, descent_init=True), "ff_hidden_size must be an int >= 2"),
 ])
 def test_bad_arguments_are_named(kwargs, message):
   with pytest.raises(ValueError, match=message):
     HyperV2(**kwargs)
+
+
+def test_an_eager_update_does_not_keep_the_optimizer_alive():
+  """The shared update program is keyed by the instance's identity, held weakly (metafam._identity): once the caller
+  drops the optimizer, jit's cache does not keep it (and its theta) alive."""
+  import gc
+  import weakref
+  lopt = HyperV2(lstm_hidden_size=4, param_inits=2)
+  opt = lopt.opt_fn(lopt.init(jax.random.key(0)))
+  state = opt.update(opt.init({"v": jnp.ones(3)}), {"v": jnp.full(3, 0.5)}, loss=1.0)
+  again = opt.update(opt.init({"v": jnp.ones(3)}), {"v": jnp.full(3, 0.5)}, loss=1.0)  # the same program
+  np.testing.assert_array_equal(state.params["v"], again.params["v"])
+  assert not np.array_equal(np.asarray(state.params["v"]), np.ones(3))
+  alive = weakref.ref(lopt)
+  del lopt, opt, state, again
+  gc.collect()
+  assert alive() is None

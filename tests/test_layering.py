@@ -77,3 +77,30 @@ def test_compat_layer_has_no_import_cycles():
   graph = {name: sorted(m for m in _imported(path) if m in modules and m != name) for name, path in modules.items()}
   assert sum(len(v) for v in graph.values()) > 50          # the graph is really read
   assert _cycle(graph) is None, _cycle(graph)
+
+
+def test_runner_sits_below_evaluation_and_training():
+  """`Runner`, fixed-length single-lane training, lives in `metafam.inner` (the layer that owns single-lane
+  training): nothing in `metafam.inner` imports evaluation, training, benchmark or outer_trainers, and both
+  `metafam.evaluation` and `metafam.training` take it from there (training never imports evaluation)."""
+  above = ("metafam.evaluation", "metafam.training", "metafam.benchmark", "metafam.outer_trainers")
+  offenders = {name: sorted(m for m in _imported(path) if m.startswith(above))
+               for name, path in _modules("metafam/inner").items()}
+  assert "metafam.inner.runner" in offenders and not any(offenders.values()), offenders
+  training = {name: sorted(m for m in _imported(path) if m.startswith("metafam.evaluation"))
+              for name, path in _modules("metafam/training").items()}
+  assert not any(training.values()), training
+  for module in ("metafam/training/trainer.py", "metafam/evaluation/evaluate.py"):
+    assert "metafam.inner.runner.Runner" in _imported(os.path.join(ROOT, module)), module
+  assert "class Runner" not in open(os.path.join(ROOT, "metafam/evaluation/evaluate.py"), encoding="utf-8").read()
+
+
+def test_the_command_line_holds_no_run_logic():
+  """`metafam meta-train` parses flags into a `Recipe` and runs a `MetaTrainingRun`: cli.py neither builds
+  estimators or trainers nor defines a run's identity or a copy of a registry."""
+  with open(os.path.join(ROOT, "metafam/cli.py"), encoding="utf-8") as f:
+    source = f.read()
+  for name in ("MetaTrainer(", "make_estimator", "RUN_CONFIG_KEYS", "ESTIMATORS = ", "inspect.signature",
+               "compare_with_tuned_adam", "read_metadata"):
+    assert name not in source, name
+  assert "MetaTrainingRun(" in source and "recipe_from_flags" in source

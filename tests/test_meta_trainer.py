@@ -14,6 +14,7 @@ from meta_setup import build_trainer, quadratic_family
 from metafam.inner import ConstantSchedule, TruncatedStep
 from metafam.optimizers.learned import LearnableSGD
 from metafam.outer_trainers import CheckpointError
+from metafam.outer_trainers.run import restore
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -57,7 +58,7 @@ def test_kill_and_resume_in_a_new_process_equals_an_uninterrupted_run(tmp_path):
   for steps in (n // 2, n):  # first process stops at n/2 (a checkpoint), the second resumes from it
     subprocess.run([sys.executable, os.path.join(HERE, "meta_setup.py"), out, str(steps)], check=True, env=env,
                    capture_output=True, timeout=600)
-  resumed = trainer.restore(os.path.join(out, "checkpoint.npz"), trainer.init(jax.random.key(7)))
+  resumed = restore(trainer, os.path.join(out, "checkpoint.npz"), trainer.init(jax.random.key(7)))
   assert int(resumed.step) == n
   jax.tree.map(lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7),
                straight, resumed)

@@ -24,7 +24,7 @@ from metafam.optimizers import (SGD, SGDM, Adam, HandDesigned, LearnableAdam, Le
                                 OptaxOptimizer, Optimizer)
 from metafam.optimizers.learned import log1p_neg_safe, sqrt_zero_safe
 from metafam.outer_trainers import GradientEstimate, GradientEstimator, MetaTrainer, make_estimator
-from metafam.outer_trainers.meta_trainer import METRICS_NAME, read_metrics
+from metafam.outer_trainers.run import METRICS_NAME, read_metrics
 from metafam.taskfamilies.augmentations import LowPrecisionFamily
 from metafam.taskfamilies.base import TaskFamily, single_task_to_family
 from metafam.taskfamilies.quadratic import QuadraticFamily

@@ -392,26 +392,24 @@ def write_suite_report(evaluation: SuiteEvaluation, out_dir: str,
   paths = [os.path.join(out_dir, f"{suite}.json"), os.path.join(out_dir, f"{suite}_tasks.csv")]
   write_json(paths[0], json.loads(json.dumps(record, default=float)))
   atomic_write(paths[1], table_csv(TASK_HEADERS, task_rows(evaluation)).encode())
-  try:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+  try:  # the object-oriented API without pyplot: no global figure registry, no process-wide backend switch
+    from matplotlib.figure import Figure
   except ImportError:
     return paths
   from metafam.io import save_figure
   thresholds = np.geomspace(0.1, bl.REFERENCE_FACTOR, 60)
-  fig, ax = plt.subplots(figsize=(6, 4))
+  fig = Figure(figsize=(6, 4))
+  ax = fig.subplots()
   for e in everyone.values():
     ax.step(thresholds, performance_profile([s.speedup for s in e.scores], thresholds), where="post",
             label=e.name, linewidth=2.5 if e is evaluation else 1.0)
   ax.set(xscale="log", xlabel="speedup over tuned Adam, at least", ylabel="fraction of tasks", ylim=(0, 1.02))
   ax.legend(fontsize=7)
   save_figure(fig, os.path.join(out_dir, "profile.png"))
-  plt.close(fig)
   names = list(evaluation.curves)
   cols = 4
-  fig, axes = plt.subplots((len(names) + cols - 1) // cols, cols, figsize=(4 * cols, 3 * ((len(names) + 3) // 4)),
-                           squeeze=False)
+  fig = Figure(figsize=(4 * cols, 3 * ((len(names) + 3) // 4)))
+  axes = fig.subplots((len(names) + cols - 1) // cols, cols, squeeze=False)
   for ax, task in zip(axes.ravel(), names):
     for e in everyone.values():
       if task in e.curves:
@@ -423,5 +421,4 @@ def write_suite_report(evaluation: SuiteEvaluation, out_dir: str,
     ax.axis("off")
   axes.ravel()[0].legend(fontsize=6)
   save_figure(fig, os.path.join(out_dir, f"{suite}_curves.png"))
-  plt.close(fig)
   return paths + [os.path.join(out_dir, "profile.png"), os.path.join(out_dir, f"{suite}_curves.png")]

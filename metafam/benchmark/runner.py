@@ -36,7 +36,9 @@ from metafam.evaluation.metrics import Aggregate, RunCurves, normalize
 from metafam.benchmark.suites import resolve_tasks
 from metafam.benchmark.sweep import (DEFAULT_SPLITS, TUNABLE, SweepResult, check_learning_rates,
                                      default_learning_rates, tune_learning_rate)
-from metafam.evaluation.evaluate import check_positive_int, check_splits, train_and_evaluate_vectorized
+from metafam._checks import check_positive_int
+from metafam.evaluation.evaluate import train_and_evaluate_vectorized
+from metafam.inner.runner import check_splits
 from metafam.optimizers.base import OptaxOptimizer, Optimizer
 from metafam.optimizers.learned import LearnedOptimizer
 from metafam.outer_trainers import checkpoint, flax_msgpack
@@ -82,6 +84,21 @@ def learned_optimizer(lopt: LearnedOptimizer, theta_or_path: Any) -> Optimizer:
                      f"{[np.shape(g) for g in got_leaves]}, expected {want_def} with {[w.shape for w in want_leaves]}.")
   theta = jax.tree.map(lambda x, w: jnp.asarray(x, w.dtype), theta, expected)
   return lopt.opt_fn(theta)
+
+
+def learned_optimizer_from_checkpoint(name: str, path: Union[str, os.PathLike]) -> Optimizer:
+  """The registered learned optimizer ``name`` with the meta-parameters in ``path`` (`learned_optimizer`), built as it
+  was meta-trained: a meta-training checkpoint records the run's recipe, whose ``step_mult`` is passed back (a wrong
+  scale would silently change every update); otherwise the library default."""
+  from metafam.optimizers.registry import get_learned_optimizer, takes_step_mult
+  from metafam.outer_trainers.recipes import stored_identity
+  try:
+    identity = stored_identity(checkpoint.read_metadata(os.fspath(path)).get("config"))
+  except checkpoint.CheckpointError:
+    identity = None  # not a meta-training checkpoint: `learned_optimizer` says what it is
+  step_mult = identity["recipe"]["step_mult"] if identity else None
+  kwargs = {"step_mult": step_mult} if step_mult is not None and takes_step_mult(name) else {}
+  return learned_optimizer(get_learned_optimizer(name, **kwargs), path)
 
 
 OptimizerSpec = Union[Optimizer, optax.GradientTransformation, Tuple[LearnedOptimizer, Any]]

@@ -34,8 +34,9 @@ import optax
 
 from metafam.evaluation.metrics import RunCurves, normalize
 from metafam.evaluation import tuning
-from metafam.evaluation.evaluate import (OptimizerLike, Runner, as_keys, as_optimizer, check_positive_int, check_splits, eval_points,
-                                         train_between_evals)
+from metafam._checks import check_positive_int
+from metafam.evaluation.evaluate import train_between_evals
+from metafam.inner.runner import OptimizerLike, Runner, as_keys, as_optimizer, check_splits, eval_points
 from metafam.evaluation.tuning import check_learning_rates, default_learning_rates, select_best
 from metafam.optimizers.base import OptaxOptimizer, OptimizerState
 from metafam.optimizers.optax_zoo import OPTAX_FACTORIES

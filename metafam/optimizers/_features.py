@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from metafam._checks import check_number
 from metafam.optimizers import low_rank
 from metafam.optimizers.base import OptimizerState
 
@@ -92,23 +93,15 @@ def logit(x: float) -> float:
   return float(np.log(x) - np.log1p(-x))
 
 
-def _is_real(value: Any) -> bool:
-  return (isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
-          and bool(np.isfinite(value)))
-
-
 def check_positive(name: str, value: float, allow_zero: bool = False) -> float:
-  """``float(value)`` if it is a finite number ``> 0`` (``>= 0`` with ``allow_zero``), or ValueError naming ``name``."""
-  if not (_is_real(value) and (value >= 0 if allow_zero else value > 0)):
-    raise ValueError(f"{name} must be a finite number {'>=' if allow_zero else '>'} 0, got {value!r}.")
-  return float(value)
+  """``float(value)`` if it is a finite number ``> 0`` (``>= 0`` with ``allow_zero``), by
+  `metafam._checks.check_number`."""
+  return float(check_number(name, value, low=0.0, low_open=not allow_zero))
 
 
 def check_unit_interval(name: str, value: float) -> float:
-  """``float(value)`` if it lies in the open interval (0, 1), or ValueError naming ``name``."""
-  if not (_is_real(value) and 0 < value < 1):
-    raise ValueError(f"{name} must lie in (0, 1), got {value!r}.")
-  return float(value)
+  """``float(value)`` if it lies in the open interval (0, 1): `metafam._checks.check_number`."""
+  return float(check_number(name, value, low=0.0, high=1.0, low_open=True, high_open=True))
 
 
 def check_decays(name: str, decays: Sequence[float]) -> Tuple[float, ...]:
@@ -135,10 +128,8 @@ def check_sizes(name: str, sizes: Sequence[int], minimum: int = 1) -> Tuple[int,
 
 
 def check_size(name: str, size: int, minimum: int = 1) -> int:
-  """``int(size)`` if it is an int >= ``minimum``, or ValueError naming ``name``."""
-  if not (isinstance(size, (int, np.integer)) and not isinstance(size, (bool, np.bool_)) and size >= minimum):
-    raise ValueError(f"{name} must be an int >= {minimum}, got {size!r}.")
-  return int(size)
+  """``int(size)`` if it is an int >= ``minimum`` (`metafam._checks.check_number`)."""
+  return int(check_number(name, size, low=minimum, integer=True))
 
 
 def next_state(state: OptimizerState, params: Any, model_state: Any, opt_state: Any) -> OptimizerState:

@@ -62,13 +62,9 @@ sqrt(v_k)`` for the decay nearest 0.9, so the optimizer starts as per-tensor-nor
 or with ``orthogonal_momentum`` the orthogonalized momentum (Muon on matrices, Adafactor momentum on vectors); steps
 are about ``step_mult`` per element (1e-3 by default: small steps), and every meta-parameter gets a gradient.
 
-Per-step cost (8x8 MLP, 2,410 params, CPU, jitted; medians on a shared, noisy machine, two runs): 7-11x Adam's
-update inside a jitted loop (the feature construction dominates; the width-4 MLP is cheap) and 1.7x per single
-jitted call, where dispatch dominates at this size. The state holds ``K`` momenta plus the factors (``K`` full
-second moments only for vectors and scalars). ``orthogonal_momentum`` adds 5 Newton-Schulz iterations (small
-matrix products) per matrix and step: about 1.9x the default's update time alone (one lane: 152 against 79 us, 33x
-against 17x Adam's, measured beside a test run), 1.4x per meta-step of the main job (4,000 NRES meta-steps of 16
-lanes: 104-112 s against 77 s).
+The feature construction dominates an update (the width-4 MLP is cheap); ``orthogonal_momentum`` adds 5
+Newton-Schulz iterations (small matrix products) per matrix and step (costs: docs/performance/inner-loop.md). The
+state holds ``K`` momenta plus the factors (``K`` full second moments only for vectors and scalars).
 """
 
 from __future__ import annotations
@@ -82,6 +78,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from metafam._checks import check_bool, check_positive_int
 from metafam.optimizers import _features as F
 from metafam.optimizers.base import Optimizer, OptimizerState, check_grad_matches
 from metafam.optimizers.learned import LearnedOptimizer
@@ -127,16 +124,10 @@ class AdafacMLPLOpt(LearnedOptimizer):
     self.eps, self.norm_eps = F.check_positive("eps", eps), F.check_positive("norm_eps", norm_eps)
     self.out_init_scale = F.check_positive("out_init_scale", out_init_scale, allow_zero=True)
     self.descent_init = bool(descent_init)
-    if not isinstance(orthogonal_momentum, (bool, np.bool_)):
-      raise ValueError(f"orthogonal_momentum must be True or False, got {orthogonal_momentum!r}.")
-    self.orthogonal_momentum = bool(orthogonal_momentum)
-    if not isinstance(unit_rms_step, (bool, np.bool_)):
-      raise ValueError(f"unit_rms_step must be True or False, got {unit_rms_step!r}.")
-    self.unit_rms_step = bool(unit_rms_step)
+    self.orthogonal_momentum = check_bool("orthogonal_momentum", orthogonal_momentum)
+    self.unit_rms_step = check_bool("unit_rms_step", unit_rms_step)
     self.fan_in_power = F.check_positive("fan_in_power", fan_in_power, allow_zero=True)
-    if isinstance(base_fan_in, (bool, np.bool_)) or not isinstance(base_fan_in, (int, np.integer)) or base_fan_in < 1:
-      raise ValueError(f"base_fan_in must be a positive integer, got {base_fan_in!r}.")
-    self.base_fan_in = int(base_fan_in)
+    self.base_fan_in = check_positive_int("base_fan_in", base_fan_in)
 
   @property
   def name(self) -> str:

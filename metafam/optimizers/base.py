@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import numbers
 from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
+
+from metafam._checks import check_number
 
 
 @functools.partial(jax.tree_util.register_dataclass,
@@ -66,32 +66,6 @@ class Optimizer:
 
   def __repr__(self) -> str:
     return f"<Optimizer {self.name}>"
-
-
-def check_number(name: str, value: Any, low: Optional[float] = None, high: Optional[float] = None,
-                 low_open: bool = False, high_open: bool = False, integer: bool = False) -> Any:
-  """Returns ``value`` if it is a finite real number (an int with ``integer``) within the bounds, else ValueError.
-
-  A bool is never a number here, and NaN or an infinity never passes: a bare ``if not value > 0`` lets ``inf``
-  through, and ``if value <= 0`` lets ``nan`` through. ``low`` / ``high`` bound the value, excluded with
-  ``low_open`` / ``high_open``. The error names the argument, what is accepted and what was given.
-  """
-  kinds = (int, np.integer) if integer else (numbers.Real,)
-  ok = isinstance(value, kinds) and not isinstance(value, (bool, np.bool_)) and np.isfinite(value)
-  ok = ok and (low is None or (value > low if low_open else value >= low))
-  ok = ok and (high is None or (value < high if high_open else value <= high))
-  if not ok:
-    if low is not None and high is not None:
-      bounds = f" in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
-    elif low is not None:
-      bounds = f" {'>' if low_open else '>='} {low:g}"
-    elif high is not None:
-      bounds = f" {'<' if high_open else '<='} {high:g}"
-    else:
-      bounds = ""
-    kind = "an int" if integer else "a finite number"
-    raise ValueError(f"{name} must be {kind}{bounds} (not a bool), got {value!r}.")
-  return value
 
 
 def check_grad_matches(params: Any, grad: Any) -> None:

@@ -57,6 +57,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from metafam._identity import IdentityKey
 from metafam.optimizers import _features as F
 from metafam.optimizers.base import Optimizer, check_grad_matches
 from metafam.optimizers.learned import LearnedOptimizer
@@ -388,7 +389,7 @@ class _HyperV2Optimizer(Optimizer):
     compiles once instead of dispatching a few hundred operations one by one)."""
     check_grad_matches(opt_state.params, grad)
     loss = 1.0 if self.lopt.constant_loss or loss is None else loss
-    new = _jitted_update(self.lopt, self.theta, opt_state, grad,
+    new = _jitted_update(IdentityKey(self.lopt), self.theta, opt_state, grad,
                          jnp.asarray(loss, opt_state.loss_buffer["means"].dtype))
     return dataclasses.replace(new, state=opt_state.state if model_state is None else model_state)
 
@@ -470,5 +471,8 @@ class _HyperV2Optimizer(Optimizer):
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def _jitted_update(lopt: HyperV2, theta: dict, opt_state: HyperV2State, grad: Any, loss: jax.Array) -> HyperV2State:
-  return _HyperV2Optimizer(lopt, theta)._apply(opt_state, grad, loss)
+def _jitted_update(lopt: IdentityKey, theta: dict, opt_state: HyperV2State, grad: Any, loss: jax.Array
+                   ) -> HyperV2State:
+  """The update's program, shared by the calls of one `HyperV2` instance: keyed by its identity and holding it
+  weakly (`metafam._identity`), so jit's cache does not keep dead instances alive."""
+  return _HyperV2Optimizer(lopt.value, theta)._apply(opt_state, grad, loss)

@@ -23,7 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from metafam.optimizers.base import Optimizer, OptimizerState, check_grad_matches, check_number
+from metafam._checks import check_number
+from metafam.optimizers.base import Optimizer, OptimizerState, check_grad_matches
 from metafam.optimizers.optax_adapter import optimizer_as_optax
 from metafam.tasks._nn import num_params
 
@@ -35,8 +36,8 @@ class LearnedOptimizer:
 
   ``lane_chunk``: vectorized training (`metafam.inner.TruncatedStep`) applies this optimizer's update to this many
   lanes at a time when it trains more (None: all lanes in one vmap). Per-parameter MLP optimizers set it, so that
-  one block's feature and hidden tensors stay in cache (measured: 256 lanes of MLPLOpt 23-30% faster with blocks of
-  16, while Adam runs 15% slower in blocks); the numbers change only by float rounding.
+  one block's feature and hidden tensors stay in cache (docs/performance/inner-loop.md, "Flat lane scaling"); the
+  numbers change only by float rounding.
 
   ``low_rank_weights``: ``opt_fn`` accepts a theta whose 2-D leaves are `metafam.optimizers.low_rank.Perturbed`
   (shared weights plus one lane's low-rank ES perturbation) and never forms the perturbed matrices; vectorized

@@ -39,7 +39,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from metafam.optimizers import _features as F
-from metafam.optimizers.base import Optimizer, check_grad_matches, check_number
+from metafam._checks import check_number
+from metafam.optimizers.base import Optimizer, check_grad_matches
 from metafam.optimizers.learned import LearnedOptimizer
 
 DEFAULT_DECAYS = (0.1, 0.5, 0.9, 0.99, 0.999, 0.9999)

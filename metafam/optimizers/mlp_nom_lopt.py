@@ -21,9 +21,7 @@ is `safe_sqrt` (zero slope at 0), so exact-zero gradient entries keep meta-gradi
 Meta-parameters (default config): 1,764 = MLP ``18 -> 32 -> 32 -> 3`` (1,763) + ``log_lr``. ``theta = {"mlp":
 {"w0", "b0", "w1", "b1", "w2", "b2"}, "log_lr": f32[]}``.
 
-Per-step cost: Adam plus an `MLPLOpt`-sized MLP per element (8x8 MLP, 2,410 params, CPU, jitted; medians on a
-shared, noisy machine, two runs): 24-30x Adam's update inside a jitted loop (like `MLPLOpt`) and 2.4-2.8x per single
-jitted call, where dispatch dominates at this size.
+Per-step cost: Adam plus an `MLPLOpt`-sized MLP per element (measured in docs/performance/inner-loop.md).
 """
 
 from __future__ import annotations

@@ -33,10 +33,8 @@ Meta-parameters (default config): 2,504 = LSTM 2,432 (``(21 + 16) * 64`` weights
 4`` + 4) + 4 base hyper-parameters. ``theta = {"lstm": {"w", "b"}, "head": {"w", "b"}, "log_lr",
 "logit_one_minus_beta1", "logit_one_minus_beta2", "log_epsilon"}``.
 
-Per-step cost: Adam's elementwise work plus a few reductions per tensor and one LSTM step over the tensors (8x8 MLP,
-2,410 params, CPU, jitted; medians on a shared, noisy machine, two runs): 3-6x Adam's update inside a jitted loop
-and 1.7-1.9x per single jitted call. The LSTM's cost does not grow with tensor size; the statistics add a few
-reductions over each tensor (not measured on larger models).
+Per-step cost: Adam's elementwise work plus a few reductions per tensor and one LSTM step over the tensors, whose
+cost does not grow with tensor size (measured in docs/performance/inner-loop.md).
 """
 
 from __future__ import annotations

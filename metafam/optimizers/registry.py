@@ -12,6 +12,7 @@ nothing.
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Callable, Dict, List
 
 from metafam._registry import lookup
@@ -54,6 +55,14 @@ def list_learned_optimizers() -> List[str]:
 def get_learned_optimizer(name: str, **kwargs) -> LearnedOptimizer:
   """A new ``LEARNED_OPTIMIZERS[name](**kwargs)``; `UnknownNameError` listing the valid names for an unknown one."""
   return lookup(LEARNED_OPTIMIZERS, name, "learned optimizer")(**kwargs)
+
+
+def takes_step_mult(name: str) -> bool:
+  """Whether the registered learned optimizer ``name`` has a ``step_mult`` argument (False for unknown names)."""
+  make = LEARNED_OPTIMIZERS.get(name)
+  if make is None:
+    return False
+  return "step_mult" in inspect.signature(make).parameters
 
 
 def _optax(name: str) -> Callable[[float], Optimizer]:

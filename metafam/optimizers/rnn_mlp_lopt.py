@@ -27,9 +27,8 @@ direction output, so the optimizer starts as per-tensor-normalized momentum desc
 ``step_mult = 1e-3`` per element, while the context still reaches the other units (every meta-parameter gets a
 gradient).
 
-Per-step cost: an `MLPLOpt`-sized MLP per element plus one LSTM step over the tensors (8x8 MLP, 2,410 params, CPU,
-jitted; medians on a shared, noisy machine, two runs): 32-37x Adam's update inside a jitted loop (`MLPLOpt`: 23-29x) and
-3-3.7x per single jitted call, where dispatch dominates at this size.
+Per-step cost: an `MLPLOpt`-sized MLP per element plus one LSTM step over the tensors (measured in
+docs/performance/inner-loop.md).
 """
 
 from __future__ import annotations

@@ -2,15 +2,18 @@
 
 A `Recipe` names a registered learned optimizer and its ``step_mult``, a mixture of task families (`FamilySpec`s:
 each family gets its own estimator, and a meta-step averages their meta-gradients, so families of different shapes
-share one theta), the estimator and its truncations, and the meta-optimizer. Recipes are JSON files; the shipped
-ones live in ``metafam/outer_trainers/recipes/`` and are named in `RECIPES`:
+share one theta), the estimator, its truncations and perturbation, and the meta-optimizer. It is the only
+description of a run: ``metafam meta-train``'s flags build a one-family recipe (`recipe_from_flags`), and
+``--recipe`` loads one. Recipes are JSON files; the shipped ones live in ``metafam/outer_trainers/recipes/`` and are
+named in `RECIPES`:
 
     recipe = load_recipe("generalist")                 # or load_recipe("path/to/my_recipe.json")
-    lopt, trainer = recipe.build(eval_num_tasks=16, eval_steps=200)
-    state, history = trainer.train(recipe.num_steps, key=jax.random.key(0), output_dir="runs/generalist")
+    run = MetaTrainingRun(recipe, "runs/generalist", seed=0)   # metafam.outer_trainers.run
+    result = run.run()
 
-``metafam meta-train --recipe generalist`` runs the same thing from the command line, checkpointed and resumable
-(its run configuration holds the recipe, so resuming with another one is refused).
+A run's identity (what must match to resume it) is `Recipe.identity`: the recipe less its name, prose and length,
+plus the seed. `stored_identity` maps the config a checkpoint stores to it, whichever metafam wrote it (the flag
+runs and ``--recipe`` runs of earlier versions included), so those resume.
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ import json
 import os
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from metafam._checks import check_positive_int
+import numpy as np
+
+from metafam._checks import check_number, check_positive_int
 from metafam.taskfamilies.spec import FamilySpec
 
 _HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "recipes")
@@ -36,28 +41,34 @@ class Recipe:
   """One meta-training run as data (see the module docstring). Values are checked on construction.
 
   Attributes:
-    name: the recipe's name (recorded in checkpoints).
+    name: the recipe's name (recorded in checkpoints, not part of the run's identity).
     optimizer: a registered learned optimizer (`metafam.optimizers.registry.LEARNED_OPTIMIZERS`).
-    step_mult: its ``step_mult`` (for a unit-RMS optimizer: the learning rate during meta-training).
+    step_mult: its ``step_mult`` (for a unit-RMS optimizer: the learning rate during meta-training); None for an
+      optimizer without one (or its library default).
     families: the mixture, one `FamilySpec` each (at least one).
     estimator: a registered estimator name ("nres", "pes", ...).
     num_pairs: antithetic pairs (lanes for "tbptt") per family.
     unroll_length: inner steps per truncation.
-    trajectory_lengths: ``(low, high)``: trajectory lengths are log-uniform in this range (`LogUniformSchedule`).
+    trajectory_lengths: ``(low, high)``: trajectory lengths are log-uniform in this range (`LogUniformSchedule`;
+      ``low == high``: every trajectory has that length, `ConstantSchedule`).
     sigma: the ES perturbation's standard deviation.
+    perturbation, perturbation_rank: the ES noise of matrix meta-parameters: "full" Gaussian, or "low_rank" with
+      factors of that rank (same covariance; ES estimators only).
     meta_learning_rate, meta_lr_decay_steps, clip_grad_norm: the meta-optimizer (`meta_optimizer`; clip 0: none).
     num_steps: meta-steps of the run.
     description: what the recipe is for, in words.
   """
   name: str
   optimizer: str
-  step_mult: float
+  step_mult: Optional[float]
   families: Tuple[FamilySpec, ...]
   estimator: str = "nres"
   num_pairs: int = 8
   unroll_length: int = 20
   trajectory_lengths: Tuple[int, int] = (100, 2000)
   sigma: float = 0.01
+  perturbation: str = "full"
+  perturbation_rank: int = 1
   meta_learning_rate: float = 3e-3
   meta_lr_decay_steps: int = 0
   clip_grad_norm: float = 1.0
@@ -66,8 +77,7 @@ class Recipe:
 
   def __post_init__(self):
     from metafam.inner.schedules import LogUniformSchedule
-    from metafam.optimizers.base import check_number
-    from metafam.optimizers.registry import LEARNED_OPTIMIZERS
+    from metafam.optimizers.registry import LEARNED_OPTIMIZERS, takes_step_mult
     from metafam.outer_trainers.registry import ESTIMATORS
     if not isinstance(self.name, str) or not self.name:
       raise ValueError(f"Recipe.name must be a non-empty string, got {self.name!r}.")
@@ -83,8 +93,18 @@ class Recipe:
     for field in ("num_pairs", "unroll_length", "num_steps"):
       check_positive_int(f"Recipe.{field}", getattr(self, field))
     check_number("Recipe.meta_lr_decay_steps", self.meta_lr_decay_steps, low=0, integer=True)
-    for field in ("step_mult", "sigma", "meta_learning_rate"):
+    for field in ("sigma", "meta_learning_rate"):
       check_number(f"Recipe.{field}", getattr(self, field), low=0.0, low_open=True)
+    if self.step_mult is not None:
+      check_number("Recipe.step_mult", self.step_mult, low=0.0, low_open=True)
+      if not takes_step_mult(self.optimizer):
+        raise ValueError(f"Recipe.step_mult: optimizer {self.optimizer} has no step_mult; it applies to "
+                         f"{', '.join(n for n in sorted(LEARNED_OPTIMIZERS) if takes_step_mult(n))}.")
+    if self.perturbation not in ("full", "low_rank"):
+      raise ValueError(f"Recipe.perturbation must be 'full' or 'low_rank', got {self.perturbation!r}.")
+    check_positive_int("Recipe.perturbation_rank", self.perturbation_rank)
+    if self.perturbation != "full" and self.estimator == "tbptt":
+      raise ValueError("Recipe.perturbation low_rank: estimator tbptt perturbs nothing; use an ES estimator.")
     check_number("Recipe.clip_grad_norm", self.clip_grad_norm, low=0.0)
     lengths = tuple(self.trajectory_lengths)
     if len(lengths) != 2:
@@ -112,33 +132,97 @@ class Recipe:
   def replace(self, **changes: Any) -> "Recipe":
     return dataclasses.replace(self, **changes)
 
+  def identity(self, seed: int) -> Dict[str, Any]:
+    """What identifies a run of this recipe with ``seed`` (resuming with anything else is refused): the recipe less
+    its name, description and length (a run may be continued to more meta-steps), as JSON data."""
+    recipe = {k: v for k, v in self.to_dict().items() if k not in ("name", "description", "num_steps")}
+    if recipe["perturbation"] == "full":
+      recipe["perturbation_rank"] = None  # meaningless for full noise
+    return json.loads(json.dumps({"recipe": recipe, "seed": int(seed)}))
+
   # -- building -----------------------------------------------------------------------------------------------
   def build_learned_optimizer(self):
     from metafam.optimizers.registry import get_learned_optimizer
-    return get_learned_optimizer(self.optimizer, step_mult=self.step_mult)
+    return get_learned_optimizer(self.optimizer, **({} if self.step_mult is None else {"step_mult": self.step_mult}))
 
-  def build_estimators(self, lopt, devices: Any = None, perturbation: str = "full", rank: int = 1) -> list:
-    """One estimator per family, in the order of ``families``."""
-    from metafam.inner.schedules import LogUniformSchedule
+  def schedule(self):
+    """The trajectory-length schedule: constant when ``low == high``, else log-uniform."""
+    from metafam.inner.schedules import ConstantSchedule, LogUniformSchedule
+    low, high = self.trajectory_lengths
+    return ConstantSchedule(low) if low == high else LogUniformSchedule(low, high)
+
+  def build_estimators(self, lopt, devices: Any = None, families: Optional[list] = None) -> list:
+    """One estimator per family, in the order of ``families`` (built from the specs unless given)."""
     from metafam.outer_trainers.registry import estimator_arguments, make_estimator
-    values = dict(unroll_length=self.unroll_length, sigma=self.sigma, perturbation=perturbation, rank=rank)
+    values = dict(unroll_length=self.unroll_length, sigma=self.sigma, perturbation=self.perturbation,
+                  rank=self.perturbation_rank)
+    low, high = self.trajectory_lengths
+    if low == high:  # full_es trains whole trajectories of this length (with a range: its own default)
+      values["trajectory_length"] = low
     accepted = estimator_arguments(self.estimator)
     kwargs = {k: v for k, v in values.items() if k in accepted}
-    schedule = LogUniformSchedule(*self.trajectory_lengths)
-    return [make_estimator(self.estimator, spec.build(), lopt, num_tasks=self.num_pairs, schedule=schedule,
-                           devices=devices, **kwargs) for spec in self.families]
+    families = [spec.build() for spec in self.families] if families is None else families
+    return [make_estimator(self.estimator, family, lopt, num_tasks=self.num_pairs, schedule=self.schedule(),
+                           devices=devices, **kwargs) for family in families]
 
-  def build(self, *, devices: Any = None, perturbation: str = "full", rank: int = 1, eval_num_tasks: int = 16,
-            eval_steps: int = 200, config: Optional[Dict[str, Any]] = None):
-    """``(learned optimizer, MetaTrainer)``; the trainer evaluates on the first family."""
+  def build(self, *, devices: Any = None, eval_num_tasks: int = 16, eval_steps: int = 200, seed: int = 0):
+    """``(learned optimizer, MetaTrainer)``; the trainer evaluates on the first family, and its config (stored in
+    checkpoints) is `identity` with ``seed``."""
     from metafam.outer_trainers.meta_trainer import MetaTrainer, meta_optimizer
     lopt = self.build_learned_optimizer()
-    estimators = self.build_estimators(lopt, devices=devices, perturbation=perturbation, rank=rank)
-    config = dict({"recipe": self.to_dict()} if config is None else config)
+    families = [spec.build() for spec in self.families]
+    estimators = self.build_estimators(lopt, devices=devices, families=families)
     trainer = MetaTrainer(lopt, estimators, meta_optimizer(self.meta_learning_rate, self.meta_lr_decay_steps),
-                          clip_grad_norm=self.clip_grad_norm or None, eval_family=self.families[0].build(),
-                          eval_num_tasks=eval_num_tasks, eval_steps=eval_steps, config=config)
+                          clip_grad_norm=self.clip_grad_norm or None, eval_family=families[0],
+                          eval_num_tasks=eval_num_tasks, eval_steps=eval_steps, config=self.identity(seed))
     return lopt, trainer
+
+
+# The flags of `metafam meta-train` that describe the run (and, with the seed, the config of checkpoints written by
+# metafam before recipes described every run).
+FLAG_KEYS = ("family", "optimizer", "estimator", "num_pairs", "unroll_length", "trajectory_length", "sigma",
+             "meta_learning_rate", "meta_lr_decay_steps", "clip_grad_norm", "step_mult")
+
+
+def recipe_from_flags(values: Mapping[str, Any]) -> Recipe:
+  """The one-family recipe of meta-train's flags (``FLAG_KEYS``, optionally ``perturbation``,
+  ``perturbation_rank`` and ``num_steps``): the registered family, a constant trajectory length, and ``step_mult``
+  only for an optimizer that has one."""
+  from metafam.optimizers.registry import takes_step_mult
+  perturbation = values.get("perturbation") or "full"
+  extra = {"num_steps": values["num_steps"]} if values.get("num_steps") is not None else {}
+  return Recipe(name=values["family"], optimizer=values["optimizer"],
+                step_mult=values["step_mult"] if takes_step_mult(values["optimizer"]) else None,
+                families=(FamilySpec("registered", {"name": values["family"]}),), estimator=values["estimator"],
+                num_pairs=values["num_pairs"], unroll_length=values["unroll_length"],
+                trajectory_lengths=(values["trajectory_length"],) * 2, sigma=values["sigma"],
+                perturbation=perturbation,
+                perturbation_rank=values.get("perturbation_rank") or 1 if perturbation != "full" else 1,
+                meta_learning_rate=values["meta_learning_rate"], meta_lr_decay_steps=values["meta_lr_decay_steps"],
+                clip_grad_norm=values["clip_grad_norm"], **extra)
+
+
+def stored_identity(config: Any) -> Optional[Dict[str, Any]]:
+  """The `Recipe.identity` of the run whose checkpoint stores ``config``, or None if it is no recipe run's.
+
+  Reads the config of every metafam version: the current one, ``--recipe`` runs of earlier versions (the recipe
+  with its name, the perturbation beside it) and flag runs of earlier versions (the flags, `FLAG_KEYS`).
+  """
+  if not isinstance(config, Mapping) or not isinstance(config.get("seed"), (int, np.integer)):
+    return None
+  perturbation = {k: config[k] for k in ("perturbation", "perturbation_rank") if config.get(k) is not None}
+  try:
+    if isinstance(config.get("recipe"), Mapping):
+      data = dict(config["recipe"], **perturbation)
+      data = {k: v for k, v in data.items() if not (k == "perturbation_rank" and v is None)}
+      recipe = Recipe.from_dict(dict(data, name=data.get("name") or "stored"))
+    elif all(k in config for k in FLAG_KEYS):
+      recipe = recipe_from_flags(dict(config, **perturbation))
+    else:
+      return None
+  except (TypeError, ValueError, KeyError):
+    return None
+  return recipe.identity(config["seed"])
 
 
 def list_recipes():

@@ -5,7 +5,7 @@
     result.params                 # the params with the best inner_valid loss (keep_best=True)
     result.history.eval_losses    # {"inner_valid": f32[E]}
 
-The steps between two evaluations are one jitted `lax.scan` (the `metafam.evaluation.Runner` engine, with batches
+The steps between two evaluations are one jitted `lax.scan` (the `metafam.inner.runner.Runner` engine, with batches
 gathered on the device when the datasets allow it); evaluation, keep-best and early stopping happen on the host at
 the evaluation points 0, eval_every, 2 * eval_every, ..., num_steps.
 """
@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from metafam._checks import check_positive_int
 from metafam.datasets.base import SPLITS
-from metafam.evaluation.evaluate import OptimizerLike, Runner, check_splits, eval_points
+from metafam.inner.runner import OptimizerLike, Runner, check_splits, eval_points
 from metafam.tasks.base import Task
 from metafam.training.callbacks import Callback, monitored_value
 
