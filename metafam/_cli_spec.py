@@ -97,6 +97,8 @@ _int("inner_steps", 200, "Inner training steps per task.")
 _int("seeds", 2, "Seeds per task.", upper=MAX_LANES)
 flags.DEFINE_bool("overwrite", False, "Replace the results of an earlier evaluate/benchmark in --output_dir.",
                   flag_values=FLAGS)
+flags.DEFINE_bool("confirm_test", False, "benchmark --suite test: confirm scoring on the test suite (run once per "
+                  "shipped optimizer, never for design choices; the result records it).", flag_values=FLAGS)
 # convert-checkpoint
 flags.DEFINE_bool("trust_pickle", False, "Confirm that the legacy pickle checkpoint comes from a trusted source "
                   "(unpickling it can run arbitrary code).", flag_values=FLAGS)
@@ -116,7 +118,8 @@ COMMANDS: Dict[str, Dict[str, Any]] = {
     "evaluate": dict(summary="train a task or suite with one optimizer (hand-designed, or learned from a "
                              "checkpoint) and save the results", args=(), flags=_SUITE_FLAGS),
     "benchmark": dict(summary="tuned Adam and SGDM baselines (and optionally one more optimizer) on a suite: "
-                              "tables, speedups and plots", args=(), flags=_SUITE_FLAGS),
+                              "tables, speedups and plots; --suite heldout (dev) or test: one optimizer against the "
+                              "shipped tuned baselines", args=(), flags=_SUITE_FLAGS + ("confirm_test",)),
     "list": dict(summary="list the registered tasks, families, optimizers, estimators, recipes and suites", args=(),
                  flags=()),
     "convert-checkpoint": dict(summary="convert a legacy pickle checkpoint into the current format (unpickling "

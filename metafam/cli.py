@@ -138,16 +138,22 @@ def cmd_evaluate() -> None:
 
 
 def build_heldout_candidate() -> Any:
-  """The candidate of ``benchmark --suite heldout``: a tunable hand-designed name (its rate is tuned on the grid)
-  or a learned optimizer with --checkpoint; flags that the suite fixes are refused."""
+  """The candidate of ``benchmark --suite heldout|test``: a tunable hand-designed name (its rate is tuned on the
+  grid) or a learned optimizer with --checkpoint; flags that the suite fixes are refused."""
   from metafam.benchmark.sweep import TUNABLE
   from metafam.optimizers.registry import LEARNED_OPTIMIZERS
+  suite = FLAGS.suite
   fixed = [f"--{n}" for n in ("task", "inner_steps", "seeds", "learning_rate", "seed") if FLAGS[n].present]
   if fixed:
-    raise UsageError(f"{', '.join(fixed)}: the heldout suite fixes its tasks, horizons, seeds and keys, and tunes a "
+    raise UsageError(f"{', '.join(fixed)}: the {suite} suite fixes its tasks, horizons, seeds and keys, and tunes a "
                      "hand-designed optimizer's learning rate itself; drop these flags.")
+  if suite == "test" and not FLAGS.confirm_test:
+    raise UsageError("--suite test is the test split, scored once per shipped optimizer and never used for design "
+                     "choices: add --confirm_test (or use --suite heldout, the development suite).")
+  if suite != "test" and FLAGS.confirm_test:
+    raise UsageError("--confirm_test only applies to --suite test.")
   if not FLAGS["optimizer"].present and FLAGS.checkpoint is None:
-    raise UsageError("--suite heldout needs --optimizer (a hand-designed name, tuned on the rate grid, or a learned "
+    raise UsageError(f"--suite {suite} needs --optimizer (a hand-designed name, tuned on the rate grid, or a learned "
                      "optimizer with --checkpoint).")
   if FLAGS.optimizer in LEARNED_OPTIMIZERS or FLAGS.checkpoint is not None:
     return next(iter(_optimizers().items()))
@@ -159,15 +165,16 @@ def _run_heldout() -> None:
   from metafam.benchmark.heldout import (NormalizerFileError, baseline_evaluations, evaluate_suite, format_suite,
                                          load_normalizers, write_suite_report)
   name, candidate = build_heldout_candidate()
-  out_dir = _prepare_output_dir("benchmark")
   try:
-    data = load_normalizers()
+    data = load_normalizers(suite=FLAGS.suite)
   except NormalizerFileError as e:
     raise UsageError(str(e)) from None
   if not data["tasks"]:
     raise UsageError(f"the normalizer file has no complete task yet (pending: {', '.join(data['pending'])}).")
+  out_dir = _prepare_output_dir("benchmark")
   with _locked(out_dir):
-    result = evaluate_suite(candidate, data=data, name=name, progress=FLAGS.progress)
+    result = evaluate_suite(candidate, data=data, name=name, progress=FLAGS.progress, suite=FLAGS.suite,
+                            confirm_test=FLAGS.confirm_test)
     baselines = baseline_evaluations(data)
     print(format_suite(result, baselines))
     paths = write_suite_report(result, out_dir, baselines)
@@ -176,7 +183,7 @@ def _run_heldout() -> None:
 
 
 def cmd_benchmark() -> None:
-  if FLAGS.suite == "heldout" and FLAGS["suite"].present:
+  if FLAGS.suite in ("heldout", "test") and FLAGS["suite"].present:
     return _run_heldout()
   _run_suite("benchmark", required=False, tuned=("adam", "sgdm"), reference="adam")
 

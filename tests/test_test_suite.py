@@ -128,3 +128,41 @@ def test_shipped_test_baselines_cover_the_suite():
       assert not b["at_edge"] and np.isfinite(b["learning_rate"]), (name, opt)  # the tuned rate is interior
       assert np.all(np.isfinite(b["test_curves"])), (name, opt)
     assert entry["reference"]["learning_rate"] == bl.constant_rate(bl.TunedBaseline.from_json(entry["baselines"]["adam"]))
+
+
+# -- the command line ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("args, message", [
+    (["--suite=test", "--optimizer=adam"], "--suite test is the test split.*add --confirm_test"),
+    (["--suite=heldout", "--optimizer=adam", "--confirm_test"], "--confirm_test only applies to --suite test"),
+    (["--suite=test", "--confirm_test", "--optimizer=adam", "--seeds=2"], "--seeds: the test suite fixes"),
+    (["--suite=test", "--confirm_test"], "--suite test needs --optimizer"),
+])
+def test_test_suite_cli_bad_input_is_one_line_and_exit_code_2(args, message, capsys, tmp_path):
+  import re
+  from metafam import cli
+  code = cli.main(["metafam", "benchmark", f"--output_dir={tmp_path / 'x'}"] + args)
+  err = capsys.readouterr().err
+  assert code == 2 and err.startswith("metafam: error: ") and len(err.strip().splitlines()) == 1, err
+  assert re.search(message, err), err
+  assert not os.path.exists(tmp_path / "x")
+
+
+@pytest.mark.slow
+def test_tuned_adam_on_the_test_suite_from_the_command_line(tmp_path):
+  """End to end on the shipped tasks: Adam handed in as a candidate (rate tuned on the grid, constant schedule)
+  retraces its own tuned constant-rate run, i.e. the speedup reference, so its speedup is 1 on every seed; the result
+  file records the suite and the time."""
+  from metafam import cli
+  try:
+    get_task(next(iter(heldout.load_normalizers(suite="test")["tasks"])))
+  except FileNotFoundError as e:
+    pytest.skip(f"the full Fashion-MNIST is not installed: {e}")
+  out = tmp_path / "test_run"
+  assert cli.main(["metafam", "benchmark", "--suite=test", "--confirm_test", "--optimizer=adam",
+                   f"--output_dir={out}", "--progress=false"]) == 0
+  with open(out / "test.json") as f:
+    record = json.load(f)
+  assert record["suite"] == "test" and record["evaluated_at"].endswith("+00:00")
+  assert record["candidate"] == "adam (candidate)"  # named like the shipped baseline: both rows are kept
+  iqm = record["summary"]["adam (candidate)"]["iqm"]
+  assert iqm["low"] <= 1.0 <= iqm["high"], iqm

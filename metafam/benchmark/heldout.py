@@ -380,12 +380,13 @@ def write_suite_report(evaluation: SuiteEvaluation, out_dir: str,
   from metafam.benchmark.report import table_csv
   from metafam.io import atomic_write, write_json
   os.makedirs(out_dir, exist_ok=True)
-  everyone = {evaluation.name: evaluation, **(baselines or {})}
+  label = evaluation.name if evaluation.name not in (baselines or {}) else f"{evaluation.name} (candidate)"
+  everyone = {label: evaluation, **(baselines or {})}  # a candidate named like a baseline keeps both rows
   paired_table = [dict(zip(PAIRED_HEADERS, row)) for row in paired_rows(evaluation, baselines or {})]
-  record = {"candidate": evaluation.name, "suite": evaluation.suite, "evaluated_at": evaluation.evaluated_at,
+  record = {"candidate": label, "suite": evaluation.suite, "evaluated_at": evaluation.evaluated_at,
             "wall_time": evaluation.wall_time, "pending": list(evaluation.pending), "paired": paired_table,
-            "summary": {e.name: {k: dataclasses.asdict(a) for k, a in e.aggregates.items()}
-                        for e in everyone.values()},
+            "summary": {name: {k: dataclasses.asdict(a) for k, a in e.aggregates.items()}
+                        for name, e in everyone.items()},
             "win_fraction": evaluation.win_fraction, "num_diverged": evaluation.num_diverged,
             "tasks": [dataclasses.asdict(s) for s in evaluation.scores]}
   suite = evaluation.suite
