@@ -124,7 +124,8 @@ def test_language_datasets_have_los_abstract_batch_and_fail_only_on_batches(fn, 
   d = fn(4, 16)
   assert _shapes(d.abstract_batch) == {"obs": ((4, 16), np.dtype("int32")), "target": ((4, 16), np.dtype("int32"))}
   assert d.extra_info["vocab_size"] == vocab
-  with pytest.raises(dbase.DatasetUnavailableError, match=fn.__name__.replace("_datasets", "")):
+  corpus = fn.__name__.rsplit("_", 2)[0]
+  with pytest.raises(dbase.DatasetUnavailableError, match=rf"{corpus} \({vocab}-token vocabulary\)"):
     next(d.outer_valid)
 
 

@@ -300,6 +300,10 @@ def _plain_optax(theta_opt: Any) -> bool:
           and type(theta_opt).update in plain_update)
 
 
+# The field holding the optax state: metafam's OptimizerState's, or the reference's OptaxState's.
+_OPTAX_FIELD = {False: "opt_state", True: "optax_opt_state"}
+
+
 def _key_data(key: jax.Array) -> jax.Array:
   if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
     return jax.random.key_data(key)
@@ -352,11 +356,12 @@ class SingleMachineGradientLearner:
     opt_state = state.gradient_learner_state.theta_opt_state
     # MetaTrainer.step donates its input: hand it copies so the caller's state stays usable.
     theta, optax_state, workers, key_data, step = _copy((
-        opt_state.params, opt_state.opt_state, tuple(state.gradient_estimator_states), _key_data(key),
+        opt_state.params, getattr(opt_state, _OPTAX_FIELD[type(opt_state) is optax_opts.OptaxState]), tuple(state.gradient_estimator_states), _key_data(key),
         jnp.asarray(opt_state.iteration, jnp.int32)))
     mts = MetaTrainState(theta=theta, opt_state=optax_state, worker_states=workers, key_data=key_data, step=step)
     new, metrics = self.meta_trainer.step(self.meta_trainer.place(mts))
-    new_opt_state = dataclasses.replace(opt_state, params=new.theta, opt_state=new.opt_state, iteration=new.step)
+    new_opt_state = dataclasses.replace(opt_state, params=new.theta, iteration=new.step,
+                                        **{_OPTAX_FIELD[type(opt_state) is optax_opts.OptaxState]: new.opt_state})
     loss = jnp.where(jnp.isfinite(metrics["meta_loss"]), metrics["meta_loss"], _NAN_LOSS)
     out_metrics = {"none||mean_loss": loss}
     if with_metrics:

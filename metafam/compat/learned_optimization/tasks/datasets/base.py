@@ -257,6 +257,49 @@ def _image_classification_datasets(datasetname, batch_size, image_size, stack_ch
   return Datasets(*(split(name) for name in SPLITS), extra_info=extra_info, abstract_batch=abstract)
 
 
+_MAP_KEYS = ("image_size", "stack_channels", "aug_flip_left_right", "aug_flip_up_down", "normalize_mean",
+             "normalize_std", "convert_to_black_and_white")
+
+
+def _image_map_fn(cfg: Any, batch: Batch) -> Batch:
+  """The reference's per-batch image transform, on arrays (no TensorFlow): ``batch["image"]`` (``[B, H, W, C]``,
+  pixel values 0-255) is resized to ``cfg["image_size"]`` (bilinear, no antialiasing, as ``tf.image.resize``),
+  gray channels tiled ``cfg["stack_channels"]`` times, flipped left-right / up-down per image at random (unseeded,
+  as the reference) when ``aug_flip_*``, scaled to [0, 1] or, with ``normalize_mean`` / ``normalize_std`` (0-255
+  statistics per RGB channel), standardized, and averaged over channels when ``convert_to_black_and_white``; labels
+  become int32. Returns ``{"image": f32[...], "label": i32[B]}``."""
+  missing = [k for k in _MAP_KEYS if k not in cfg]
+  if missing:
+    raise ValueError(f"cfg is missing {missing}; it needs the keys {list(_MAP_KEYS)}.")
+  image = jnp.asarray(batch["image"])
+  if image.ndim != 4:
+    raise ValueError(f"batch['image'] must be [batch, height, width, channels], got shape {image.shape}.")
+  size = tuple(int(s) for s in cfg["image_size"])
+  if tuple(image.shape[1:3]) != size:
+    image = jax.image.resize(image.astype(jnp.float32), image.shape[:1] + size + image.shape[3:], "linear",
+                             antialias=False)
+  if cfg["stack_channels"] != 1:
+    if image.shape[3] != 1:
+      raise ValueError(f"stack_channels={cfg['stack_channels']} needs 1-channel images, got shape {image.shape}.")
+    image = jnp.tile(image, (1, 1, 1, int(cfg["stack_channels"])))
+  rng = np.random.default_rng()
+  for flip, axis in (("aug_flip_left_right", 2), ("aug_flip_up_down", 1)):
+    if cfg[flip]:
+      flipped = rng.random(image.shape[0]) < 0.5
+      image = jnp.where(flipped[:, None, None, None], jnp.flip(image, axis), image)
+  image = image.astype(jnp.float32)
+  if cfg["normalize_mean"] is None:
+    image = image / 255.0
+  else:
+    if cfg["normalize_std"] is None:
+      raise ValueError("cfg['normalize_std'] must be given with cfg['normalize_mean'].")
+    mean = jnp.asarray(cfg["normalize_mean"], jnp.float32).reshape(1, 1, 1, 3)
+    image = (image - mean) / jnp.asarray(cfg["normalize_std"], jnp.float32).reshape(1, 1, 1, 3)
+  if cfg["convert_to_black_and_white"]:
+    image = jnp.mean(image, axis=3, keepdims=True)
+  return {"image": image, "label": jnp.asarray(batch["label"]).astype(jnp.int32)}
+
+
 def tfds_image_classification_datasets(datasetname: str, splits: Tuple[str, str, str, str], batch_size: int,
                                        image_size: Tuple[int, int], stack_channels: int = 1,
                                        prefetch_batches: int = 1000, shuffle_buffer_size: int = 10000,
