@@ -21,7 +21,7 @@ import jax.numpy as jnp
 
 from metafam.compat.learned_optimization.learned_optimizers import common
 from metafam.compat.learned_optimization.learned_optimizers._features import (
-    second_moment_normalizer as _second_moment_normalizer, tanh_embedding as _tanh_embedding)
+    second_moment_normalizer as _second_moment_normalizer, tanh_embedding)
 from metafam.compat.learned_optimization.learned_optimizers.base import LOOptFn
 from metafam.compat.learned_optimization.optimizers import base as opt_base
 from metafam.optimizers import mlp_lopt as _mlp
@@ -29,7 +29,12 @@ from metafam.optimizers import mlp_lopt as _mlp
 PRNGKey = jax.Array
 
 __all__ = ["MLPLOpt", "MLPLOptState"]
-_ = (_second_moment_normalizer, _tanh_embedding)  # the reference's private helpers, importable from here
+_ = _second_moment_normalizer  # the reference's private helper, importable from here
+
+
+def _tanh_embedding(iterations):
+  """``f32[11, *shape]``: ``tanh(iterations / s - 1)`` for the timescales ``s`` = 1, 3, 10, ..., 100000."""
+  return tanh_embedding(iterations)
 
 
 @jax.tree_util.register_dataclass

@@ -156,6 +156,16 @@ class RAdam(OptaxOptimizer):
                      name=_label("RAdam", lr=learning_rate, b1=b1, b2=b2, eps=eps))
 
 
+def _expand_scalar(x, r):
+  """``x`` with a leading axis of 1 when ``r`` (a scalar param seen as a 1-vector), else ``x``."""
+  return jnp.expand_dims(x, 0) if r else x
+
+
+def _sm3(learning_rate: float, momentum: float = 0.9, b2: float = 1.0) -> optax.GradientTransformation:
+  """optax's SM3 scaling followed by the step ``-learning_rate`` (the transformation `SM3` applies)."""
+  return optax.chain(optax.scale_by_sm3(momentum, b2=b2), optax.scale(-learning_rate))
+
+
 def _scalars_as_vectors(tx: optax.GradientTransformation) -> optax.GradientTransformation:
   """``tx`` applied with every 0-d leaf viewed as shape ``(1,)`` (optax's SM3 indexes a missing accumulator for
   scalar params); the updates come back in the params' shapes."""
@@ -176,8 +186,7 @@ class SM3(OptaxOptimizer):
 
   def __init__(self, learning_rate: float = 0.01, momentum: float = 0.9, b2: float = 1.0):
     self.learning_rate = learning_rate
-    tx = optax.chain(optax.scale_by_sm3(b1=momentum, b2=b2), optax.scale(-learning_rate))
-    super().__init__(_scalars_as_vectors(tx),
+    super().__init__(_scalars_as_vectors(_sm3(learning_rate, momentum, b2)),
                      name=_label("SM3", lr=learning_rate, m=momentum))
 
 

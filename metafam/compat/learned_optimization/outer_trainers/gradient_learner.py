@@ -200,7 +200,10 @@ def gradient_worker_compute(worker_weights: WorkerWeights, gradient_estimators: 
   grads, losses, states, metrics, events = [], [], [], {}, []
   for i, (estimator, state) in enumerate(zip(gradient_estimators, unroll_states)):
     key, sub = jax.random.split(key)
-    out, est_metrics = estimator.compute_gradient_estimate(worker_weights, sub, state, with_summary=with_metrics)
+    # metafam's estimators run the unroll once, with its unroll_info (read below); a fork's gets LO's call.
+    eager = {"eager_unroll_info": True} if isinstance(estimator, _MFGradientEstimator) else {}
+    out, est_metrics = estimator.compute_gradient_estimate(worker_weights, sub, state, with_summary=with_metrics,
+                                                           **eager)
     grads.append(out.grad)
     losses.append(out.mean_loss)
     states.append(out.unroll_state)
@@ -298,6 +301,30 @@ def _plain_optax(theta_opt: Any) -> bool:
   plain_update = (optax_opts.OptaxOptimizer.update, _mf_opt_base.OptaxOptimizer.update)
   return (isinstance(theta_opt, _mf_opt_base.OptaxOptimizer) and type(theta_opt).init in plain_init
           and type(theta_opt).update in plain_update)
+
+
+def _tree_mean(stack: Any) -> Any:
+  """The mean over the leading axis of every leaf (jax)."""
+  return jax.tree.map(lambda x: jnp.mean(x, axis=0), stack)
+
+
+def _tree_mean_onp(stack: Any) -> Any:
+  """The mean over the leading axis of every leaf (numpy, on the host)."""
+  return jax.tree.map(lambda x: np.mean(x, axis=0), stack)
+
+
+@jax.jit
+def _jit_nan_to_num(vals: Any, replace: Any) -> Any:
+  """Every NaN and infinity of ``vals`` replaced by ``replace`` (jitted)."""
+  return jax.tree.map(lambda v: jnp.nan_to_num(v, nan=replace, posinf=replace, neginf=replace), vals)
+
+
+def _nan_to_num(vals: Any, replace: Any, use_jnp: bool = False) -> Any:
+  """With ``use_jnp``, `_jit_nan_to_num`; otherwise numpy's ``nan_to_num`` (NaN -> 0, infinities -> the largest
+  finite values; ``replace`` unused), as the reference."""
+  if use_jnp:
+    return _jit_nan_to_num(vals, replace)
+  return jax.tree.map(np.nan_to_num, vals)
 
 
 # The field holding the optax state: metafam's OptimizerState's, or the reference's OptaxState's.

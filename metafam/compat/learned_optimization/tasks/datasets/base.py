@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
 import os
+import sys
 import threading
 from typing import Any, Callable, Iterator, Optional, Sequence, Tuple
 
@@ -98,8 +98,10 @@ class LazyDataset(Datasets):
 def dataset_lru_cache_clear() -> None:
   """Empties the caches of the dataset functions of this compatibility package and of metafam's readers."""
   from metafam.datasets import cifar, images, text
-  language = importlib.import_module("metafam.compat.learned_optimization.tasks.datasets.language")  # imports us
-  for fn in (_image_classification_datasets, *language.CACHED, images.fashion_mnist_datasets,
+  # The language module's caches, if it was imported (read from sys.modules: it imports this module, not the
+  # reverse; an unimported module has nothing cached).
+  language = sys.modules.get("metafam.compat.learned_optimization.tasks.datasets.language")
+  for fn in (_image_classification_datasets, *getattr(language, "CACHED", ()), images.fashion_mnist_datasets,
              cifar.cifar10_datasets, text.shakespeare_char_datasets):
     fn.cache_clear()
 
@@ -244,17 +246,38 @@ def _image_classification_datasets(datasetname, batch_size, image_size, stack_ch
   if datasetname == "fashion_mnist" and plain:
     return _metafam_image_datasets(info.reader, batch_size, height, load_channels)
 
-  def split(name):
-    def build():
-      try:
-        source = _metafam_image_datasets(info.reader, batch_size, height, load_channels).split(name)
-      except FileNotFoundError as e:
-        raise DatasetUnavailableError(f"dataset {datasetname!r} is read from local files: {info.how_to_supply} "
-                                      f"({e})") from None
-      return source if plain else map(transform, source)
-    return LazyIterator(build)
+  def build():
+    try:
+      source = _metafam_image_datasets(info.reader, batch_size, height, load_channels)
+    except FileNotFoundError as e:
+      raise DatasetUnavailableError(f"dataset {datasetname!r} is read from local files: {info.how_to_supply} "
+                                    f"({e})") from None
+    if plain:
+      return source
+    splits = [source.source(name) for name in SPLITS]
+    if all(isinstance(x, ArraySplit) for x in splits):  # transform the arrays once: batches stay on the device
+      splits = [ArraySplit(transform(x.arrays), x.batch_size, seed=x.seed, shuffle=x.shuffle) for x in splits]
+    else:
+      splits = [map(transform, x) for x in splits]
+    return Datasets(*splits, extra_info=extra_info, abstract_batch=abstract)
 
-  return Datasets(*(split(name) for name in SPLITS), extra_info=extra_info, abstract_batch=abstract)
+  return _ReadOnUse(build, abstract, extra_info)
+
+
+class _ReadOnUse(LazyDataset):
+  """A `LazyDataset` whose ``abstract_batch`` and ``extra_info`` are known without reading: the files are read
+  (once) when a split, its device data or ``has_device_data`` is first asked for, so building and initializing a
+  task read nothing, and the splits are metafam's `ArraySplit`s (device path) once read. ``reads_on_use`` tells
+  code that builds a truncated step at construction (which reads) to defer that to first use."""
+
+  reads_on_use = True
+
+  def __init__(self, dataset_fn: Callable[[], Datasets], abstract_batch: Any, extra_info: Any):
+    super().__init__(dataset_fn)
+    self._abstract, self._extra = abstract_batch, extra_info
+
+  abstract_batch = property(lambda self: self._abstract)
+  extra_info = property(lambda self: self._extra)
 
 
 _MAP_KEYS = ("image_size", "stack_channels", "aug_flip_left_right", "aug_flip_up_down", "normalize_mean",

@@ -57,6 +57,16 @@ _HOW = ("metafam has no {} corpus; tokenize a local copy into {{'obs', 'target'}
         "`datasets` (metafam.datasets.text.shakespeare_char_datasets is the corpus metafam ships)")
 
 
+def _crop_or_pad(value: Any, size: int, pad_token: int) -> Any:
+  """The 1-d token array ``value`` cut to its first ``size`` tokens, or padded with ``pad_token`` up to ``size``."""
+  value = jnp.asarray(value)
+  if value.ndim != 1:
+    raise ValueError(f"value must be a 1-d token array, got shape {value.shape}.")
+  if value.shape[0] >= size:
+    return value[:size]
+  return jnp.pad(value, (0, size - value.shape[0]), constant_values=pad_token)
+
+
 class _SentencePieceSize:
   """What is known offline of the reference's 32k SentencePiece vocabulary: its size (the model itself is not
   available, so ``encode`` / ``decode`` raise)."""

@@ -115,3 +115,47 @@ def build(name: str) -> ImageClassifier:
 
 
 globals().update(named_task_functions(TASKS, build))
+
+
+class _MLPImageTaskMSE(_MLPImageTask):
+  """`_MLPImageTask` with the mean squared error between the logits and the one-hot labels; normalizer ``10 *
+  min(loss, 1)`` (non-finite -> 10), as the reference."""
+
+  def loss(self, params: Params, key: PRNGKey, data: Any) -> jax.Array:
+    logits = self._mod.apply(params, data["image"], dropout_key=key if self._dropout else None)
+    labels = jax.nn.one_hot(data["label"], int(self.datasets.extra_info["num_classes"]))
+    return jnp.mean(jnp.square(logits - labels))
+
+  def normalizer(self, loss: jax.Array) -> jax.Array:
+    return 10.0 * jnp.minimum(jnp.nan_to_num(loss, nan=1.0, posinf=1.0, neginf=1.0), 1.0)
+
+
+class _MLPImageTaskNorm(base.Task):
+  """The reference's MLP image task with a norm after every hidden Linear (``norm_type`` "layer_norm" or
+  "batch_norm", training-mode statistics; `mlp_forward`): ``init_with_state`` / ``loss_with_state`` (mean softmax
+  cross-entropy), the model state is haiku's (``{}`` for layer norm, the batch-norm averages otherwise)."""
+
+  def __init__(self, datasets: Any, hidden_sizes: Sequence[int], norm_type: str,
+               act_fn: Callable[[jax.Array], jax.Array] = jax.nn.relu):
+    super().__init__()
+    if norm_type not in ("layer_norm", "batch_norm"):
+      raise ValueError(f"No norm {norm_type} implemented! norm_type must be 'layer_norm' or 'batch_norm'.")
+    self.datasets = datasets
+    self._stateful = norm_type == "batch_norm"
+    self._mod = mlp_forward(tuple(int(h) for h in hidden_sizes), int(datasets.extra_info["num_classes"]), [act_fn],
+                            norm=norm_type)
+
+  def init_with_state(self, key: PRNGKey):
+    image = self.datasets.abstract_batch["image"]
+    out = self._mod.init(key, jnp.ones(image.shape, image.dtype))
+    return out if self._stateful else (out, {})
+
+  def loss_with_state(self, params: Params, state: ModelState, key: PRNGKey, data: Any):
+    if self._stateful:
+      logits, state = self._mod.apply(params, state, data["image"])
+    else:
+      logits = self._mod.apply(params, data["image"])
+    return cross_entropy_and_accuracy(logits, data["label"])[0], state
+
+  def normalizer(self, loss: jax.Array) -> jax.Array:
+    return cross_entropy_normalizer(loss, int(self.datasets.extra_info["num_classes"]))
