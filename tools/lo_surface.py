@@ -1,19 +1,23 @@
-"""The public import surface of google/learned_optimization ("LO"), read with `ast`, and the compat layer's coverage.
+"""The import surface of google/learned_optimization ("LO"), read with `ast`, and the compat layer's coverage.
 
     python tools/lo_surface.py --reference_src /tmp/lo_src [--commit 32186aa]   # writes the data file
     python tools/lo_surface.py --report [--modules PREFIX]                        # coverage per module
 
-The first form reads every non-test module of an LO checkout (a directory holding `learned_optimization/`) without
-importing it and writes `tests/compat/data/lo_public_names.json`: for each module its public names -- module-level
-functions, classes and assignments, and names re-exported from other LO modules -- and, for functions and
+The first form reads every non-test module of an LO checkout (a directory holding `learned_optimization/`), and the
+test modules in `IMPORTED_TEST_MODULES` (research code imports their classes), without importing them and writes
+`tests/compat/data/lo_public_names.json`: for each module every module-level name -- functions, classes and
+assignments, public and private (``_name``; dunder names such as ``__all__`` are not names of the API), and names
+re-exported from other LO modules (``from x import *`` re-exports x's public names only) -- with ``"private":
+true`` on the private ones and, for functions and
 classes, their signatures (parameter names, kinds and whether a default exists; for a class, its ``__init__`` or
 its dataclass / NamedTuple fields; ``null`` when the class inherits its constructor). Only these facts are kept,
 no LO code. The LO commit is recorded (from `git`, or `--commit` when the checkout has no history). The folders
 in `SKIPPED_DIRS` are left out, as the issue scopes them out.
 
 `--report` imports each listed module under `metafam.compat.learned_optimization` and prints, per module, the
-names that resolve with a compatible signature (`signature_problems`) over the total; `tests/compat/
-test_lo_surface.py` asserts the same with its exclusions.
+names that resolve with a compatible signature (`signature_problems`) over the total, public and private apart;
+`--missing` also lists the names that do not; `tests/compat/test_lo_surface.py` asserts the same with its
+exclusions (each with its reason).
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ DATA_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file_
                          "lo_public_names.json")
 # Folders of LO the issue leaves out of the compat surface.
 SKIPPED_DIRS = ("launchers", "population", "continuous_eval", "examples")
+# Test modules of LO whose names research code imports (e.g. to subclass `vit_test.VITTest`).
+IMPORTED_TEST_MODULES = ("tasks.fixed.vit_test",)
 
 _KINDS = ("POSITIONAL_ONLY", "POSITIONAL_OR_KEYWORD", "VAR_POSITIONAL", "KEYWORD_ONLY", "VAR_KEYWORD")
 _DATACLASS_DECORATORS = ("dataclass", "struct.dataclass", "flax.struct.dataclass", "dataclasses.dataclass")
@@ -114,6 +120,18 @@ def _public(name: str) -> bool:
   return not name.startswith("_")
 
 
+def _api_name(name: str) -> bool:
+  """A module-level name of the API: any but dunder names (``__all__``, ``__version__``...)."""
+  return not (name.startswith("__") and name.endswith("__"))
+
+
+def _entry(kind: str, name: str, **fields: Any) -> Dict[str, Any]:
+  entry = {"type": kind, "signature": None, **fields}
+  if not _public(name):
+    entry["private"] = True
+  return entry
+
+
 def _top_level(body: List[ast.stmt]):
   """Module-level statements, descending into `if` / `try` blocks (conditional definitions)."""
   for node in body:
@@ -133,18 +151,19 @@ def _is_lo_module(root: str, dotted: str) -> bool:
 
 
 def module_surface(root: str, module: str, source: str) -> Dict[str, Any]:
-  """``{name: {"type": "function"|"class"|"value"|"reexport", "signature": ...}}`` of one module's public names."""
+  """``{name: {"type": "function"|"class"|"value"|"reexport", "signature": ..., ["private": True]}}`` of one
+  module's names (`_api_name`)."""
   names: Dict[str, Any] = {}
   for node in _top_level(ast.parse(source).body):
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _public(node.name):
-      names[node.name] = {"type": "function", "signature": _function_signature(node)}
-    elif isinstance(node, ast.ClassDef) and _public(node.name):
-      names[node.name] = {"type": "class", "signature": _class_signature(node)}
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _api_name(node.name):
+      names[node.name] = _entry("function", node.name, signature=_function_signature(node))
+    elif isinstance(node, ast.ClassDef) and _api_name(node.name):
+      names[node.name] = _entry("class", node.name, signature=_class_signature(node))
     elif isinstance(node, (ast.Assign, ast.AnnAssign)):
       targets = node.targets if isinstance(node, ast.Assign) else [node.target]
       for leaf in _assigned_names(targets):  # `x = ...`, `x, y = ...`; not `other.attr = ...` or `d[k] = ...`
-        if _public(leaf) and leaf not in names:
-          names[leaf] = {"type": "value", "signature": None}
+        if _api_name(leaf) and leaf not in names:
+          names[leaf] = _entry("value", leaf)
     elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and (
         node.module == PREFIX or node.module.startswith(PREFIX + ".")):
       for alias in node.names:
@@ -152,13 +171,14 @@ def module_surface(root: str, module: str, source: str) -> Dict[str, Any]:
         if name == "*":  # expanded by `read_surface` once the source module's names are known
           names.setdefault("*", {"type": "star", "from": []})["from"].append(node.module)
           continue
-        if _public(name) and not _is_lo_module(root, f"{node.module}.{alias.name}") and name not in names:
-          names[name] = {"type": "reexport", "signature": None, "from": f"{node.module}.{alias.name}"}
+        if _api_name(name) and not _is_lo_module(root, f"{node.module}.{alias.name}") and name not in names:
+          names[name] = _entry("reexport", name, **{"from": f"{node.module}.{alias.name}"})
   return names
 
 
 def read_surface(reference_src: str) -> Dict[str, Dict[str, Any]]:
-  """``{module (dotted, relative to the package): names}`` for every non-test module outside `SKIPPED_DIRS`."""
+  """``{module (dotted, relative to the package): names}`` for every non-test module outside `SKIPPED_DIRS` and the
+  modules of `IMPORTED_TEST_MODULES`."""
   package = os.path.join(reference_src, PREFIX)
   if not os.path.isfile(os.path.join(package, "__init__.py")):
     raise SystemExit(f"--reference_src: {reference_src!r} holds no {PREFIX}/__init__.py (pass an LO checkout).")
@@ -167,9 +187,10 @@ def read_surface(reference_src: str) -> Dict[str, Dict[str, Any]]:
     rel_dir = os.path.relpath(dirpath, package)
     dirnames[:] = sorted(d for d in dirnames if not (rel_dir == "." and d in SKIPPED_DIRS))
     for filename in sorted(filenames):
-      if not filename.endswith(".py") or filename.endswith("_test.py") or filename.startswith("test_"):
-        continue
       parts = [] if rel_dir == "." else rel_dir.split(os.sep)
+      is_test = filename.endswith("_test.py") or filename.startswith("test_")
+      if not filename.endswith(".py") or (is_test and ".".join(parts + [filename[:-3]]) not in IMPORTED_TEST_MODULES):
+        continue
       if filename != "__init__.py":
         parts.append(filename[:-3])
       if not parts:
@@ -179,7 +200,8 @@ def read_surface(reference_src: str) -> Dict[str, Dict[str, Any]]:
   for names in modules.values():  # `from learned_optimization.x import *`: x's public names, re-exported
     for source in names.pop("*", {"from": []})["from"]:
       for name in modules.get(source[len(PREFIX) + 1:], {}):
-        names.setdefault(name, {"type": "reexport", "signature": None, "from": f"{source}.{name}"})
+        if _public(name):
+          names.setdefault(name, _entry("reexport", name, **{"from": f"{source}.{name}"}))
   return dict(sorted(modules.items()))
 
 
@@ -269,19 +291,31 @@ def check_module(module: str, names: Dict[str, Any]) -> Dict[str, List[str]]:
   return result
 
 
-def report(data: Dict[str, Any], prefix: str = "") -> int:
-  total_names = total_covered = 0
+def report(data: Dict[str, Any], prefix: str = "", missing: bool = False) -> int:
+  """Prints covered / total names per module, public and private apart (``missing``: also the names not covered,
+  each with its problems)."""
+  totals = {"public": [0, 0], "private": [0, 0]}
   print(f"LO commit {data['commit']}; a name is covered when it resolves with a compatible signature.")
-  print(f"{'module':58s} covered / total")
+  print(f"{'module':58s} public covered/total   private covered/total")
   for module, names in data["modules"].items():
     if not module.startswith(prefix):
       continue
     result = check_module(module, names)
-    covered = 0 if "" in result else sum(not problems for problems in result.values())
-    total_names += len(names)
-    total_covered += covered
-    print(f"{module:58s} {covered:4d} / {len(names):4d}{'  (import fails)' if '' in result else ''}")
-  print(f"{'total':58s} {total_covered:4d} / {total_names:4d}")
+    row = {}
+    for kind in totals:
+      mine = [n for n in names if bool(names[n].get("private")) == (kind == "private")]
+      covered = 0 if "" in result else sum(not result[n] for n in mine)
+      row[kind] = (covered, len(mine))
+      totals[kind][0] += covered
+      totals[kind][1] += len(mine)
+    print(f"{module:58s} {row['public'][0]:6d} / {row['public'][1]:4d}   {row['private'][0]:6d} / "
+          f"{row['private'][1]:4d}{'  (import fails)' if '' in result else ''}")
+    if missing:
+      for name, problems in result.items():
+        if problems:
+          print(f"    {name or '<module>'}: {'; '.join(problems)}")
+  print(f"{'total':58s} {totals['public'][0]:6d} / {totals['public'][1]:4d}   {totals['private'][0]:6d} / "
+        f"{totals['private'][1]:4d}")
   return 0
 
 
@@ -292,6 +326,7 @@ def main(argv: Optional[List[str]] = None) -> int:
   parser.add_argument("--out", default=DATA_FILE, help="the data file (default: %(default)s)")
   parser.add_argument("--report", action="store_true", help="print the compat coverage per module")
   parser.add_argument("--modules", default="", help="with --report: only modules starting with this prefix")
+  parser.add_argument("--missing", action="store_true", help="with --report: list the names not covered")
   args = parser.parse_args(argv)
   if not args.reference_src and not args.report:
     parser.error("pass --reference_src (write the data file) and/or --report")
@@ -302,7 +337,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(f"wrote {args.out}: {len(data['modules'])} modules, "
           f"{sum(len(v) for v in data['modules'].values())} names")
   if args.report:
-    return report(load_data(args.out), args.modules)
+    return report(load_data(args.out), args.modules, args.missing)
   return 0
 
 

@@ -101,7 +101,7 @@ def factored_dims(shape: Sequence[int]) -> Optional[Tuple[int, int]]:
   rank 2."""
   if len(shape) < 2:
     return None
-  order = np.argsort(shape)
+  order = np.argsort(shape, kind="stable")
   return int(order[-2]), int(order[-1])
 
 
@@ -109,7 +109,8 @@ def _clip_log_abs(v: jax.Array) -> jax.Array:
   return jnp.clip(jnp.log(1e-8 + jnp.abs(v * 10.0)), -5, 5) * 0.5
 
 
-def _safe_rsqrt(x: jax.Array) -> jax.Array:
+def safe_rsqrt(x: jax.Array) -> jax.Array:
+  """``1 / sqrt(max(x, 1e-9))``: finite for zero (and tiny negative) second moments."""
   return jax.lax.rsqrt(jnp.maximum(x, 1e-9))
 
 
@@ -291,7 +292,7 @@ def _accumulate(lopt: HyperV2, g: jax.Array, mom, rms, row, col, diag):
   dims = factored_dims(g.shape)
   if dims is None:
     diag = df * diag + (1 - df) * g2[..., None]
-    return mom, rms, row, col, diag, _safe_rsqrt(diag + 1e-9)
+    return mom, rms, row, col, diag, safe_rsqrt(diag + 1e-9)
   d1, d0 = dims
   row = df * row + (1 - df) * jnp.mean(g2, axis=d0)[..., None]
   col = df * col + (1 - df) * jnp.mean(g2, axis=d1)[..., None]
@@ -301,8 +302,8 @@ def _accumulate(lopt: HyperV2, g: jax.Array, mom, rms, row, col, diag):
 def _factored_scale(row: jax.Array, col: jax.Array, dims: Tuple[int, int]) -> jax.Array:
   d1, d0 = dims
   reduced_d1 = d1 - 1 if d1 > d0 else d1
-  row_factor = _safe_rsqrt(row / (jnp.mean(row, axis=reduced_d1, keepdims=True) + 1e-9))
-  return jnp.expand_dims(row_factor, d0) * jnp.expand_dims(_safe_rsqrt(col), d1)
+  row_factor = safe_rsqrt(row / (jnp.mean(row, axis=reduced_d1, keepdims=True) + 1e-9))
+  return jnp.expand_dims(row_factor, d0) * jnp.expand_dims(safe_rsqrt(col), d1)
 
 
 def _factored_shapes(shape: Tuple[int, ...]) -> Tuple[Tuple[int, ...], ...]:

@@ -150,3 +150,45 @@ def test_tree_summaries_name_each_leaf():
   np.testing.assert_allclose(metrics["mean||w/mean_abs"], 2.0)
   np.testing.assert_allclose(metrics["mean||b/mean"], 2.0)
   np.testing.assert_allclose(metrics["mean||upd/1_avg_step_size"], 2.0)  # leaves in key order: b, w
+
+
+def test_summaries_inside_cond_and_while_loop_count_the_path_that_ran():
+  from metafam.compat.learned_optimization import summary as S  # pylint: disable=g-import-not-at-top
+
+  def fn(x, pred):
+    def taken(v):
+      S.summary("branch", v * 2)
+      S.summary("value", v, "tensor")
+      return v + 1
+
+    def other(v):
+      S.summary("branch", jnp.full_like(v, 100.0))
+      return v - 1
+
+    y = jax.lax.cond(pred, taken, other, x)
+
+    def body(c):
+      i, v = c
+      S.summary("loop", i.astype(jnp.float32))
+      return i + 1, v + 1.0
+
+    _, y = jax.lax.while_loop(lambda c: c[0] < 4, body, (jnp.int32(0), y))
+
+    def step(c, z):  # a cond inside a scan: marked on the steps with z > 0 only
+      return jax.lax.cond(z > 0, lambda c: S.summary("in_scan", c) + 0.0, lambda c: c, c) + 1.0, z
+
+    c, _ = jax.lax.scan(step, 0.0, jnp.asarray([1.0, -1.0, 1.0]))
+    return y + c
+
+  wrapped = S.with_summary_output_reduced(fn)
+  for run in (wrapped, jax.jit(wrapped)):
+    out, metrics = run(jnp.float32(3.0), True)
+    assert float(out) == 3.0 + 1 + 4 + 3
+    assert float(metrics["mean||branch"]) == 6.0  # only the branch that ran
+    assert float(metrics["tensor||value"]) == 3.0
+    assert float(metrics["mean||loop"]) == 1.5  # iterations 0, 1, 2, 3
+    assert float(metrics["mean||in_scan"]) == 1.0  # (0 + 2) / 2: steps 0 and 2
+  _, metrics = wrapped(jnp.float32(3.0), False)
+  assert float(metrics["mean||branch"]) == 100.0 and float(metrics["tensor||value"]) == 0.0
+  # Without collection the program is unchanged.
+  assert float(fn(jnp.float32(3.0), True)) == 11.0

@@ -1,7 +1,8 @@
 """The import surface of learned_optimization ("LO") under the compat prefix.
 
 `tests/compat/data/lo_public_names.json` (written by `tools/lo_surface.py` from an LO checkout, without importing
-it) lists every public name of every LO module and the signatures of its functions and classes. Here every listed
+it) lists every module-level name of every LO module, public and private (and of the test modules research code
+imports, `tasks.fixed.vit_test`), and the signatures of its functions and classes. Here every listed
 module must import as ``metafam.compat.learned_optimization.<module>`` (also in a fresh process whose sockets refuse
 to connect: nothing is downloaded), every listed name must resolve, and every signature must
 take the calls LO's does (`lo_surface.signature_problems`). What is left out is in `EXCLUDED` with its reason;
@@ -30,10 +31,18 @@ _GIN_SCRIPT = ("absl/gin command-line script of LO's cluster workflow; metafam h
                "ImportError naming the missing dependency")
 _TIME_MODEL = ("LO's timing models trained on its cloud timing data (haiku, gin, tensorflow): the module raises "
                "ImportError naming the missing dependency")
-_STATE = ("the optimizer's state is metafam's own OptimizerState (its fields differ); LO's state class would name a "
-          "type this optimizer never produces")
+_STATE = ("the optimizer's state is metafam's own (its fields differ: metafam's optimizer keeps other statistics); "
+          "LO's state class would name a type this optimizer never produces")
 _INTERNAL = ("the reference's estimator internals over host-side unroll outputs; metafam computes the estimate "
              "inside its one jitted estimator, and a second copy of that math would be a second engine")
+
+_PRIVATE_STATE = ("module-internal state of LO's implementation (a cache, timer, thread pool, thread-local stack or "
+                  "oryx tag): nothing a caller can use; metafam's counterpart keeps its own")
+_PRIVATE_IO = ("LO's private I/O helper for TFDS, gfile / cloud paths, gin configurations or device-buffer "
+               "management, none of which metafam uses (the public functions around it are provided)")
+_PRIVATE_DEVICES = "LO's pmap / per-device helper; metafam shards with jax.sharding inside its one engine"
+_PRIVATE_OTHER_MODEL = ("a component of LO's {} that metafam's implementation does not have (its state and "
+                        "features differ), so a copy here would compute nothing metafam's optimizer uses")
 
 # {module or "module.name": reason}. A module key covers its submodules.
 EXCLUDED = {
@@ -65,20 +74,17 @@ EXCLUDED = {
     "research.general_lopt.configs": "gin parameter dictionaries of LO's cluster meta-training runs of VeLO (read by "
                                      "LO's launchers, which the issue excludes); no API",
     # single names
-    **{f"optimizers.{m}{state}": _STATE.replace("the optimizer's state", "an optax optimizer's state")
-       for m in ("", "optax_opts.") for state in ("OptaxState", "SM3OptState")},
+    **{f"optimizers.{m}SM3OptState": "SM3's state is `OptaxState`: metafam's SM3 views scalar params as 1-vectors "
+                                     "inside its optax transformation, so there is no `should_reshape` to keep"
+       for m in ("", "optax_opts.")},
     "tasks.parametric.lopt_trunc.truncated_snes": "re-export of LO's research.hyper_lopt estimator modules (outside "
                                                   "LO's library surface, not provided): ParametricLOptTrunc raises "
                                                   "NotImplementedError naming the modes TruncatedSNES and "
                                                   "TruncatedESSharedNoiseV2",
     "tasks.parametric.lopt_trunc.truncated_snes2": "see tasks.parametric.lopt_trunc.truncated_snes",
     "profile.FLAGS": "absl flag object; profile timings are logged at DEBUG level of the module's logger instead",
-    "learned_optimizers.adafac_mlp_lopt.AdafacMLPLOptState": _STATE,
-    "learned_optimizers.adafac_nominal.AdafacMLPLOptState": _STATE,
-    "learned_optimizers.mlp_lopt.MLPLOptState": _STATE,
-    "learned_optimizers.nn_adam.NNAdamState": _STATE,
-    "learned_optimizers.nn_adam.MeanAndMeanSquareAccumulator": _STATE,
-    "learned_optimizers.rnn_mlp_lopt.RNNMLPLOptState": _STATE,
+    "learned_optimizers.nn_adam.NNAdamState": _STATE + " (per-layer hyper-parameters from an LSTM over layers)",
+    "learned_optimizers.rnn_mlp_lopt.RNNMLPLOptState": _STATE + " (per-tensor LSTM state)",
     "outer_trainers.truncated_pes.PESWorkerState": "resolves to metafam's PES worker state (lanes, accumulator, "
                                                    "noise, age); LO's fields (pos_state, neg_state) differ",
     "outer_trainers.truncated_es.compute_es_grad": _INTERNAL,
@@ -87,6 +93,33 @@ EXCLUDED = {
     "outer_trainers.full_es.pmap_traj_loss_antithetic_es": _INTERNAL,
     "outer_trainers.full_es.last_recompute_antithetic_es": _INTERNAL,
     "outer_trainers.full_grad.meta_loss_and_grad": _INTERNAL,
+    # private names (module-level names starting with "_")
+    **{f"{m}.{n}": _PRIVATE_STATE for m, names in (
+        ("checkpoints", ("_last_checkpoint_time", "_last_checkpoint_futures", "_checkpoint_thread_pool")),
+        ("summary", ("_", "_SOW_TAG", "_summary_scope_stack", "_thread_state", "_SummaryState")),
+        ("tasks.datasets.base", ("_CACHED_DATASETS",)), ("optimizers.opt_list", ("_cached_configs",)),
+        ("eval_training", ("_CachedTrainFun", "_cached_vectorize_train_fns"))) for n in names},
+    **{f"{m}.{n}": _PRIVATE_IO for m, names in (
+        ("checkpoints", ("_ty_to_state_dict", "_ty_from_state_dict")),
+        ("tasks.datasets.base", ("_cached_tfds_load", "_tfrecord_filenames_from_dataset_name")),
+        ("tasks.datasets.language", ("_load",)), ("filesystem", ("_path_on_gcp",)),
+        ("optimizers.opt_list", ("_read_local_file", "_load_file", "_get_optimizer_config")),
+        ("research.general_lopt.pretrained_optimizers", ("_pretrain_root", "_pretrain_no_config_root", "_build",
+                                                          "_pretrained_lopt_load_baseline")),
+        ("learned_optimizers.opt_from_checkpoint", ("_GinScopeClass",)),
+        ("time_filter.timings", ("_jax_clear_device_buffers",))) for n in names},
+    **{f"{m}.{n}": _PRIVATE_DEVICES for m, names in (
+        ("eval_training", ("_pmap_vector_random_split",)), ("outer_trainers.truncated_pes", ("_pmap_reduce",)),
+        ("outer_trainers.gradient_learner", ("_tree_zeros_on_device", "_tree_zeros_on_device_inner"))) for n in names},
+    **{f"{m}.{n}": _INTERNAL for m, names in (
+        ("outer_trainers.full_es", ("_es_grad",)),
+        ("outer_trainers.gradient_learner", ("_get_theta_update_fn",)),
+        ("eval_training", ("_next_state", "_loss_and_aux", "_batch_eval")),
+        ("time_filter.timings", ("_unrolled_meta_loss",))) for n in names},
+    **{f"learned_optimizers.rnn_mlp_lopt.{n}": _PRIVATE_OTHER_MODEL.format("RNNMLPLOpt") for n in (
+        "_LossNormalizerState", "_LossNormalizer", "_DynamicGradientClipperState", "_DynamicGradientClipper")},
+    **{f"optimizers.nadamw.{n}": _PRIVATE_OTHER_MODEL.format("NAdamW (an optax chain in metafam)") for n in (
+        "_NAdamWHyperParams", "_NAdamWAccumulators", "_nadamw_update")},
 }
 
 # Modules whose import must fail with an ImportError that names what is missing (the script modules above).
@@ -113,6 +146,16 @@ def test_data_file_records_its_source_and_is_not_empty():
   assert len(DATA["modules"]) > 100
   for skipped in DATA["skipped_dirs"]:
     assert not any(m == skipped or m.startswith(skipped + ".") for m in DATA["modules"])
+
+
+def test_data_file_lists_private_names_and_the_imported_test_module():
+  modules = DATA["modules"]
+  assert modules["tasks.fixed.image_mlp"]["_MLPImageTask"].get("private") is True
+  assert modules["learned_optimizers.mlp_lopt"]["MLPLOptState"].get("private") is None
+  assert "VITTest" in modules["tasks.fixed.vit_test"]
+  assert not any(n.startswith("__") for names in modules.values() for n in names)
+  # `from x import *` re-exports public names only.
+  assert not any(n.startswith("_") for n in modules["tasks.fixed.all"])
 
 
 def test_exclusions_and_pending_name_real_modules_or_names():
@@ -207,7 +250,9 @@ def test_module_surface_reads_names_kinds_and_defaults(tmp_path):
     (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
     (tmp_path / rel).write_text("")
   names = lo_surface.module_surface(str(tmp_path), "m", _SOURCE)
-  assert set(names) == {"Batch", "Params", "f", "C", "S", "N", "Inherits", "conditional"}
+  assert set(names) == {"Batch", "_Private", "Params", "_hidden", "f", "_g", "C", "S", "N", "Inherits",
+                        "conditional"}
+  assert all(names[n].get("private") is (True if n.startswith("_") else None) for n in names)
   assert names["Batch"]["type"] == "reexport" and names["Params"]["type"] == "value"
   assert [(p["name"], p["kind"], p["default"]) for p in names["f"]["signature"]] == [
       ("a", "POSITIONAL_OR_KEYWORD", False), ("b", "POSITIONAL_OR_KEYWORD", True), ("args", "VAR_POSITIONAL", False),

@@ -124,7 +124,8 @@ def test_language_datasets_have_los_abstract_batch_and_fail_only_on_batches(fn, 
   d = fn(4, 16)
   assert _shapes(d.abstract_batch) == {"obs": ((4, 16), np.dtype("int32")), "target": ((4, 16), np.dtype("int32"))}
   assert d.extra_info["vocab_size"] == vocab
-  with pytest.raises(dbase.DatasetUnavailableError, match=fn.__name__.replace("_datasets", "")):
+  corpus = fn.__name__.rsplit("_", 2)[0]
+  with pytest.raises(dbase.DatasetUnavailableError, match=rf"{corpus} \({vocab}-token vocabulary\)"):
     next(d.outer_valid)
 
 
@@ -773,3 +774,50 @@ def test_parametric_autoencoder_families_vmap(which):
   losses = jax.jit(jax.vmap(lambda c, k: family.task_fn(c).loss(family.task_fn(c).init(k), k, batch)))(
       jax.vmap(family.sample)(keys), keys)
   assert losses.shape == (8,) and np.all(np.isfinite(losses))
+
+
+def test_transformed_local_image_datasets_are_device_arrays_and_train_in_the_truncated_step(tmp_path, monkeypatch):
+  """The LOptPES_Adafac_Cifar tasks' black-and-white CIFAR-10: read on first use into ArraySplits (device path), so
+  a vectorized truncated step trains on it (it raised TypeError on a host iterator before issue 41)."""
+  import pickle
+  from metafam.compat.learned_optimization.learned_optimizers import base as lopt_base
+  from metafam.compat.learned_optimization.outer_trainers import lopt_truncated_step, truncation_schedule
+  rng = np.random.default_rng(0)
+  for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+    with open(tmp_path / name, "wb") as f:
+      pickle.dump({b"data": rng.integers(0, 256, (20, 3072), dtype=np.uint8), b"labels": list(range(10)) * 2}, f)
+  monkeypatch.setenv("METAFAM_CIFAR10_DIR", str(tmp_path))
+  dbase.dataset_lru_cache_clear()
+  color = image.cifar10_datasets(4, image_size=(8, 8))
+  bw = image.cifar10_datasets(4, image_size=(8, 8), convert_to_black_and_white=True)
+  assert bw.has_device_data and color.has_device_data
+  np.testing.assert_allclose(bw.source("train").arrays["image"][..., 0],
+                             color.source("train").arrays["image"].mean(-1), rtol=1e-6)
+  task = image_mlp.ImageMLP_Cifar10BW8_Relu32()
+  task.datasets = bw
+  step = lopt_truncated_step.VectorizedLOptTruncatedStep(
+      base.single_task_to_family(task), lopt_base.LearnableSGD(0.1), truncation_schedule.ConstantTruncationSchedule(4),
+      num_tasks=2)
+  theta = step.learned_opt.init(KEY)
+  state = step.init_step_state(theta, None, KEY)
+  state, out = step.unroll_step(theta, state, KEY, None, None)
+  assert out.loss.shape == (2,) and np.all(np.isfinite(out.loss))
+  dbase.dataset_lru_cache_clear()
+
+
+@pytest.mark.slow
+def test_lopt_pes_adafac_cifar_task_runs_on_local_cifar_files(tmp_path, monkeypatch):
+  """Issue 41: with CIFAR-10 files given, the LOptPES_Adafac_Cifar tasks' inner training runs (TypeError before)."""
+  import pickle
+  from metafam.compat.learned_optimization.tasks.fixed import lopt
+  rng = np.random.default_rng(0)
+  for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+    with open(tmp_path / name, "wb") as f:
+      pickle.dump({b"data": rng.integers(0, 256, (40, 3072), dtype=np.uint8), b"labels": list(range(10)) * 4}, f)
+  monkeypatch.setenv("METAFAM_CIFAR10_DIR", str(tmp_path))
+  dbase.dataset_lru_cache_clear()
+  task = lopt.LOptPES_Adafac_Cifar_OuterBS4_Length50_Trunc5()
+  params, state = task.init_with_state(KEY)
+  loss, _ = task.loss_with_state(params, state, jax.random.PRNGKey(1), ())
+  assert 0.5 < float(loss) < 5.0  # a meta-loss near chance level (log 10 = 2.3) on random images
+  dbase.dataset_lru_cache_clear()

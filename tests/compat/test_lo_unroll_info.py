@@ -10,6 +10,7 @@ from metafam.compat.learned_optimization.learned_optimizers import base as lopt_
 from metafam.compat.learned_optimization.outer_trainers import (full_es, full_grad, gradient_learner,
                                                                 lopt_truncated_step, truncated_es, truncated_grad,
                                                                 truncated_pes, truncation_schedule)
+from metafam.compat.learned_optimization.outer_trainers import _adapter
 from metafam.compat.learned_optimization.tasks import quadratics
 from metafam.inner import pairs
 from metafam.outer_trainers import GradientEstimator, PES
@@ -29,6 +30,8 @@ def _weights(theta, outer_iteration=3):
 
 
 def _check_lo_shapes(info, steps, lanes):
+  if isinstance(info, _adapter.LazyUnrollInfo):  # computed when read: see the next test
+    info = info.value()
   assert isinstance(info, gradient_learner.UnrollInfo)
   assert info.loss.shape == info.iteration.shape == info.is_done.shape == (steps, lanes)
   assert info.is_done.dtype == jnp.bool_ and jnp.issubdtype(info.iteration.dtype, jnp.integer)
@@ -63,6 +66,31 @@ def test_truncated_grad_unroll_info_is_the_unroll_of_its_lanes_with_resets_where
   out2, _ = est.compute_gradient_estimate(weights, jax.random.PRNGKey(3), out.unroll_state)
   np.testing.assert_array_equal(np.where(out2.unroll_info.is_done[:, 1])[0], [1, 5, 9])
   np.testing.assert_array_equal(out2.unroll_info.task_param[0], target[-1])
+
+
+def test_compute_gradient_estimate_runs_the_unroll_info_program_only_when_unroll_info_is_read(monkeypatch):
+  step = _step(num_tasks=2)
+  est = truncated_pes.TruncatedPES(step, trunc_length=4, std=0.1, steps_per_jit=4)
+  theta = step.learned_opt.init(jax.random.PRNGKey(0))
+  weights = _weights(theta)
+  ws = est.init_worker_state(weights, jax.random.PRNGKey(1))
+  calls = []
+  estimate = est.estimate
+
+  def spy(*args, **kwargs):
+    calls.append(kwargs.get("with_unroll_info", False))
+    return estimate(*args, **kwargs)
+
+  monkeypatch.setattr(est, "estimate", spy)
+  out, _ = est.compute_gradient_estimate(weights, jax.random.PRNGKey(2), ws)
+  assert calls == [False] and out.unroll_info  # nothing more runs until a field is read
+  loss = out.unroll_info.loss
+  assert calls == [False, True] and out.unroll_info.loss is loss  # computed once, then cached
+  is_done = out.unroll_info.is_done
+  direct, _ = estimate(theta, ws, jax.random.PRNGKey(2), with_unroll_info=True)
+  np.testing.assert_array_equal(is_done, _adapter.lo_unroll_info(direct.unroll_info).is_done)
+  np.testing.assert_allclose(loss, _adapter.lo_unroll_info(direct.unroll_info).loss, rtol=1e-6)
+  assert calls == [False, True]
 
 
 def test_pes_unroll_info_reports_the_positive_particles_of_staggered_pairs():

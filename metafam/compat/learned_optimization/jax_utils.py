@@ -80,3 +80,16 @@ def print_arg_shapes(fn):
     return fn(*args, **kwargs)
 
   return wrapped
+
+
+def _stack(ys, reverse: bool = False):
+  """The trees ``ys`` (in reverse order with ``reverse``) stacked leaf by leaf with ``jnp.vstack``."""
+  return jax.tree.map(lambda *y: jnp.vstack(y), *(reversed(ys) if reverse else ys))
+
+
+def _print_aval(a):
+  """``a``'s abstract value (shape and dtype) when it is array-like, else ``str(a)``."""
+  try:
+    return jax.typeof(jnp.asarray(a))
+  except Exception:  # pylint: disable=broad-except  # anything not array-like is printed as text
+    return str(a)

@@ -14,9 +14,15 @@ while a ``with_summary_output_reduced`` call is tracing, so a program traced wit
 one is, the wrapper traces ``fn`` to a jaxpr and evaluates it, returning the marked values as extra outputs. Nested
 ``jit`` calls are inlined and ``scan`` bodies re-scanned with the marked values as extra per-step outputs, so
 everything stays on the device (no host callback). Importing this module registers the primitive's evaluation,
-lowering (the identity), batching and differentiation rules with JAX, as defining a pytree class registers it. Values marked inside ``cond``, ``while_loop`` or custom-derivative
-functions are not collected (their branches or iteration counts have no static outputs to carry them). A function
-jitted on its own keeps the trace of its first call: call it first inside the wrapper, or do not jit it separately.
+lowering (the identity), batching and differentiation rules with JAX, as defining a pytree class registers it.
+
+Values marked inside ``lax.cond`` / ``lax.switch`` branches and ``lax.while_loop`` bodies are collected as running
+partial results (`_Partial`: the sum and the number of the marked elements, and the last marked value): ``mean``
+counts only the branch that ran and every iteration that ran (NaN if none marked the name); the other aggregations
+see the last value the taken branch marked (zeros if it marked none) or the last iteration's value. Under
+``jax.vmap`` with a per-lane predicate JAX runs both branches, so both branches' values are collected. Not
+collected: values marked in a ``while_loop``'s condition or inside custom-derivative functions. A function jitted on
+its own keeps the trace of its first call: call it first inside the wrapper, or do not jit it separately.
 
 ``add_with_summary(fn)`` adds the keyword ``with_summary`` (False: ``(out, {})``, nothing collected).
 ``aggregate_metric_list`` / ``aggregate_metric`` merge such dicts on the host (or with ``use_jnp=True`` in JAX).
@@ -35,7 +41,7 @@ import inspect
 import json
 import os
 import types
-from typing import Any, Callable, Dict, List, Mapping, MutableMapping, Sequence, Tuple, TypeVar
+from typing import Any, Callable, Dict, List, Mapping, MutableMapping, NamedTuple, Sequence, Tuple, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -133,6 +139,89 @@ def summary(name: str, val: Any, aggregation: Any = AggregationType.mean) -> Any
 
 # ---------------------------------------------------------------------------------------- collecting from a jaxpr
 
+class _Partial(NamedTuple):
+  """The marked values of one name inside a ``cond`` / ``while_loop``: the sum and the number of their elements and
+  the last value (zeros when the path taken marked none; None when the branches mark different shapes)."""
+  total: Any
+  count: Any
+  last: Any
+
+
+def _as_partials(found: Sequence[Tuple[str, Any]], shapes: Mapping[str, Any]) -> Dict[str, _Partial]:
+  """``found`` summarized per key of ``shapes`` (``{key: ShapeDtypeStruct or None}``), zeros for keys not found."""
+  out = {}
+  for key, shape in shapes.items():
+    values = [v for k, v in found if k == key]
+    parts = [v if isinstance(v, _Partial) else _Partial(jnp.sum(v), v.size, v) for v in values]
+    total = sum((jnp.sum(jnp.asarray(p.total, jnp.float32)) for p in parts), jnp.zeros((), jnp.float32))
+    count = sum((jnp.sum(jnp.asarray(p.count, jnp.float32)) for p in parts), jnp.zeros((), jnp.float32))
+    last = None if shape is None else (jnp.asarray(parts[-1].last, shape.dtype) if parts
+                                        else jnp.zeros(shape.shape, shape.dtype))
+    out[key] = _Partial(total, count, last)
+  return out
+
+
+def _marked_shapes(fn: Callable, *args: Any) -> Dict[str, Any]:
+  """``{key: ShapeDtypeStruct of its last marked value}`` of ``fn(*args) -> (outs, found)``, traced abstractly."""
+  shapes: Dict[str, Any] = {}
+
+  def probe(*a):
+    _, found = fn(*a)
+    for key, value in found:
+      last = value.last if isinstance(value, _Partial) else value
+      shapes[key] = None if last is None else jax.ShapeDtypeStruct(jnp.shape(last), jnp.result_type(last))
+    return 0
+
+  jax.eval_shape(probe, *args)
+  return shapes
+
+
+def _cond_collect(params: Mapping[str, Any], invals: Sequence[Any]) -> Tuple[List[Any], List[Tuple]]:
+  """A cond / switch whose branches also return the partial results of every name any branch marks."""
+  branches = params["branches"]
+  index, operands = invals[0], list(invals[1:])
+  run = [functools.partial(lambda b, *ops: _eval_collect(b.jaxpr, b.consts, list(ops)), b) for b in branches]
+  shapes: Dict[str, Any] = {}
+  for fn in run:
+    for key, shape in _marked_shapes(fn, *operands).items():
+      same = key not in shapes or (shape is not None and shapes[key] is not None and shape == shapes[key])
+      shapes[key] = shape if same else None
+  if not shapes:
+    return list(jax.lax.switch(index, [lambda *ops, f=fn: f(*ops)[0] for fn in run], *operands)), []
+
+  def branch(fn, *ops):
+    outs, found = fn(*ops)
+    return outs, _as_partials(found, shapes)
+
+  outs, partials = jax.lax.switch(index, [functools.partial(branch, fn) for fn in run], *operands)
+  return list(outs), list(partials.items())
+
+
+def _while_collect(params: Mapping[str, Any], invals: Sequence[Any]) -> Tuple[List[Any], List[Tuple]]:
+  """A while_loop whose carry also accumulates the partial results of the names its body marks."""
+  cond, body = params["cond_jaxpr"], params["body_jaxpr"]
+  n_cond, n_body = params["cond_nconsts"], params["body_nconsts"]
+  cond_consts, body_consts, init = invals[:n_cond], invals[n_cond:n_cond + n_body], list(invals[n_cond + n_body:])
+
+  def run_body(carry):
+    return _eval_collect(body.jaxpr, body.consts, list(body_consts) + list(carry))
+
+  shapes = _marked_shapes(run_body, init)
+
+  def cond_fn(state):
+    return _eval_collect(cond.jaxpr, cond.consts, list(cond_consts) + list(state[0]))[0][0]
+
+  def body_fn(state):
+    carry, acc = state
+    outs, found = run_body(carry)
+    new = _as_partials(found, shapes)
+    return list(outs), {k: _Partial(acc[k].total + new[k].total, acc[k].count + new[k].count,
+                                     new[k].last if shapes[k] is not None else None) for k in shapes}
+
+  start = _as_partials([], shapes)
+  carry, acc = jax.lax.while_loop(cond_fn, body_fn, (init, start))
+  return list(carry), list(acc.items())
+
 def _eval_collect(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any]) -> Tuple[List[Any], List[Tuple]]:
   """Evaluates ``jaxpr`` and returns ``(outputs, [(key, value), ...])`` for the marked values in it."""
   env: Dict[Any, Any] = {}
@@ -157,6 +246,12 @@ def _eval_collect(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any]) -> Tup
       found.extend(inner_found)
     elif name == "scan":
       outvals, inner_found = _scan_collect(eqn.params, invals)
+      found.extend(inner_found)
+    elif name == "cond":
+      outvals, inner_found = _cond_collect(eqn.params, invals)
+      found.extend(inner_found)
+    elif name == "while":
+      outvals, inner_found = _while_collect(eqn.params, invals)
       found.extend(inner_found)
     else:
       with eqn.ctx.manager:
@@ -187,7 +282,11 @@ def _reduce(key: str, values: Sequence[Any], sample_key: Any) -> Any:
   """One metric from the occurrences ``values`` of ``key`` (``sample_key``: this key's own random key)."""
   aggregation = key.split("||")[0]
   if aggregation == "mean":
-    return jnp.sum(jnp.stack([jnp.sum(v) for v in values])) / sum(v.size for v in values)
+    total = sum(jnp.sum(v.total) if isinstance(v, _Partial) else jnp.sum(v) for v in values)
+    return total / sum(jnp.sum(v.count) if isinstance(v, _Partial) else v.size for v in values)
+  if any(isinstance(v, _Partial) and v.last is None for v in values):
+    raise ValueError(f"summary {key!r} ({aggregation}) is marked with different shapes in the branches of a cond.")
+  values = [jnp.asarray(v.last) if isinstance(v, _Partial) else v for v in values]
   flat = jnp.concatenate([jnp.ravel(v) for v in values])
   if aggregation == "collect":
     return flat
@@ -231,7 +330,7 @@ def with_summary_output_reduced(fn: F, static_argnums: Sequence[int] = ()) -> G:
     outs, found = _eval_collect(closed.jaxpr, closed.consts, jax.tree.leaves(dynamic))
     grouped: Dict[str, List[Any]] = collections.defaultdict(list)
     for key, value in found:
-      grouped[key].append(jnp.asarray(value))
+      grouped[key].append(value if isinstance(value, _Partial) else jnp.asarray(value))
     metrics = {key: _reduce(key, values, None if sample_key is None else jax.random.fold_in(sample_key, i))
                for i, (key, values) in enumerate(grouped.items())}
     return jax.tree.unflatten(jax.tree.structure(out_shape), outs), metrics
@@ -319,10 +418,17 @@ def tree_step(prefix: str, values: Any) -> None:
     summary(f"{prefix}/{i}_avg_step_size", jnp.mean(jnp.abs(leaf)))
 
 
+def _nested_to_names(ss: Any) -> List[Tuple[str, Any]]:
+  """``[(path, leaf)]`` of a (nested) mapping of parameters, paths joined with "/" (a bare array: ``"params"``)."""
+  if not isinstance(ss, Mapping):
+    return [("params", ss)]
+  return [("/".join(str(getattr(p, "key", getattr(p, "idx", p))) for p in path), leaf)
+          for path, leaf in jax.tree_util.tree_leaves_with_path(ss)]
+
+
 def summarize_inner_params(params: Any) -> None:
   """``<path>/mean`` and ``<path>/mean_abs`` summaries of each leaf of a (nested dict of) parameters."""
-  for path, leaf in jax.tree_util.tree_leaves_with_path(params):
-    name = "/".join(str(getattr(p, "key", getattr(p, "idx", p))) for p in path) or "params"
+  for name, leaf in _nested_to_names(params):
     summary(f"{name}/mean", jnp.mean(leaf))
     summary(f"{name}/mean_abs", jnp.mean(jnp.abs(leaf)))
 

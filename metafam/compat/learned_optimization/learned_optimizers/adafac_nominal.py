@@ -13,6 +13,7 @@ from typing import Any, Sequence
 
 from metafam.compat.learned_optimization.learned_optimizers._features import (  # noqa: F401  LO names
     PRNGKey, decay_to_param, param_to_decay, second_moment_normalizer, tanh_embedding)
+from metafam.compat.learned_optimization.learned_optimizers.adafac_mlp_lopt import AdafacMLPLOptState  # noqa: F401
 from metafam.compat.learned_optimization.learned_optimizers.base import LOOptFn, reject_unsupported
 from metafam.optimizers import mlp_nom_lopt as _nom
 

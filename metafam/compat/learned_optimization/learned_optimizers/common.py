@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Any, Callable, Optional, Sequence, Tuple
+from typing import Any, Callable, Tuple
 
 import jax
 import jax.numpy as jnp
 import numpy as onp
+
+from metafam.optimizers.hyper_v2 import factored_dims, safe_rsqrt  # the one definition of each
 
 __all__ = ["MomAccumulator", "RMSAccumulator", "rolling_mom", "rolling_rms", "vec_rolling_mom", "vec_rolling_rms",
            "safe_rsqrt", "FactoredAccum", "factored_dims", "factored_rolling", "vec_factored_rolling"]
@@ -77,7 +79,7 @@ def rolling_rms(decay: float) -> _InitUpdate:
   return _InitUpdate(init, update)
 
 
-def _vectorized(accumulator: Callable[[Any], _InitUpdate], decays: Any) -> _InitUpdate:
+def _vmap_accumulator(accumulator: Callable[[Any], _InitUpdate], decays: Any) -> _InitUpdate:
   """``accumulator`` for each of ``decays`` at once; the decay axis is last on every state leaf."""
   decays = jnp.asarray(decays)
   if decays.ndim != 1:
@@ -94,26 +96,12 @@ def _vectorized(accumulator: Callable[[Any], _InitUpdate], decays: Any) -> _Init
 
 def vec_rolling_mom(decays: Any) -> _InitUpdate:
   """`rolling_mom` for a vector of decays."""
-  return _vectorized(rolling_mom, decays)
+  return _vmap_accumulator(rolling_mom, decays)
 
 
 def vec_rolling_rms(decays: Any) -> _InitUpdate:
   """`rolling_rms` for a vector of decays."""
-  return _vectorized(rolling_rms, decays)
-
-
-def safe_rsqrt(x: Any) -> jax.Array:
-  """``1 / sqrt(max(x, 1e-9))``."""
-  return jax.lax.rsqrt(jnp.maximum(x, 1e-9))
-
-
-def factored_dims(shape: Sequence[int]) -> Optional[Tuple[int, int]]:
-  """The two largest dimensions of ``shape`` as ``(second largest, largest)`` (ties: the later one is larger), or
-  None for a shape of rank < 2."""
-  if len(shape) < 2:
-    return None
-  order = onp.argsort(shape, kind="stable")
-  return int(order[-2]), int(order[-1])
+  return _vmap_accumulator(rolling_rms, decays)
 
 
 def factored_rolling(decay_rate: float, epsilon: float = 1e-30) -> _InitUpdate:
@@ -162,4 +150,4 @@ def factored_rolling(decay_rate: float, epsilon: float = 1e-30) -> _InitUpdate:
 
 def vec_factored_rolling(decays: Any) -> _InitUpdate:
   """`factored_rolling` for a vector of decays (the preconditioned gradients get the decay axis last too)."""
-  return _vectorized(factored_rolling, decays)
+  return _vmap_accumulator(factored_rolling, decays)

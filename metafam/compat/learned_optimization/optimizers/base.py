@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from typing import Any
+from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -28,7 +28,7 @@ Gradient = Any
 
 __all__ = ["Optimizer", "OptimizerState", "StatelessState",
            "GradientClipOptimizer", "GraftedOptimizer", "GraftedOptimizerState",
-           "as_lo_optimizer"]
+           "as_lo_optimizer", "StateView"]
 
 
 @jax.tree_util.register_dataclass
@@ -39,11 +39,22 @@ class StatelessState:
   state: Any
 
 
-class _LOFace(Optimizer):
-  """A metafam `Optimizer` seen through the reference's interface (every call forwarded)."""
+class StateView:
+  """How an optimizer's metafam state is shown in the reference's state class (``lo_type``): ``to_lo(state,
+  previous, num_steps)`` builds the reference's state from metafam's (``previous``: the reference state it was
+  updated from, or None after ``init``, which passes its ``num_steps``) and ``from_lo(lo_state)`` gives metafam's back. Both only rename fields and move axes."""
 
-  def __init__(self, opt: _base.Optimizer):
-    self.opt = opt
+  def __init__(self, lo_type: type, to_lo: Callable[[Any, Any, Any], Any], from_lo: Callable[[Any], Any]):
+    self.lo_type, self.to_lo, self.from_lo = lo_type, to_lo, from_lo
+
+
+class _LOFace(Optimizer):
+  """A metafam `Optimizer` seen through the reference's interface (every call forwarded). With a `StateView` its
+  states are the reference's state class: ``init`` returns one, ``update`` takes one (or metafam's state, which it
+  then returns unchanged in kind) and the update itself is metafam's."""
+
+  def __init__(self, opt: _base.Optimizer, view: Optional[StateView] = None):
+    self.opt, self.view = opt, view
 
   @property
   def name(self) -> str:
@@ -51,25 +62,30 @@ class _LOFace(Optimizer):
 
   def init(self, params, state=None, num_steps=None, key=None, **kwargs):
     state = kwargs.pop("model_state", state)
-    return self.opt.init(params, model_state=state, num_steps=num_steps, key=key)
+    out = self.opt.init(params, model_state=state, num_steps=num_steps, key=key)
+    return out if self.view is None else self.view.to_lo(out, None, num_steps)
 
   def update(self, opt_state, grad, loss=None, model_state=None, key=None, **kwargs):
-    return self.opt.update(opt_state, grad, loss=loss, model_state=model_state, key=key)
+    lo = self.view is not None and isinstance(opt_state, self.view.lo_type)
+    out = self.opt.update(self.view.from_lo(opt_state) if lo else opt_state, grad, loss=loss,
+                          model_state=model_state, key=key)
+    return self.view.to_lo(out, opt_state, None) if lo else out
 
   def get_params(self, state):
-    return self.opt.get_params(state)
+    return state.params if self.view is not None else self.opt.get_params(state)
 
   def get_state(self, state):
-    return self.opt.get_state(state)
+    return state.state if self.view is not None else self.opt.get_state(state)
 
 
-def as_lo_optimizer(opt: _base.Optimizer) -> Optimizer:
-  """``opt`` with the reference's interface: itself if it already has it, else a forwarding wrapper."""
-  if isinstance(opt, Optimizer):
+def as_lo_optimizer(opt: _base.Optimizer, view: Optional[StateView] = None) -> Optimizer:
+  """``opt`` with the reference's interface: itself if it already has it (and no ``view`` is asked for), else a
+  forwarding wrapper, whose states are ``view``'s reference state class when a `StateView` is given."""
+  if isinstance(opt, Optimizer) and view is None:
     return opt
   if not isinstance(opt, _base.Optimizer):
     raise TypeError(f"as_lo_optimizer needs a metafam Optimizer, got {type(opt).__name__}.")
-  return _LOFace(opt)
+  return _LOFace(opt, view)
 
 
 def _check_optimizer(opt: Any, what: str) -> Optimizer:

@@ -1,12 +1,14 @@
 """`learned_optimization.optimizers.optax_opts`: hand-designed optimizers as thin wrappers of optax transformations.
 
-Each class is metafam's `OptaxOptimizer` (the optax state inside `OptimizerState.opt_state`, every state leaf's dtype
-kept across ``update``) built with the reference's argument names and defaults; ``update`` accepts and ignores extra
-keyword arguments such as ``is_valid``. The wrapped transformation is ``opt.tx``.
+Each class is metafam's `OptaxOptimizer` (every state leaf's dtype kept across ``update``) built with the reference's argument names and defaults; ``update`` accepts and ignores extra
+keyword arguments such as ``is_valid``. The wrapped transformation is ``opt.tx``. States are the reference's `OptaxState` (``params``, ``state``,
+``optax_opt_state``, ``iteration``): metafam's `OptimizerState` with ``opt_state`` named ``optax_opt_state``;
+``update`` also takes metafam's `OptimizerState` (and then returns one).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Optional, Sequence
 
 import jax
@@ -18,8 +20,31 @@ from metafam.optimizers import base as _mf_base
 
 Gradient = Any
 
-__all__ = ["Params", "ModelState", "OptState", "Gradient", "OptaxOptimizer", "SGD", "SGDM", "Adam", "RMSProp", "AdaBelief", "AdamW", "Fromage", "Lars", "Lamb",
+__all__ = ["Params", "ModelState", "OptState", "Gradient", "OptaxState", "OptaxOptimizer", "SGD", "SGDM", "Adam", "RMSProp", "AdaBelief", "AdamW", "Fromage", "Lars", "Lamb",
            "RAdam", "SM3", "Yogi", "Adafactor", "AdaGrad", "PiecewiseLinearAdam", "piecewise_linear"]
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class OptaxState:
+  """The reference's state of an optax optimizer: params, model state, the optax state and the update count."""
+  params: Any
+  state: Any
+  optax_opt_state: Any
+  iteration: Any
+
+  def replace(self, **changes: Any) -> "OptaxState":
+    return dataclasses.replace(self, **changes)
+
+
+def _to_lo(state: _mf_base.OptimizerState) -> OptaxState:
+  return OptaxState(params=state.params, state=state.state, optax_opt_state=state.opt_state,
+                    iteration=state.iteration)
+
+
+def _from_lo(state: OptaxState) -> _mf_base.OptimizerState:
+  return _mf_base.OptimizerState(params=state.params, state=state.state, opt_state=state.optax_opt_state,
+                                 iteration=jnp.asarray(state.iteration, jnp.int32))
 
 
 class OptaxOptimizer(Optimizer, _mf_base.OptaxOptimizer):
@@ -34,10 +59,13 @@ class OptaxOptimizer(Optimizer, _mf_base.OptaxOptimizer):
 
   def init(self, params, state=None, num_steps=None, key=None, **kwargs):
     state = kwargs.pop("model_state", state)
-    return _mf_base.OptaxOptimizer.init(self, params, model_state=state, num_steps=num_steps, key=key)
+    return _to_lo(_mf_base.OptaxOptimizer.init(self, params, model_state=state, num_steps=num_steps, key=key))
 
   def update(self, opt_state, grad, loss=None, model_state=None, key=None, **kwargs):
-    return _mf_base.OptaxOptimizer.update(self, opt_state, grad, loss=loss, model_state=model_state, key=key)
+    lo = isinstance(opt_state, OptaxState)
+    out = _mf_base.OptaxOptimizer.update(self, _from_lo(opt_state) if lo else opt_state, grad, loss=loss,
+                                         model_state=model_state, key=key)
+    return _to_lo(out) if lo else out
 
 
 def _label(cls_name: str, **hparams: Any) -> str:
@@ -128,6 +156,16 @@ class RAdam(OptaxOptimizer):
                      name=_label("RAdam", lr=learning_rate, b1=b1, b2=b2, eps=eps))
 
 
+def _expand_scalar(x, r):
+  """``x`` with a leading axis of 1 when ``r`` (a scalar param seen as a 1-vector), else ``x``."""
+  return jnp.expand_dims(x, 0) if r else x
+
+
+def _sm3(learning_rate: float, momentum: float = 0.9, b2: float = 1.0) -> optax.GradientTransformation:
+  """optax's SM3 scaling followed by the step ``-learning_rate`` (the transformation `SM3` applies)."""
+  return optax.chain(optax.scale_by_sm3(momentum, b2=b2), optax.scale(-learning_rate))
+
+
 def _scalars_as_vectors(tx: optax.GradientTransformation) -> optax.GradientTransformation:
   """``tx`` applied with every 0-d leaf viewed as shape ``(1,)`` (optax's SM3 indexes a missing accumulator for
   scalar params); the updates come back in the params' shapes."""
@@ -148,8 +186,7 @@ class SM3(OptaxOptimizer):
 
   def __init__(self, learning_rate: float = 0.01, momentum: float = 0.9, b2: float = 1.0):
     self.learning_rate = learning_rate
-    tx = optax.chain(optax.scale_by_sm3(b1=momentum, b2=b2), optax.scale(-learning_rate))
-    super().__init__(_scalars_as_vectors(tx),
+    super().__init__(_scalars_as_vectors(_sm3(learning_rate, momentum, b2)),
                      name=_label("SM3", lr=learning_rate, m=momentum))
 
 

@@ -6,7 +6,11 @@ estimator's jitted ``estimate``. The estimate itself is the metafam class's, unc
 
 ``unroll_info`` (`lo_unroll_info`): the reference's `gradient_learner.UnrollInfo` of ``[steps, lanes]`` arrays,
 from the per-step outputs metafam's estimate returns with ``with_unroll_info=True`` (the same unroll as the
-estimate; that program is compiled separately from the default ``estimate``, which `MetaTrainer` uses):
+estimate; that program is compiled separately from the default ``estimate``, which `MetaTrainer` uses).
+``compute_gradient_estimate`` runs the default ``estimate`` and returns a `LazyUnrollInfo`: reading any of its
+fields (or testing it) runs the with-unroll_info program once, from the same theta, worker state and key -- the
+estimate is a pure function of them, so it is the same unroll -- and caches the result. Code that never reads
+``unroll_info`` never compiles or runs that program. Its fields are:
 
 * ``loss``: each step's loss of the estimator's ``loss_kind`` (by default the task-normalized meta-loss, the value
   the estimate averages; 0 on a masked, non-finite step);
@@ -29,6 +33,31 @@ import jax
 
 from metafam.compat.learned_optimization.outer_trainers import gradient_learner
 from metafam.inner.truncated_step import TruncatedStep
+
+
+class LazyUnrollInfo:
+  """The reference's `UnrollInfo` of one estimate, computed on first use (see the module docstring): its fields
+  ``loss``, ``iteration``, ``task_param`` and ``is_done`` are the computed
+  `gradient_learner.UnrollInfo`'s (``value()`` returns it)."""
+
+  def __init__(self, compute):
+    self._compute, self._value = compute, None
+
+  def value(self) -> Any:
+    if self._value is None:
+      self._value, self._compute = self._compute(), None
+    return self._value
+
+  def __getattr__(self, name: str) -> Any:
+    if name.startswith("__"):
+      raise AttributeError(name)
+    return getattr(self.value(), name)
+
+  def __bool__(self) -> bool:
+    return True
+
+  def __repr__(self) -> str:
+    return f"LazyUnrollInfo({'not computed' if self._value is None else self._value!r})"
 
 
 class LOEstimatorFace:
@@ -58,15 +87,23 @@ class LOEstimatorFace:
     return super().init_worker_state(gradient_learner.theta_of(worker_weights), key)
 
   def compute_gradient_estimate(self, worker_weights: Any, key: jax.Array, state: Any, with_summary: bool = False,
-                                datas_list: Optional[Any] = None):
+                                datas_list: Optional[Any] = None, eager_unroll_info: bool = False):
     """``(GradientEstimatorOut(mean_loss, grad, unroll_state, unroll_info), metrics)`` from one ``estimate``
-    (``unroll_info``: see the module docstring)."""
+    (``unroll_info``: a `LazyUnrollInfo`, see the module docstring; ``eager_unroll_info=True``, for a caller that
+    reads it every time such as `gradient_learner.gradient_worker_compute`, runs the with-unroll_info program
+    instead of the default one, so the unroll runs once)."""
     if datas_list is not None:
       raise NotImplementedError("datas_list: metafam samples the batches on the device from the family's datasets.")
-    with_info = bool(getattr(self, "reports_unroll_info", False))
-    estimate, new_state = self.estimate(gradient_learner.theta_of(worker_weights), state, key,
-                                        with_unroll_info=with_info)
-    info = lo_unroll_info(estimate.unroll_info, self.loss_kind) if with_info else None
+    theta = gradient_learner.theta_of(worker_weights)
+    reports = bool(getattr(self, "reports_unroll_info", False))
+    estimate, new_state = self.estimate(theta, state, key, with_unroll_info=reports and eager_unroll_info)
+    info = None
+    if reports and eager_unroll_info:
+      info = lo_unroll_info(estimate.unroll_info, self.loss_kind)
+    elif reports:
+      info = LazyUnrollInfo(
+          lambda: lo_unroll_info(self.estimate(theta, state, key, with_unroll_info=True)[0].unroll_info,
+                                 self.loss_kind))
     out = gradient_learner.GradientEstimatorOut(mean_loss=estimate.meta_loss, grad=estimate.grad,
                                                 unroll_state=new_state, unroll_info=info)
     return out, gradient_learner._as_metrics(estimate.metrics)

@@ -53,7 +53,7 @@ def _lo_opt(learned_opt: Any, theta: Any) -> Any:
   return opt_base.as_lo_optimizer(learned_opt.opt_fn(theta, is_training=True))
 
 
-def _init_one(task_family, learned_opt, trunc_sched, theta, outer_state, key, num_steps_override):
+def _init_truncation_state(task_family, learned_opt, trunc_sched, theta, outer_state, key, num_steps_override=None):
   k_cfg, k_params, k_trunc, k_opt = jax.random.split(key, 4)
   task_param = task_family.sample(k_cfg)
   params, model_state = task_family.task_fn(task_param).init_with_state(k_params)
@@ -71,7 +71,7 @@ _STATIC_INIT = ("task_family", "learned_opt", "trunc_sched", "num_steps_override
 def init_truncation_state(task_family: Any, learned_opt: Any, trunc_sched: Any, theta: Any, outer_state: Any,
                           key: jax.Array, num_steps_override: Optional[int] = None) -> TruncatedUnrollState:
   """One lane state per key of ``key`` (a stack of keys), all with the same ``theta``."""
-  return jax.vmap(lambda k: _init_one(task_family, learned_opt, trunc_sched, theta, outer_state, k,
+  return jax.vmap(lambda k: _init_truncation_state(task_family, learned_opt, trunc_sched, theta, outer_state, k,
                                       num_steps_override))(key)
 
 
@@ -80,7 +80,7 @@ def init_truncation_state_vec_theta(task_family: Any, learned_opt: Any, trunc_sc
                                     outer_state: Any, key: jax.Array,
                                     num_steps_override: Optional[int] = None) -> TruncatedUnrollState:
   """`init_truncation_state` with one theta per lane (leading axis)."""
-  return jax.vmap(lambda th, k: _init_one(task_family, learned_opt, trunc_sched, th, outer_state, k,
+  return jax.vmap(lambda th, k: _init_truncation_state(task_family, learned_opt, trunc_sched, th, outer_state, k,
                                           num_steps_override))(theta, key)
 
 
@@ -127,8 +127,8 @@ def progress_or_reset_inner_opt_state(task_family: Any, opt: Any, num_steps: Any
   return cond_fn(jnp.logical_not(is_done), train, reset, key)
 
 
-def _unroll_one(task_family, learned_opt, trunc_sched, theta, key, state, data, outer_state,
-                meta_loss_with_aux_key, override_num_steps):
+def _truncated_unroll_one_step(task_family, learned_opt, trunc_sched, theta, key, state, data, outer_state,
+                               meta_loss_with_aux_key, override_num_steps=None):
   k_step, k_trunc = jax.random.split(key)
   num_steps = state.truncation_state.length if override_num_steps is None else override_num_steps
   opt_state, task_param, inner_step, loss = progress_or_reset_inner_opt_state(
@@ -151,8 +151,9 @@ def truncated_unroll_one_step(task_family: Any, learned_opt: Any, trunc_sched: A
                               meta_loss_with_aux_key: Optional[str] = None,
                               override_num_steps: Optional[int] = None):
   """One step of every lane (keys, states and data have a leading lane axis; theta is shared)."""
-  return jax.vmap(lambda k, s, d: _unroll_one(task_family, learned_opt, trunc_sched, theta, k, s, d, outer_state,
-                                              meta_loss_with_aux_key, override_num_steps))(key, state, data)
+  return jax.vmap(lambda k, s, d: _truncated_unroll_one_step(
+      task_family, learned_opt, trunc_sched, theta, k, s, d, outer_state, meta_loss_with_aux_key,
+      override_num_steps))(key, state, data)
 
 
 @functools.partial(jax.jit, static_argnames=_STATIC_UNROLL)
@@ -161,7 +162,7 @@ def truncated_unroll_one_step_vec_theta(task_family: Any, learned_opt: Any, trun
                                         meta_loss_with_aux_key: Optional[str] = None,
                                         override_num_steps: Optional[int] = None):
   """`truncated_unroll_one_step` with one theta per lane (leading axis)."""
-  return jax.vmap(lambda th, k, s, d: _unroll_one(task_family, learned_opt, trunc_sched, th, k, s, d, outer_state,
+  return jax.vmap(lambda th, k, s, d: _truncated_unroll_one_step(task_family, learned_opt, trunc_sched, th, k, s, d, outer_state,
                                                   meta_loss_with_aux_key, override_num_steps))(theta, key, state,
                                                                                                data)
 

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 from metafam.compat.learned_optimization import tree_utils
 from metafam.compat.learned_optimization.outer_trainers.truncated_step import TruncatedUnrollOut
 from metafam.inner.truncated_step import TruncatedStep as _MFTruncatedStep
+from metafam.outer_trainers import base as _mf_base
 
 __all__ = ["sample_perturbations", "vector_sample_perturbations", "truncated_unroll", "maybe_stacked_es_unroll"]
 
@@ -38,10 +39,8 @@ G = TypeVar("G")
 
 
 def sample_perturbations(variables: Any, rng: jax.Array, std: float) -> Any:
-  leaves, treedef = jax.tree.flatten(variables)
-  keys = jax.random.split(rng, max(len(leaves), 1))
-  return jax.tree.unflatten(treedef, [jax.random.normal(k, jnp.shape(x), jnp.result_type(x)) * std
-                                      for k, x in zip(keys, leaves)])
+  """One draw of the engine's perturbations (`metafam.outer_trainers.base.sample_perturbations`)."""
+  return jax.tree.map(lambda x: x[0], _mf_base.sample_perturbations(variables, rng, 1, std))
 
 
 def vector_sample_perturbations(theta: Any, key: jax.Array, std: float, num_samples: int):
@@ -75,14 +74,21 @@ def truncated_unroll(truncated_step: Any, unroll_length: int, theta_is_vector: b
   return jax.lax.scan(step_fn, state, (keys, datas)), {}
 
 
-def _concat(a: Any, b: Any, axis: int = 0) -> Any:
+# The reference's layout of stacked antithetic lanes: all positive lanes, then all negative ones (contiguous
+# halves). metafam's `inner.pairs.halves` / `join` use the interleaved layout of its own estimators, so these two
+# reference helpers stay here.
+def _stack(a: Any, b: Any, axis: int = 0) -> Any:
+  """``a`` and ``b`` concatenated along ``axis``, leaf by leaf."""
   return jax.tree.map(lambda x, y: jnp.concatenate([x, y], axis=axis), a, b)
 
 
-def _halves(tree: Any, axis: int = 0):
+def _split_tree(tree: Any, axis: int = 0):
+  """The first and second halves of ``tree`` along ``axis`` (0 or 1), leaf by leaf."""
+  if axis not in (0, 1):
+    raise ValueError(f"axis must be 0 or 1, got {axis!r}.")
   size = jax.tree.leaves(tree)[0].shape[axis] // 2
   first = jax.tree.map(lambda x: jax.lax.slice_in_dim(x, 0, size, axis=axis), tree)
-  second = jax.tree.map(lambda x: jax.lax.slice_in_dim(x, size, 2 * size, axis=axis), tree)
+  second = jax.tree.map(lambda x: jax.lax.slice_in_dim(x, size, None, axis=axis), tree)
   return first, second
 
 
@@ -92,12 +98,12 @@ def maybe_stacked_es_unroll(truncated_step: Any, unroll_length: int, stack_antit
                             sample_rng_key: Optional[jax.Array] = None, override_num_steps: Optional[int] = None):
   args = (truncated_step, unroll_length, True)
   if stack_antithetic_samples and not isinstance(truncated_step, _MFTruncatedStep):
-    stacked_datas = _concat(datas, datas, axis=1) if jax.tree.leaves(datas) else datas
-    (state, outs), metrics = truncated_unroll(*args, _concat(vec_p_theta, vec_n_theta), key,
-                                              _concat(p_state, n_state), stacked_datas, outer_state,
+    stacked_datas = _stack(datas, datas, axis=1) if jax.tree.leaves(datas) else datas
+    (state, outs), metrics = truncated_unroll(*args, _stack(vec_p_theta, vec_n_theta), key,
+                                              _stack(p_state, n_state), stacked_datas, outer_state,
                                               override_num_steps)
-    p_state, n_state = _halves(state)
-    p_outs, n_outs = _halves(outs, axis=1)
+    p_state, n_state = _split_tree(state)
+    p_outs, n_outs = _split_tree(outs, axis=1)
     return p_state, n_state, p_outs, n_outs, metrics
   (p_state, p_outs), metrics = truncated_unroll(*args, vec_p_theta, key, p_state, datas, outer_state,
                                                 override_num_steps)

@@ -200,7 +200,10 @@ def gradient_worker_compute(worker_weights: WorkerWeights, gradient_estimators: 
   grads, losses, states, metrics, events = [], [], [], {}, []
   for i, (estimator, state) in enumerate(zip(gradient_estimators, unroll_states)):
     key, sub = jax.random.split(key)
-    out, est_metrics = estimator.compute_gradient_estimate(worker_weights, sub, state, with_summary=with_metrics)
+    # metafam's estimators run the unroll once, with its unroll_info (read below); a fork's gets LO's call.
+    eager = {"eager_unroll_info": True} if isinstance(estimator, _MFGradientEstimator) else {}
+    out, est_metrics = estimator.compute_gradient_estimate(worker_weights, sub, state, with_summary=with_metrics,
+                                                           **eager)
     grads.append(out.grad)
     losses.append(out.mean_loss)
     states.append(out.unroll_state)
@@ -300,6 +303,34 @@ def _plain_optax(theta_opt: Any) -> bool:
           and type(theta_opt).update in plain_update)
 
 
+def _tree_mean(stack: Any) -> Any:
+  """The mean over the leading axis of every leaf (jax)."""
+  return jax.tree.map(lambda x: jnp.mean(x, axis=0), stack)
+
+
+def _tree_mean_onp(stack: Any) -> Any:
+  """The mean over the leading axis of every leaf (numpy, on the host)."""
+  return jax.tree.map(lambda x: np.mean(x, axis=0), stack)
+
+
+@jax.jit
+def _jit_nan_to_num(vals: Any, replace: Any) -> Any:
+  """Every NaN and infinity of ``vals`` replaced by ``replace`` (jitted)."""
+  return jax.tree.map(lambda v: jnp.nan_to_num(v, nan=replace, posinf=replace, neginf=replace), vals)
+
+
+def _nan_to_num(vals: Any, replace: Any, use_jnp: bool = False) -> Any:
+  """With ``use_jnp``, `_jit_nan_to_num`; otherwise numpy's ``nan_to_num`` (NaN -> 0, infinities -> the largest
+  finite values; ``replace`` unused), as the reference."""
+  if use_jnp:
+    return _jit_nan_to_num(vals, replace)
+  return jax.tree.map(np.nan_to_num, vals)
+
+
+# The field holding the optax state: metafam's OptimizerState's, or the reference's OptaxState's.
+_OPTAX_FIELD = {False: "opt_state", True: "optax_opt_state"}
+
+
 def _key_data(key: jax.Array) -> jax.Array:
   if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
     return jax.random.key_data(key)
@@ -352,11 +383,12 @@ class SingleMachineGradientLearner:
     opt_state = state.gradient_learner_state.theta_opt_state
     # MetaTrainer.step donates its input: hand it copies so the caller's state stays usable.
     theta, optax_state, workers, key_data, step = _copy((
-        opt_state.params, opt_state.opt_state, tuple(state.gradient_estimator_states), _key_data(key),
+        opt_state.params, getattr(opt_state, _OPTAX_FIELD[type(opt_state) is optax_opts.OptaxState]), tuple(state.gradient_estimator_states), _key_data(key),
         jnp.asarray(opt_state.iteration, jnp.int32)))
     mts = MetaTrainState(theta=theta, opt_state=optax_state, worker_states=workers, key_data=key_data, step=step)
     new, metrics = self.meta_trainer.step(self.meta_trainer.place(mts))
-    new_opt_state = dataclasses.replace(opt_state, params=new.theta, opt_state=new.opt_state, iteration=new.step)
+    new_opt_state = dataclasses.replace(opt_state, params=new.theta, iteration=new.step,
+                                        **{_OPTAX_FIELD[type(opt_state) is optax_opts.OptaxState]: new.opt_state})
     loss = jnp.where(jnp.isfinite(metrics["meta_loss"]), metrics["meta_loss"], _NAN_LOSS)
     out_metrics = {"none||mean_loss": loss}
     if with_metrics:

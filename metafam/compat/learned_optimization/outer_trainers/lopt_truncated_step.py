@@ -44,8 +44,8 @@ import numpy as np
 from metafam.compat.learned_optimization import training
 from metafam.compat.learned_optimization.outer_trainers import truncation_schedule
 from metafam.compat.learned_optimization.outer_trainers._lopt_functions import (  # noqa: F401  LO names
-    TruncatedUnrollState, init_truncation_state, init_truncation_state_vec_theta, progress_or_reset_inner_opt_state,
-    truncated_unroll_one_step, truncated_unroll_one_step_vec_theta, vectorized_loss_and_aux)
+    TruncatedUnrollState, _init_truncation_state, _truncated_unroll_one_step, init_truncation_state,
+    init_truncation_state_vec_theta, progress_or_reset_inner_opt_state, truncated_unroll_one_step, truncated_unroll_one_step_vec_theta, vectorized_loss_and_aux)
 from metafam.compat.learned_optimization.outer_trainers import truncated_step as truncated_step_lib
 from metafam.compat.learned_optimization.outer_trainers.truncated_step import TruncatedUnrollOut
 from metafam.compat.learned_optimization.tasks import base as tasks_base

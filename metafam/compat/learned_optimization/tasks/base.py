@@ -7,13 +7,14 @@ derived from whichever one a subclass writes). `TaskFamily` is metafam's family 
 
 from __future__ import annotations
 
-import importlib
+import sys
 from typing import Any, Callable, Optional, Sequence, TypeVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from metafam._registry import UnknownNameError, unknown_name_message
 from metafam.taskfamilies import base as _families
 from metafam.tasks.base import Task
 
@@ -84,13 +85,29 @@ def sample_single_task_family(key: PRNGKey, task_family: TaskFamily) -> TaskFami
   return task_family
 
 
+_FIXED_PACKAGE = "metafam.compat.learned_optimization.tasks.fixed."
+
+
+def _registered_tasks() -> dict:
+  """``{name: constructor}`` of the fixed tasks of every `tasks.fixed` module imported so far: the reference's
+  tasks register with gin when their module is imported, and this module imports none of them (no import circle)."""
+  table = {}
+  for name, module in list(sys.modules.items()):
+    if name.startswith(_FIXED_PACKAGE) and module is not None:
+      table.update({n: getattr(module, n) for n in getattr(module, "TASKS", {}) if hasattr(module, n)})
+  return table
+
+
 def get_task_from_name(task_name: str) -> Task:
-  """A new instance of the reference's fixed task ``task_name`` (`tasks.fixed.all.FIXED_TASKS`, read by module
-  name at call time as the reference's gin lookup; unknown names raise metafam's UnknownNameError listing the
-  valid ones)."""
-  from metafam._registry import lookup
-  table = importlib.import_module("metafam.compat.learned_optimization.tasks.fixed.all").FIXED_TASKS
-  return lookup(table, task_name, "learned_optimization fixed task")()
+  """A new instance of the fixed task ``task_name``, looked up, as the reference's gin lookup, among the tasks of
+  the `tasks.fixed` modules imported so far (``tasks.fixed.all`` imports them all). Unknown names raise metafam's
+  UnknownNameError listing the registered ones and this import requirement."""
+  table = _registered_tasks()
+  if task_name not in table:
+    raise UnknownNameError(unknown_name_message(table, task_name, "learned_optimization fixed task") +
+                           " (a task is registered when its module is imported, as with the reference's gin: "
+                           "import learned_optimization.tasks.fixed.all, or the task's own module, first)")
+  return table[task_name]()
 
 
 def sample_task_family_from_task_fns(key: PRNGKey, task_names: Sequence[str]) -> TaskFamily:

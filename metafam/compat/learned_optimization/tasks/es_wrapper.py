@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 import jax
 
+from metafam.compat.learned_optimization.outer_trainers import common
 from metafam.compat.learned_optimization.tasks import base
 from metafam.compat.learned_optimization.tasks.parametric import cfgobject
 from metafam.tasks.augmentations import ESGradients, antithetic_es_value_and_grad as _es
@@ -52,6 +53,16 @@ def multi_antithetic_es_value_and_grad(loss_fn: LossFN, has_aux: bool = False, s
                                        n_pairs: int = 2) -> ValueGradFN:
   """As `antithetic_es_value_and_grad`, averaged over ``n_pairs`` antithetic pairs."""
   return _wrap(loss_fn, has_aux, std, n_pairs)
+
+
+def _sample_perturbations(variables: Any, key: PRNGKey, std: float) -> Any:
+  """Gaussian noise of standard deviation ``std`` shaped like ``variables`` (`outer_trainers.common`'s draw)."""
+  return common.sample_perturbations(variables, key, std)
+
+
+def _vector_sample_perturbations(theta: Any, key: PRNGKey, std: float, num_samples: int):
+  """``num_samples`` antithetic pairs: ``(eps, theta + eps, theta - eps)``, each with a leading sample axis."""
+  return common.vector_sample_perturbations(theta, key, std, num_samples)
 
 
 class ESTask(ESGradients):

@@ -29,6 +29,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from metafam.compat.learned_optimization import tree_utils
+from metafam.compat.learned_optimization.outer_trainers import common
 from metafam.compat.learned_optimization.tasks import base
 from metafam.compat.learned_optimization.tasks.parametric import cfgobject
 from metafam.datasets.base import ArraySplit, Datasets
@@ -202,6 +204,13 @@ class _StaticFn:
 
 
 jax.tree_util.register_static(_StaticFn)
+
+
+def _sample_perturbations(variables: Any, key: jax.Array) -> Any:
+  """A random direction shaped like ``variables``: Gaussian noise (`outer_trainers.common`'s draw) scaled to unit
+  norm over the whole tree."""
+  noise = common.sample_perturbations(variables, key, 1.0)
+  return tree_utils.tree_div(noise, tree_utils.tree_norm(noise))
 
 
 def _normalize(grads: Any, key: jax.Array) -> Any:

@@ -13,16 +13,33 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
+import jax.numpy as jnp
+
+from metafam.compat.learned_optimization.learned_optimizers._features import (  # noqa: F401  LO's private names
+    clip_log_abs as _clip_log_abs, second_moment_normalizer as _second_moment_normalizer, sorted_values)
 from metafam.compat.learned_optimization.learned_optimizers.base import LOOptFn, reject_unsupported
 from metafam.optimizers import hyper_v2 as _hv2
 from metafam.optimizers.hyper_v2 import HyperV2State as State
 from metafam.optimizers.hyper_v2 import factored_dims
+from metafam.optimizers.hyper_v2 import safe_rsqrt as _safe_rsqrt  # noqa: F401  LO's private name
 
 __all__ = ["HyperV2", "State", "BufferLossAccumulators", "factored_dims"]
 
 _ABLATIONS = ("with_g", "with_m", "with_m_feat", "with_rms", "with_rms_feat", "with_rms_norm_g", "with_rsqrt_rms",
               "with_p", "with_fac_norm_g", "with_fac_rms", "with_fac_rsqrt", "with_grad_clip_feat",
               "with_fac_mom_mult", "with_rms_only_norm_g", "adafactor_accumulator")
+
+
+def _sorted_values(dd):
+  """The mapping's values in the order of its sorted keys."""
+  return sorted_values(dd)
+
+
+def _fractional_tanh_embed(x):
+  """``f32[9, *shape]``: ``tanh(10 (x - s))`` for the fractions ``s`` = 0.03, 0.1, 0.2, 0.4, ..., 1.0, 1.1 of
+  training done."""
+  marks = jnp.asarray([0.03, 0.1, 0.2, 0.4, 0.6, 0.8, 0.9, 1.0, 1.1], jnp.float32).reshape((-1,) + (1,) * jnp.ndim(x))
+  return jnp.tanh((jnp.asarray(x, jnp.float32) - marks) * 10)
 
 
 class BufferLossAccumulators:

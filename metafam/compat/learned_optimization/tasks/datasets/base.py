@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
 import os
+import sys
 import threading
 from typing import Any, Callable, Iterator, Optional, Sequence, Tuple
 
@@ -98,8 +98,10 @@ class LazyDataset(Datasets):
 def dataset_lru_cache_clear() -> None:
   """Empties the caches of the dataset functions of this compatibility package and of metafam's readers."""
   from metafam.datasets import cifar, images, text
-  language = importlib.import_module("metafam.compat.learned_optimization.tasks.datasets.language")  # imports us
-  for fn in (_image_classification_datasets, *language.CACHED, images.fashion_mnist_datasets,
+  # The language module's caches, if it was imported (read from sys.modules: it imports this module, not the
+  # reverse; an unimported module has nothing cached).
+  language = sys.modules.get("metafam.compat.learned_optimization.tasks.datasets.language")
+  for fn in (_image_classification_datasets, *getattr(language, "CACHED", ()), images.fashion_mnist_datasets,
              cifar.cifar10_datasets, text.shakespeare_char_datasets):
     fn.cache_clear()
 
@@ -244,17 +246,81 @@ def _image_classification_datasets(datasetname, batch_size, image_size, stack_ch
   if datasetname == "fashion_mnist" and plain:
     return _metafam_image_datasets(info.reader, batch_size, height, load_channels)
 
-  def split(name):
-    def build():
-      try:
-        source = _metafam_image_datasets(info.reader, batch_size, height, load_channels).split(name)
-      except FileNotFoundError as e:
-        raise DatasetUnavailableError(f"dataset {datasetname!r} is read from local files: {info.how_to_supply} "
-                                      f"({e})") from None
-      return source if plain else map(transform, source)
-    return LazyIterator(build)
+  def build():
+    try:
+      source = _metafam_image_datasets(info.reader, batch_size, height, load_channels)
+    except FileNotFoundError as e:
+      raise DatasetUnavailableError(f"dataset {datasetname!r} is read from local files: {info.how_to_supply} "
+                                    f"({e})") from None
+    if plain:
+      return source
+    splits = [source.source(name) for name in SPLITS]
+    if all(isinstance(x, ArraySplit) for x in splits):  # transform the arrays once: batches stay on the device
+      splits = [ArraySplit(transform(x.arrays), x.batch_size, seed=x.seed, shuffle=x.shuffle) for x in splits]
+    else:
+      splits = [map(transform, x) for x in splits]
+    return Datasets(*splits, extra_info=extra_info, abstract_batch=abstract)
 
-  return Datasets(*(split(name) for name in SPLITS), extra_info=extra_info, abstract_batch=abstract)
+  return _ReadOnUse(build, abstract, extra_info)
+
+
+class _ReadOnUse(LazyDataset):
+  """A `LazyDataset` whose ``abstract_batch`` and ``extra_info`` are known without reading: the files are read
+  (once) when a split, its device data or ``has_device_data`` is first asked for, so building and initializing a
+  task read nothing, and the splits are metafam's `ArraySplit`s (device path) once read. ``reads_on_use`` tells
+  code that builds a truncated step at construction (which reads) to defer that to first use."""
+
+  reads_on_use = True
+
+  def __init__(self, dataset_fn: Callable[[], Datasets], abstract_batch: Any, extra_info: Any):
+    super().__init__(dataset_fn)
+    self._abstract, self._extra = abstract_batch, extra_info
+
+  abstract_batch = property(lambda self: self._abstract)
+  extra_info = property(lambda self: self._extra)
+
+
+_MAP_KEYS = ("image_size", "stack_channels", "aug_flip_left_right", "aug_flip_up_down", "normalize_mean",
+             "normalize_std", "convert_to_black_and_white")
+
+
+def _image_map_fn(cfg: Any, batch: Batch) -> Batch:
+  """The reference's per-batch image transform, on arrays (no TensorFlow): ``batch["image"]`` (``[B, H, W, C]``,
+  pixel values 0-255) is resized to ``cfg["image_size"]`` (bilinear, no antialiasing, as ``tf.image.resize``),
+  gray channels tiled ``cfg["stack_channels"]`` times, flipped left-right / up-down per image at random (unseeded,
+  as the reference) when ``aug_flip_*``, scaled to [0, 1] or, with ``normalize_mean`` / ``normalize_std`` (0-255
+  statistics per RGB channel), standardized, and averaged over channels when ``convert_to_black_and_white``; labels
+  become int32. Returns ``{"image": f32[...], "label": i32[B]}``."""
+  missing = [k for k in _MAP_KEYS if k not in cfg]
+  if missing:
+    raise ValueError(f"cfg is missing {missing}; it needs the keys {list(_MAP_KEYS)}.")
+  image = jnp.asarray(batch["image"])
+  if image.ndim != 4:
+    raise ValueError(f"batch['image'] must be [batch, height, width, channels], got shape {image.shape}.")
+  size = tuple(int(s) for s in cfg["image_size"])
+  if tuple(image.shape[1:3]) != size:
+    image = jax.image.resize(image.astype(jnp.float32), image.shape[:1] + size + image.shape[3:], "linear",
+                             antialias=False)
+  if cfg["stack_channels"] != 1:
+    if image.shape[3] != 1:
+      raise ValueError(f"stack_channels={cfg['stack_channels']} needs 1-channel images, got shape {image.shape}.")
+    image = jnp.tile(image, (1, 1, 1, int(cfg["stack_channels"])))
+  rng = np.random.default_rng()
+  for flip, axis in (("aug_flip_left_right", 2), ("aug_flip_up_down", 1)):
+    if cfg[flip]:
+      flipped = rng.random(image.shape[0]) < 0.5
+      image = jnp.where(flipped[:, None, None, None], jnp.flip(image, axis), image)
+  image = image.astype(jnp.float32)
+  if cfg["normalize_mean"] is None:
+    image = image / 255.0
+  else:
+    if cfg["normalize_std"] is None:
+      raise ValueError("cfg['normalize_std'] must be given with cfg['normalize_mean'].")
+    mean = jnp.asarray(cfg["normalize_mean"], jnp.float32).reshape(1, 1, 1, 3)
+    image = (image - mean) / jnp.asarray(cfg["normalize_std"], jnp.float32).reshape(1, 1, 1, 3)
+  if cfg["convert_to_black_and_white"]:
+    image = jnp.mean(image, axis=3, keepdims=True)
+  return {"image": image, "label": jnp.asarray(batch["label"]).astype(jnp.int32)}
 
 
 def tfds_image_classification_datasets(datasetname: str, splits: Tuple[str, str, str, str], batch_size: int,

@@ -10,7 +10,7 @@ and unk ids), so tasks built on them initialize and run on any batch of that sha
 
 from __future__ import annotations
 
-from typing import List, Sequence
+from typing import Any, List, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -57,13 +57,51 @@ _HOW = ("metafam has no {} corpus; tokenize a local copy into {{'obs', 'target'}
         "`datasets` (metafam.datasets.text.shakespeare_char_datasets is the corpus metafam ships)")
 
 
-def _lm_datasets(corpus: str, vocab: str, batch_size: int, sequence_length: int) -> base.Datasets:
+def _crop_or_pad(value: Any, size: int, pad_token: int) -> Any:
+  """The 1-d token array ``value`` cut to its first ``size`` tokens, or padded with ``pad_token`` up to ``size``."""
+  value = jnp.asarray(value)
+  if value.ndim != 1:
+    raise ValueError(f"value must be a 1-d token array, got shape {value.shape}.")
+  if value.shape[0] >= size:
+    return value[:size]
+  return jnp.pad(value, (0, size - value.shape[0]), constant_values=pad_token)
+
+
+class _SentencePieceSize:
+  """What is known offline of the reference's 32k SentencePiece vocabulary: its size (the model itself is not
+  available, so ``encode`` / ``decode`` raise)."""
+
+  vocab_size = SENTENCE_PIECE_VOCAB_SIZE
+
+  def encode(self, text: str) -> List[int]:
+    return get_32k_sentence_piece_vocab()
+
+  def decode(self, ids: Sequence[int]) -> str:
+    return get_32k_sentence_piece_vocab()
+
+
+def _make_datasets(tfds_datasetname: str, vocab: Any, batch_size: int, sequence_length: int,
+                   has_test: bool = True) -> base.Datasets:
+  """The reference's language-model `Datasets` of TFDS dataset ``tfds_datasetname`` tokenized with ``vocab``:
+  batches ``{"obs", "target": i32[batch_size, sequence_length]}`` and ``extra_info`` ``{"vocab_size", "vocab"}``.
+  No TFDS corpus is available offline, so every split raises `DatasetUnavailableError` (naming the dataset and
+  how to supply it) when asked for a batch; ``has_test`` (which splits the reference carves) changes nothing here."""
+  del has_test
+  if not isinstance(tfds_datasetname, str) or not tfds_datasetname:
+    raise ValueError(f"tfds_datasetname must be a TFDS dataset name, got {tfds_datasetname!r}.")
+  if not isinstance(getattr(vocab, "vocab_size", None), int):
+    raise TypeError(f"vocab must be a vocabulary with an int vocab_size (e.g. get_bytes_vocab()), got {vocab!r}.")
   batch_size = check_positive_int("batch_size", batch_size)
   sequence_length = check_positive_int("sequence_length", sequence_length)
   shape = jax.ShapeDtypeStruct((batch_size, sequence_length), jnp.int32)
-  vocab_size = SENTENCE_PIECE_VOCAB_SIZE if vocab == "32k" else ByteVocabulary.vocab_size
-  return base.unavailable_datasets(f"{corpus}_{vocab}", _HOW.format(corpus), {"obs": shape, "target": shape},
-                                   {"vocab_size": vocab_size})
+  label = f"{tfds_datasetname} ({vocab.vocab_size}-token vocabulary)"
+  return base.unavailable_datasets(label, _HOW.format(tfds_datasetname), {"obs": shape, "target": shape},
+                                   {"vocab_size": vocab.vocab_size, "vocab": vocab})
+
+
+def _lm_datasets(corpus: str, vocab: str, batch_size: int, sequence_length: int) -> base.Datasets:
+  return _make_datasets(corpus, _SentencePieceSize() if vocab == "32k" else ByteVocabulary(), batch_size,
+                        sequence_length)
 
 
 @base.dataset_lru_cache

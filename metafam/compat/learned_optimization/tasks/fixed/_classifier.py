@@ -21,6 +21,12 @@ from metafam.datasets.base import Datasets
 from metafam.tasks.image_mlp import cross_entropy_and_accuracy
 
 
+def cross_entropy_normalizer(loss: jax.Array, num_classes: int) -> jax.Array:
+  """The reference's cross-entropy normalizer: ``loss`` clipped to ``[0, 1.5 log K]``, non-finite values -> the top."""
+  top = 1.5 * math.log(num_classes)
+  return jnp.nan_to_num(jnp.clip(loss, 0.0, top), nan=top, posinf=top, neginf=top)
+
+
 def patch_model_normalizer(loss: jax.Array, num_classes: int) -> jax.Array:
   """The reference's ViT / MLP-Mixer normalizer: ``10 * loss / log(2K)`` clipped to [0, 10] (non-finite -> 10)."""
   top = math.log(2 * num_classes)
@@ -58,5 +64,4 @@ class ImageClassifier(base.Task):
   def normalizer(self, loss):
     if self._mse:
       return 10.0 * jnp.minimum(jnp.nan_to_num(loss, nan=1.0, posinf=1.0, neginf=1.0), 1.0)
-    top = 1.5 * math.log(self.num_classes)
-    return jnp.nan_to_num(jnp.clip(loss, 0.0, top), nan=top, posinf=top, neginf=top)
+    return cross_entropy_normalizer(loss, self.num_classes)

@@ -9,7 +9,9 @@ batch), so building and initializing read no data. ``TASKS`` maps each name to `
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
+
+import haiku as hk
 
 import jax
 import jax.numpy as jnp
@@ -39,6 +41,40 @@ class _Autoencoder(MLPAutoencoderTask):
 
   def normalizer(self, loss):
     return jnp.clip(loss, 0.0, 1.0)
+
+
+def _fc_ae_loss_fn(hidden_units: Sequence[int], activation: Callable[[jax.Array], jax.Array]) -> LossFN:
+  """The reference's haiku loss of a fully connected autoencoder: ``batch["image"]`` flattened to ``D`` features,
+  an MLP ``hidden_units + [D]`` with ``activation``, the mean over examples of the per-pixel squared error of the
+  ``sigmoid`` reconstruction. To be transformed by the caller (`_make_task`)."""
+  def fn(batch):
+    x = hk.Flatten()(batch["image"])
+    logits = hk.nets.MLP(list(hidden_units) + [x.shape[-1]], activation=activation)(x)
+    return jnp.mean(jnp.square(x - jax.nn.sigmoid(logits)))
+  return fn
+
+
+def _make_task(hk_fn: LossFN, datasets: Any) -> base.Task:
+  """A task whose loss is the haiku function ``hk_fn`` on ``datasets``' batches (normalizer: clipped to [0, 1]).
+  Parameters are initialized from zeros shaped like the abstract batch (the reference draws a training batch)."""
+  net = hk.transform(hk_fn)
+
+  class _Task(base.Task):
+
+    def __init__(self):
+      super().__init__()
+      self.datasets = datasets
+
+    def init(self, key: PRNGKey):
+      return net.init(key, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), datasets.abstract_batch))
+
+    def loss(self, params, key, data):
+      return net.apply(params, key, data)
+
+    def normalizer(self, loss):
+      return jnp.clip(loss, 0.0, 1.0)
+
+  return _Task()
 
 
 def build(name: str) -> MLPAutoencoderTask:

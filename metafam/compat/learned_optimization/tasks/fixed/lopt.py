@@ -247,7 +247,8 @@ def _make_grad_est_lopt(task_name: str, num_inner_tasks: int, total_length: int,
         num_inner_tasks, random_initial_iteration_offset=total_length)
     return truncated_pes.TruncatedPES(trunc_step, unroll_length, steps_per_jit=unroll_length)
 
-  return TruncGradEstTask(lopt, estimator() if task.datasets.has_device_data else _BuiltOnFirstUse(estimator, task))
+  eager = not getattr(task.datasets, "reads_on_use", False) and task.datasets.has_device_data
+  return TruncGradEstTask(lopt, estimator() if eager else _BuiltOnFirstUse(estimator, task))
 
 
 class _BuiltOnFirstUse:

@@ -9,7 +9,7 @@ requested.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from metafam.compat.learned_optimization.tasks.fixed._patch_models import DATASETS, PatchModelTask, task_table
 from metafam.tasks.vision import mlp_mixer_forward
@@ -47,6 +47,13 @@ class MLPMixerTask(PatchModelTask):
 
 TASKS = {**task_table("MLPMixer", (("small16", small_config16), ("tiny16", tiny_config16))),
          **task_table("MLPMixer", (("tiny16", tiny_config16),), batch_sizes=(256,))}
+
+
+def _make(cfg_fn: Callable[[], Any], dataset_fn: Callable[[], Any]) -> Callable[[], MLPMixerTask]:
+  """The reference's task constructor: ``task()`` builds a `MLPMixerTask` from ``cfg_fn()`` and ``dataset_fn()``."""
+  def task():
+    return MLPMixerTask(cfg_fn(), dataset_fn())
+  return task
 
 
 def build(name: str) -> MLPMixerTask:

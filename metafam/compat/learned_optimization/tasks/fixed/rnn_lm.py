@@ -11,6 +11,7 @@ the same tuples.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Optional
 
 import haiku as hk
@@ -95,6 +96,23 @@ def build(name: str) -> TeacherForcedRNNLM:
   datasets = getattr(language, f"{dataset}_datasets")(batch_size, length)
   task = TeacherForcedRNNLM(lambda: CORES[core](hidden), embed, None, datasets)
   task.name = name
+  return task
+
+
+def _delay_fn(klass: Callable, *args: Any):
+  """``(partial(klass, *args), klass.__name__, args)``: a core constructor and its description."""
+  return functools.partial(klass, *args), klass.__name__, args
+
+
+def _delay(klass: Callable, *args: Any):
+  """``(klass(*args), klass.__name__, args)``."""
+  return klass(*args), klass.__name__, args
+
+
+def _partial(rnn_fn: Callable, embedding_dim: int, vocab_size: Optional[int], datasets: Callable[[], Datasets]):
+  """A zero-argument constructor of ``TeacherForcedRNNLM(rnn_fn, embedding_dim, vocab_size, datasets())``."""
+  def task():
+    return TeacherForcedRNNLM(rnn_fn, embedding_dim=embedding_dim, vocab_size=vocab_size, datasets=datasets())
   return task
 
 

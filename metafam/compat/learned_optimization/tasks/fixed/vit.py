@@ -10,7 +10,7 @@ The registered tasks use ImageNet-64, Food-101 or CIFAR-100: they build and init
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from metafam.compat.learned_optimization.tasks.fixed._patch_models import DATASETS, PatchModelTask, task_table
 from metafam.tasks.vision import vit_forward
@@ -58,6 +58,13 @@ class VisionTransformerTask(PatchModelTask):
 
 
 TASKS = task_table("VIT", (("wideshallow", wide16_config), ("skinnydeep", tall16_config)))
+
+
+def _make(cfg_fn: Callable[[], Any], dataset_fn: Callable[[], Any]) -> Callable[[], VisionTransformerTask]:
+  """The reference's task constructor: ``task()`` builds a `VisionTransformerTask` from ``cfg_fn()`` and ``dataset_fn()``."""
+  def task():
+    return VisionTransformerTask(cfg_fn(), dataset_fn())
+  return task
 
 
 def build(name: str) -> VisionTransformerTask:

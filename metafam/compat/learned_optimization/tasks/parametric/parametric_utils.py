@@ -99,6 +99,28 @@ class SampleActivation:
     return cls.acts[int(act["index"])]
 
 
+def _compute_fans(shape):
+  """``(fan_in, fan_out)`` of a weight shape: 1 and 1 for a scalar, the size twice for a vector, the two dims of
+  a matrix, and for a conv kernel ``(..., in, out)`` each channel count times the receptive field."""
+  shape = tuple(shape)
+  if len(shape) < 1:
+    return 1, 1
+  if len(shape) == 1:
+    return shape[0], shape[0]
+  if len(shape) == 2:
+    return shape[0], shape[1]
+  receptive_field = int(np.prod(shape[:-2]))
+  return shape[-2] * receptive_field, shape[-1] * receptive_field
+
+
+def _partial_fn(fn, *args, **kwargs):
+  """``f(shape, dtype, key, unused) = fn(shape, dtype, key, *args, **kwargs)`` (the unused fourth argument lets
+  initializers be chosen with ``jax.lax.switch``)."""
+  def f(shape, dtype, key, _):
+    return fn(shape, dtype, key, *args, **kwargs)
+  return f
+
+
 def _low_rank(fn, shape, dtype, key):
   """Entries of ``fn`` for a rank < 2 shape, drawn as a row of a square matrix (both fans = the size)."""
   n = int(np.prod(shape)) if len(shape) else 1

@@ -26,6 +26,7 @@ from metafam.tasks.image_mlp import mlp_forward
 inner_bs = 64
 
 _DATASETS = ("cifar", "fashion_mnist", "mnist", "svhn")
+_datasets = _DATASETS  # the reference's name of this tuple
 
 
 def _mlp_task(datasets: base.Datasets, name: str) -> base.Task:
