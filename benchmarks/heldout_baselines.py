@@ -20,11 +20,12 @@ def main() -> None:
   parser.add_argument("--shard_dir", default="heldout_shards")
   parser.add_argument("--tasks", default="", help="comma-separated heldout task names (default: all)")
   parser.add_argument("--collect_only", action="store_true", help="only rebuild the data file from the shards")
+  parser.add_argument("--out", default=baselines.DATA_FILE, help="the data file to write (default: the shipped one)")
   args = parser.parse_args()
   start = time.perf_counter()
   if not args.collect_only:
     baselines.generate(args.shard_dir, [t for t in args.tasks.split(",") if t] or None)
-  data = baselines.collect(args.shard_dir)
+  data = baselines.collect(args.shard_dir, args.out)
   print(f"{len(data['tasks'])} tasks complete, {len(data['pending'])} pending; "
         f"{time.perf_counter() - start:.0f} s")
 

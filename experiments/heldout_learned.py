@@ -33,6 +33,7 @@ def main():
                  help="with --tune_step: the grid reaches this many half-decades either side of --step_mult")
   p.add_argument("--schedules", nargs="+", default=["constant"], choices=["constant", "warmup_cosine"],
                  help="with --tune_step: the schedules tried per task, as for the baselines")
+  p.add_argument("--tasks", nargs="+", default=None, help="a subset of the suite's tasks (default: all)")
   args = p.parse_args()
   lopt = get_learned_optimizer(args.optimizer, **{"step_mult": args.step_mult, **json.loads(args.kwargs)})
   theta = lopt.init(jax.random.key(0)) if args.checkpoint is None else load_theta(args.checkpoint)
@@ -46,9 +47,9 @@ def main():
 
     scaled.__name__ = f"{args.optimizer}_tuned_step"
     grid = args.step_mult * 10 ** (0.5 * np.arange(-args.grid_halfwidth, args.grid_halfwidth + 1))
-    evaluation = evaluate_suite(scaled, learning_rates=grid, schedules=args.schedules)
+    evaluation = evaluate_suite(scaled, tasks=args.tasks, learning_rates=grid, schedules=args.schedules)
   else:
-    evaluation = evaluate_suite((lopt, theta))
+    evaluation = evaluate_suite((lopt, theta), tasks=args.tasks)
   wall = time.perf_counter() - start
   for key, a in evaluation.aggregates.items():
     print(f"{key}: {a.value:.2f} [{a.low:.2f}, {a.high:.2f}]")
