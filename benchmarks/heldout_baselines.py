@@ -23,12 +23,13 @@ def main() -> None:
   parser.add_argument("--shard_dir", default=None, help="where the shards go (default <suite>_shards)")
   parser.add_argument("--tasks", default="", help="comma-separated task names of the suite (default: all)")
   parser.add_argument("--collect_only", action="store_true", help="only rebuild the data file from the shards")
+  parser.add_argument("--out", default=None, help="the data file to write (default: the suite's shipped one)")
   args = parser.parse_args()
   start = time.perf_counter()
   shard_dir = args.shard_dir or f"{args.suite}_shards"
   if not args.collect_only:
     baselines.generate(shard_dir, [t for t in args.tasks.split(",") if t] or None, suite=args.suite)
-  data = baselines.collect(shard_dir, suite=args.suite)
+  data = baselines.collect(shard_dir, args.out, suite=args.suite)
   print(f"{len(data['tasks'])} tasks complete, {len(data['pending'])} pending; "
         f"{time.perf_counter() - start:.0f} s")
 

@@ -3,6 +3,7 @@
     python benchmarks/inner_training.py                      # both optimizers, lanes 1 8 64 256, 2 devices
     python benchmarks/inner_training.py --optimizers adam --lanes 64 --rounds 9 --devices 1
     python benchmarks/inner_training.py --reference_src /tmp/lo/learned_optimization-0.0.1   # + the reference library
+    python benchmarks/inner_training.py --lanes 256 1024 4096 --devices 1 --skip naive ref_style   # on a GPU
 
 Workload: the image-MLP family at 8x8 (64 -> 32 ReLU -> 10, 2,410 params per task, per-instance sampled init scale),
 batch 128 of embedded Fashion-MNIST, truncation length 50, one 50-step unroll per call, inner optimizer the per-
@@ -34,6 +35,9 @@ otherwise its published figures. FLOP rate: XLA's cost analysis of one lane's in
 gradient plus the optimizer's update) times the best inner steps/s, against the fp32 matmul peak measured at the
 start of the run (a 2048 x 2048 product on one device, all cores; target >= 50% at 8+ lanes). Memory: the compiled program's argument + output + temporary bytes (XLA's memory
 analysis) and the process's peak resident set size.
+``--skip naive ref_style`` leaves out the slow host-driven baselines (at thousands of lanes they take minutes).
+``--markdown PATH`` also writes the table as Markdown; ``--smoke`` runs every code path on a tiny workload (4 hidden
+units, batches of 8, 2 lanes, one round).
 Run it alone: a concurrent job skews timings.
 """
 
@@ -48,11 +52,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import bench_common  # benchmarks/ is on sys.path when this runs as a script
 from metafam.inner import ConstantSchedule, TruncatedStep
 from metafam.optimizers.base import Adam
 from metafam.optimizers.learned import HandDesigned
 from metafam.optimizers.registry import get_learned_optimizer
-from metafam.taskfamilies.image_mlp import ImageMLPFamily
 
 # google/learned_optimization on this machine class, inner steps/s (../shared/README.md, section 3).
 REFERENCE = {"mlp_lopt": {1: 2.0e3, 8: 3.4e3, 64: 4.1e3, 256: 2.9e3},
@@ -252,21 +256,32 @@ def main():
                       help="devices for the sharded metafam run (CPU: cores; JAX is asked for this many CPU devices)")
   parser.add_argument("--reference_src", metavar="DIR",
                       help="unpacked learned_optimization source: time the reference library in this run")
+  parser.add_argument("--skip", nargs="+", default=[], choices=["ref_style", "naive"],
+                      help="baselines to leave out (the host-driven ones are slow at thousands of lanes)")
+  bench_common.add_flags(parser)
   args = parser.parse_args()
-  jax.config.update("jax_num_cpu_devices", args.devices)  # before JAX starts its CPU backend
+  if args.smoke:
+    args.lanes, args.rounds, args.naive_steps = [2], 1, 1
+  if args.devices > 1:
+    jax.config.update("jax_num_cpu_devices", args.devices)  # before JAX starts its CPU backend
   lo = None
   if args.reference_src:
     import reference_lo  # benchmarks/ is on sys.path when this runs as a script
     lo = reference_lo.load(args.reference_src)
   devices = min(args.devices, len(jax.devices()))
-  family = ImageMLPFamily((32,), image_size=8, batch_size=128, activations=("relu",), label_noise_range=(0.0, 0.0))
-  print(f"jax {jax.__version__}, {len(jax.devices())} {jax.devices()[0].platform} device(s); {family.name}, batch 128,"
-        f" unroll {UNROLL}; median of {args.rounds} interleaved calls; inner steps/s summed over lanes")
-  peak = matmul_peak()
-  print(f"measured fp32 matmul peak (2048 x 2048 product, best of 7, one device, all cores): {peak / 1e9:.1f} GFLOP/s")
+  family = bench_common.image_mlp_family(args.smoke)
+  batch = family.datasets.abstract_batch["image"].shape[0]
+  print(f"jax {jax.__version__}, {len(jax.devices())} {jax.devices()[0].platform} device(s); {family.name}, batch "
+        f"{batch}, unroll {UNROLL}; median of {args.rounds} interleaved calls; inner steps/s summed over lanes")
+  size, calls = (64, 1) if args.smoke else (2048, 7)
+  peak = matmul_peak(size, calls)
+  print(f"measured fp32 matmul peak ({size} x {size} product, best of {calls}, one device, all cores): "
+        f"{peak / 1e9:.1f} GFLOP/s")
   cols = ["metafam", "minimal", "sharded", "ref_style"] + (["lo", "lo_dev"] if lo else []) + ["naive"]
+  cols = [c for c in cols if c not in args.skip]
   heads = {"sharded": f"mf x{devices}", "ref_style": "ref-style", "lo": "LO", "lo_dev": "LO dev"}
   ratios = ["best/naive", "best/ref-style"] + (["best/LO", "best/LO dev"] if lo else ["best/published"])
+  table = []
   for name in args.optimizers:
     theta, opt = make_optimizer(name)
     if theta is None:  # a plain Optimizer: wrap it for the baselines as well
@@ -282,14 +297,16 @@ def main():
       runs["minimal"], mems["minimal"] = setup_minimal(family, opt, theta, lanes)
       if devices > 1 and lanes % devices == 0:
         runs["sharded"], _ = setup_metafam(family, opt, theta, lanes, devices)
-      runs["ref_style"], _ = setup_ref_style(family, opt, theta, lanes)
+      if "ref_style" in cols:
+        runs["ref_style"], _ = setup_ref_style(family, opt, theta, lanes)
       if lo and name in REFERENCE:  # LO 0.0.1 has no AdafacMLPLOpt: its columns stay empty
         runs["lo"], runs["lo_dev"] = reference_lo.setup_inner(lo, family, name, lanes, UNROLL)
       times = round_robin(runs, args.rounds)
-      times["naive"] = bench_naive(family, opt, theta, lanes, args.naive_steps)
+      if "naive" in cols:
+        times["naive"] = bench_naive(family, opt, theta, lanes, args.naive_steps)
       rate = {k: UNROLL * lanes / t for k, t in times.items()}
       best = max(rate.get("sharded", 0.0), rate["metafam"])
-      baselines = {"best/naive": rate["naive"], "best/ref-style": rate["ref_style"], "best/LO": rate.get("lo"),
+      baselines = {"best/naive": rate.get("naive"), "best/ref-style": rate.get("ref_style"), "best/LO": rate.get("lo"),
                    "best/LO dev": rate.get("lo_dev"), "best/published": REFERENCE.get(name, {}).get(lanes)}
       print(f"{lanes:>5} " + " ".join(f"{rate[c]:>9,.0f}" if c in rate else f"{'-':>9}" for c in cols)
             + f" | {times['metafam'] / times['minimal']:>11.2f} "
@@ -297,10 +314,20 @@ def main():
                        for r in ratios)
             + f" | {best * flops / 1e9:>7.1f} {best * flops / peak:>6.0%}"
             + f" | {mems['metafam'] / 2**20:>6.1f} {mems['minimal'] / 2**20:>6.1f}", flush=True)
+      table.append([name, lanes] + [rate[c] if c in rate else "-" for c in cols]
+                   + [times["metafam"] / times["minimal"]]
+                   + [f"{best / baselines[r]:.2f}x" if baselines[r] else "-" for r in ratios]
+                   + [f"{best * flops / peak:.0%}", mems["metafam"] / 2 ** 20])
   rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
   print(f"\nprocess peak RSS: {rss:,.0f} MB. 'GFLOP/s' = best inner steps/s x XLA's FLOPs per lane step; '% peak' "
         f"= that / the measured matmul peak. 'mf/min time' = metafam time / minimal time on one device (1.00 = no "
         f"overhead); 'best' = the faster of metafam on one device and metafam x{devices}.")
+  bench_common.write_markdown(args.markdown, [bench_common.markdown_table(
+      f"Inner training, inner steps/s summed over lanes ({family.name}, unroll {UNROLL})",
+      ["optimizer", "lanes"] + [heads.get(c, c) for c in cols] + ["mf/min time"] + ratios + ["% peak", "mf MB"],
+      table, [f"`python benchmarks/inner_training.py{' --smoke' if args.smoke else ''}`: median of {args.rounds} "
+              f"interleaved calls; 'best' = the faster of metafam on one device and on {devices}; '% peak' against "
+              f"a {size} x {size} fp32 matrix product measured in the run ({peak / 1e9:,.0f} GFLOP/s)."])])
 
 
 if __name__ == "__main__":

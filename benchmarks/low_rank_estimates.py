@@ -16,23 +16,42 @@
    and the per-pair variance of the projection.
 3. Memory: XLA's memory analysis of the compiled estimate (PES at 8 and 64 pairs, FullES at 8 pairs): temporaries
    and arguments (the worker state: PES keeps the current perturbations as factors, its accumulator dense).
+``--smoke`` runs every code path on a tiny workload (4 hidden units, batches of 8, 2 pairs, truncations of 2 steps in
+trajectories of 4, 2 samples, 8 exactness pairs, rank 1); its numbers mean nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+import bench_common  # benchmarks/ is on sys.path when this runs as a script
 from metafam.inner import ConstantSchedule
 from metafam.optimizers import get_learned_optimizer
 from metafam.optimizers.mlp_lopt import MLPLOpt
 from metafam.outer_trainers import make_estimator
 from metafam.taskfamilies.base import single_task_to_family
-from metafam.taskfamilies.image_mlp import ImageMLPFamily
 from metafam.tasks.base import Task
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+  """PES with ``pairs`` pairs and ``unroll`` steps per estimate in trajectories of ``trajectory`` (tables 1 and 3);
+  FullES over ``full_es_trajectory`` steps and the pair counts ``memory_pairs`` (table 3); exactness estimates in
+  calls of ``pairs_per_call`` pairs (table 2)."""
+  pairs: int = 8
+  unroll: int = 10
+  trajectory: int = 50
+  full_es_trajectory: int = 200
+  memory_pairs: tuple = (8, 64)
+  pairs_per_call: int = 8192
+
+
+SMOKE = Workload(pairs=2, unroll=2, trajectory=4, full_es_trajectory=4, memory_pairs=(2,), pairs_per_call=8)
 
 
 def noise_kinds(ranks):
@@ -43,13 +62,12 @@ def flat(tree):
   return jnp.concatenate([jnp.ravel(x) for x in jax.tree.leaves(tree)])
 
 
-def variance_table(lopt, ranks, samples, warmup):
-  family = ImageMLPFamily((32,), image_size=8, batch_size=128, activations=("relu",), label_noise_range=(0.0, 0.0))
+def variance_table(lopt, ranks, samples, warmup, family, work):
   theta = lopt.init(jax.random.key(0))
   estimates = {}
   for label, noise in noise_kinds(ranks):
-    est = make_estimator("pes", family, lopt, num_tasks=8, unroll_length=10, schedule=ConstantSchedule(50),
-                         sigma=0.01, **noise)
+    est = make_estimator("pes", family, lopt, num_tasks=work.pairs, unroll_length=work.unroll,
+                         schedule=ConstantSchedule(work.trajectory), sigma=0.01, **noise)
     ws = est.init_worker_state(theta, jax.random.key(1))
     for j in range(warmup):  # the same warm-up keys for every noise kind: lanes mid-trajectory
       _, ws = est.estimate(theta, ws, jax.random.key(100 + j))
@@ -57,7 +75,7 @@ def variance_table(lopt, ranks, samples, warmup):
     estimates[label] = np.stack([np.asarray(one(ws, jax.random.key(1000 + i)), np.float64) for i in range(samples)])
   full_var = estimates["full"].var(0, ddof=1).sum()
   full_mean = estimates["full"].mean(0)
-  print(f"\n1. PES, {lopt.name}, 8 pairs, sigma 0.01: {samples} estimates from one state, {full_mean.size} "
+  print(f"\n1. PES, {lopt.name}, {work.pairs} pairs, sigma 0.01: {samples} estimates from one state, {full_mean.size} "
         f"meta-parameters")
   print(f"{'noise':>8} {'variance':>12} {'vs full':>8} {'|mean|':>10} {'cos to full mean':>17}")
   for label, e in estimates.items():
@@ -98,14 +116,14 @@ def exactness_table(ranks, total_pairs, pairs_per_call=8192):
     print(f"{label:>8} {proj.mean():>11.4f} {stderr:>7.4f} {cos:>8.5f} {proj.var(ddof=1) * pairs_per_call:>23.3f}")
 
 
-def memory_table(lopt, ranks):
-  family = ImageMLPFamily((32,), image_size=8, batch_size=128, activations=("relu",), label_noise_range=(0.0, 0.0))
+def memory_table(lopt, ranks, family, work):
   theta = lopt.init(jax.random.key(0))
   print(f"\n3. XLA memory analysis of one compiled estimate, {lopt.name} (MiB)")
   print(f"{'estimate':>16} {'noise':>8} {'temporaries':>12} {'arguments':>10} {'outputs':>8}")
-  for name, pairs in (("pes", 8), ("pes", 64), ("full_es", 8)):
+  for name, pairs in [("pes", p) for p in work.memory_pairs] + [("full_es", work.memory_pairs[0])]:
     for label, noise in noise_kinds(ranks):
-      kw = dict(unroll_length=10, schedule=ConstantSchedule(50)) if name == "pes" else dict(trajectory_length=200)
+      kw = (dict(unroll_length=work.unroll, schedule=ConstantSchedule(work.trajectory)) if name == "pes"
+            else dict(trajectory_length=work.full_es_trajectory))
       est = make_estimator(name, family, lopt, num_tasks=pairs, sigma=0.01, **kw, **noise)
       ws = est.init_worker_state(theta, jax.random.key(1))
       mem = jax.jit(type(est).estimate_fn).lower(est, theta, ws, jax.random.key(2)).compile().memory_analysis()
@@ -122,15 +140,20 @@ def main():
   parser.add_argument("--pairs_exact", type=int, default=2 ** 20, help="pairs of the exactness table")
   parser.add_argument("--lopt", default="mlp_lopt", help="learned optimizer of tables 1 and 3 (a registered name)")
   parser.add_argument("--tables", nargs="+", type=int, default=[1, 2, 3])
+  bench_common.add_flags(parser, markdown=False)
   args = parser.parse_args()
+  work = Workload()
+  if args.smoke:
+    work, args.ranks, args.samples, args.pairs_exact = SMOKE, [1], 2, SMOKE.pairs_per_call
   lopt = get_learned_optimizer(args.lopt)
+  family = bench_common.image_mlp_family(args.smoke)
   print(f"jax {jax.__version__} on {jax.devices()[0].platform}")
   if 1 in args.tables:
-    variance_table(lopt, args.ranks, args.samples, args.warmup)
+    variance_table(lopt, args.ranks, args.samples, args.warmup, family, work)
   if 2 in args.tables:
-    exactness_table(args.ranks, args.pairs_exact)
+    exactness_table(args.ranks, args.pairs_exact, work.pairs_per_call)
   if 3 in args.tables:
-    memory_table(lopt, args.ranks)
+    memory_table(lopt, args.ranks, family, work)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,8 @@ per-lane ``theta +- eps`` of an ES estimate: the difference is what per-lane lea
 matrix products are batched over lanes; a batched product of these sizes runs on one core on XLA:CPU, a shared one
 on all cores). ``--perturbation low_rank --rank R`` profiles the estimate with low-rank perturbations of the
 matrices (shared weights plus per-lane rank-R factors, see `metafam.outer_trainers.base`). Kernel times of one
-process; run it alone.
+process; run it alone. ``--smoke`` runs every code path on a tiny workload (4 hidden units, batches of 8, 2 pairs,
+2 steps per PES estimate in trajectories of 4, FullES over 4 steps, one call).
 """
 
 from __future__ import annotations
@@ -37,7 +38,12 @@ def main():
   parser.add_argument("--shared_theta", action="store_true", help="profile the unroll with one theta for all lanes")
   parser.add_argument("--perturbation", default="full", choices=["full", "low_rank"], help="the estimator's noise")
   parser.add_argument("--rank", type=int, default=1, help="factor rank with --perturbation low_rank")
+  parser.add_argument("--smoke", action="store_true",
+                      help="a tiny workload, one call: runs every code path in seconds; the numbers mean nothing")
   args = parser.parse_args()
+  if args.smoke:
+    args.pairs, args.calls = 2, 1
+  unroll, trajectory, full_es_trajectory = (2, 4, 4) if args.smoke else (10, 50, 200)
   # Per-kernel trace events of XLA:CPU; must be set before JAX starts its backend.
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_xprof_traceme=true").strip()
 
@@ -47,19 +53,20 @@ def main():
   from metafam.inner.truncated_step import TruncatedStep
   from metafam.optimizers.mlp_lopt import MLPLOpt
   from metafam.outer_trainers import make_estimator
-  from metafam.taskfamilies.image_mlp import ImageMLPFamily
+  import bench_common  # benchmarks/ is on sys.path when this runs as a script; imports jax: after XLA_FLAGS
 
-  family = ImageMLPFamily((32,), image_size=8, batch_size=128, activations=("relu",), label_noise_range=(0.0, 0.0))
+  family = bench_common.image_mlp_family(args.smoke)
   lopt = MLPLOpt()
   theta = lopt.init(jax.random.key(0))
   if args.estimator == "pes":
-    est = make_estimator("pes", family, lopt, num_tasks=args.pairs, unroll_length=10, schedule=ConstantSchedule(50),
-                         sigma=0.01, perturbation=args.perturbation, rank=args.rank)
-    steps_per_call = 10
+    est = make_estimator("pes", family, lopt, num_tasks=args.pairs, unroll_length=unroll,
+                         schedule=ConstantSchedule(trajectory), sigma=0.01, perturbation=args.perturbation,
+                         rank=args.rank)
+    steps_per_call = unroll
   else:
-    est = make_estimator("full_es", family, lopt, num_tasks=args.pairs, trajectory_length=200, sigma=0.01,
-                         perturbation=args.perturbation, rank=args.rank)
-    steps_per_call = 200
+    est = make_estimator("full_es", family, lopt, num_tasks=args.pairs, trajectory_length=full_es_trajectory,
+                         sigma=0.01, perturbation=args.perturbation, rank=args.rank)
+    steps_per_call = full_es_trajectory
   box = {"state": est.init_worker_state(theta, jax.random.key(1)), "key": jax.random.key(2)}
 
   if args.shared_theta:  # the estimator's own unroll, with the unperturbed theta for every lane

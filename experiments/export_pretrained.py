@@ -19,6 +19,7 @@ def main():
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("checkpoint", help="a `metafam meta-train --recipe` checkpoint")
   p.add_argument("--name", default="generalist_v1", help="the entry of metafam.pretrained.PRETRAINED to write")
+  p.add_argument("--out", default=None, help="the file to write (default: the entry's shipped weights file)")
   args = p.parse_args()
   entry = pretrained.info(args.name)
   config = checkpoint.read_metadata(args.checkpoint).get("config") or {}
@@ -30,10 +31,14 @@ def main():
   meta_steps = int(checkpoint.read(args.checkpoint)[1]["step"]) if header.root_class == "MetaTrainState" else None
   metadata = {"name": args.name, "optimizer": entry.optimizer, "recipe": recipe, "seed": config.get("seed"),
               "meta_steps": meta_steps, "license": "Apache-2.0", "model_card": entry.model_card}
-  os.makedirs(os.path.dirname(entry.weights_path), exist_ok=True)
-  checkpoint.save(entry.weights_path, jax.tree.map(lambda x: x.astype("float32"), theta), metadata)
-  pretrained.load(args.name)  # the shipped file loads and matches the optimizer's structure
-  print(f"wrote {entry.weights_path} ({os.path.getsize(entry.weights_path):,} bytes, meta-step {meta_steps})")
+  out = args.out or entry.weights_path
+  os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+  checkpoint.save(out, jax.tree.map(lambda x: x.astype("float32"), theta), metadata)
+  if out == entry.weights_path:
+    pretrained.load(args.name)  # the shipped file loads and matches the optimizer's structure
+  elif jax.tree.structure(load_theta(out)) != jax.tree.structure(theta):
+    raise SystemExit(f"{out}: the written theta does not read back with the checkpoint's structure.")
+  print(f"wrote {out} ({os.path.getsize(out):,} bytes, meta-step {meta_steps})")
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ def main():
   p.add_argument("--suite", default="heldout", choices=["heldout", "test"], help="the suite scored on")
   p.add_argument("--confirm_test", action="store_true", help="needed with --suite test (run once per optimizer)")
   p.add_argument("--out", default=None, help="write the suite report (JSON, CSV, plots) to this directory")
+  p.add_argument("--tasks", nargs="+", default=None, help="a subset of the suite's tasks (default: all)")
   args = p.parse_args()
   if args.suite == "test" and not args.confirm_test:
     p.error("--suite test is the test split, scored once per shipped optimizer: add --confirm_test")
@@ -56,7 +57,7 @@ def main():
     from metafam.pretrained import optax_transform
     factory = functools.partial(optax_transform, args.pretrained)
     factory.__name__ = args.pretrained
-    evaluation = evaluate_suite(factory, learning_rates=grid, schedules=args.schedules, **suite)
+    evaluation = evaluate_suite(factory, learning_rates=grid, schedules=args.schedules, tasks=args.tasks, **suite)
     return report(evaluation, time.perf_counter() - start, args)
   lopt = get_learned_optimizer(args.optimizer, **{"step_mult": args.step_mult, **json.loads(args.kwargs)})
   theta = lopt.init(jax.random.key(0)) if args.checkpoint is None else load_theta(args.checkpoint)
@@ -68,9 +69,9 @@ def main():
       return optax.chain(base, optax.scale_by_schedule(lambda count: rate(count) / args.step_mult))
 
     scaled.__name__ = f"{args.optimizer}_tuned_step"
-    evaluation = evaluate_suite(scaled, learning_rates=grid, schedules=args.schedules, **suite)
+    evaluation = evaluate_suite(scaled, learning_rates=grid, schedules=args.schedules, tasks=args.tasks, **suite)
   else:
-    evaluation = evaluate_suite((lopt, theta), **suite)
+    evaluation = evaluate_suite((lopt, theta), tasks=args.tasks, **suite)
   report(evaluation, time.perf_counter() - start, args)
 
 

