@@ -179,6 +179,13 @@ def test_meta_train_ablation_full_es_on_another_family(tmp_path, monkeypatch, ca
   assert code == 0
 
 
+def test_suite_noise(monkeypatch, capsys):
+  """The noise table on one small dev-suite task (the test suite's tasks need the full Fashion-MNIST)."""
+  code, out = run_script("experiments/suite_noise.py", ["--suite", "heldout", "--tasks", "fmnist_mlp_16x16_64_b32",
+                                                        "--steps", 5], monkeypatch, capsys)
+  assert code == 0 and "| fmnist_mlp_16x16_64_b32 | 5 |" in out
+
+
 def test_heldout_tables(monkeypatch, capsys):
   code, out = run_script("tools/heldout_tables.py", ["baselines"], monkeypatch, capsys)
   assert code == 0 and out.startswith("|") and "Tasks:" in out
@@ -280,7 +287,7 @@ COVERED = {
         "outer_training", "profile_estimate", "suite", "step_cost")},
     **{f"experiments/{name}.py": "tests/test_scripts.py" for name in (
         "ablation_table", "export_pretrained", "hand_designed_baselines", "heldout_learned", "long_horizon",
-        "meta_train_ablation")},
+        "meta_train_ablation", "suite_noise")},
     **{f"tools/{name}.py": "tests/test_scripts.py" for name in (
         "heldout_tables", "lo_surface", "hyperv2_parity", "make_mnist_slice")},
     "tools/lo_test_suite.py": "tests/compat/test_lo_test_suite_tool.py",
@@ -290,7 +297,7 @@ COVERED = {
     "metafam meta-train": "tests/test_cli.py tests/test_cli_fuzz.py tests/test_failures.py tests/test_distributed.py "
                           "tests/test_recipes.py tests/test_wheel.py",
     "metafam evaluate": "tests/test_cli.py tests/test_cli_fuzz.py",
-    "metafam benchmark": "tests/test_cli.py tests/test_cli_fuzz.py tests/test_heldout.py",
+    "metafam benchmark": "tests/test_cli.py tests/test_cli_fuzz.py tests/test_heldout.py tests/test_test_suite.py",
     "metafam convert-checkpoint": "tests/test_cli.py tests/test_checkpoint_format.py",
     "metafam launch": "tests/test_distributed.py",
     "pytest": ".ci/run",
@@ -298,6 +305,7 @@ COVERED = {
 }
 # Documented commands that no test runs, with the reason.
 NOT_RUN = {
+    "apt-get": "installs a Debian package system-wide (the full Fashion-MNIST); tests write small IDX files instead",
     "pip": "installs into the user's environment; tests/test_wheel.py builds the wheel and installs it in a venv",
     "git": "fetches learned_optimization from GitHub (no network in tests); METAFAM_LO_CHECKOUT points at it",
     "echo": "adds the device folder to git's exclude list (a one-time setup step of the GPU run)",
