@@ -1,5 +1,5 @@
-"""What the benchmark scripts share: the ``--smoke`` and ``--markdown`` flags, the 8x8 image-MLP workload, and the
-Markdown table a run writes (device, JAX version and date in its heading, written atomically).
+"""What the benchmark scripts share: the ``--smoke`` and ``--markdown`` flags, the 8x8 image-MLP workload, the
+round-robin timer, and the Markdown table a run writes (device, JAX version and date in its heading, written atomically).
 
 ``--smoke`` shrinks a benchmark's workload to a few lanes and steps so that every code path of the script runs in
 seconds (the test suite runs each benchmark this way, tests/test_scripts.py); its numbers mean nothing.
@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import datetime
 import os
+import statistics
+import time
 
 import jax
 
@@ -21,6 +23,20 @@ def add_flags(parser, markdown=True):
                       help="a tiny workload, one round: runs every code path in seconds; the numbers mean nothing")
   if markdown:
     parser.add_argument("--markdown", metavar="PATH", help="also write the results as a Markdown table to PATH")
+
+
+def round_robin(runs, rounds):
+  """Median seconds per call of each blocking ``run`` (each warmed up once), called in turn ``rounds`` times, so
+  machine-speed drift hits every run alike."""
+  for run in runs.values():
+    run()
+  times = {name: [] for name in runs}
+  for _ in range(rounds):
+    for name, run in runs.items():
+      start = time.perf_counter()
+      run()
+      times[name].append(time.perf_counter() - start)
+  return {name: statistics.median(t) for name, t in times.items()}
 
 
 def image_mlp_family(smoke=False):

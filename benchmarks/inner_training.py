@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import argparse
 import resource
-import statistics
 import time
 
 import jax
@@ -232,18 +231,6 @@ def bench_naive(family, opt, theta, lanes, steps):
   return (time.perf_counter() - start) / steps * UNROLL  # seconds per UNROLL steps, all lanes
 
 
-def round_robin(runs, rounds):
-  """Median wall time per call of each blocking ``run`` (each warmed up once), timed in turn ``rounds`` times."""
-  for run in runs.values():
-    run()
-  times = {name: [] for name in runs}
-  for _ in range(rounds):
-    for name, run in runs.items():
-      start = time.perf_counter()
-      run()
-      times[name].append(time.perf_counter() - start)
-  return {name: statistics.median(t) for name, t in times.items()}
-
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -301,7 +288,7 @@ def main():
         runs["ref_style"], _ = setup_ref_style(family, opt, theta, lanes)
       if lo and name in REFERENCE:  # LO 0.0.1 has no AdafacMLPLOpt: its columns stay empty
         runs["lo"], runs["lo_dev"] = reference_lo.setup_inner(lo, family, name, lanes, UNROLL)
-      times = round_robin(runs, args.rounds)
+      times = bench_common.round_robin(runs, args.rounds)
       if "naive" in cols:
         times["naive"] = bench_naive(family, opt, theta, lanes, args.naive_steps)
       rate = {k: UNROLL * lanes / t for k, t in times.items()}

@@ -21,7 +21,6 @@ Run it alone: a concurrent job skews timings.
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 
 import jax
@@ -113,18 +112,6 @@ def setup(model, opt, batch):
   return run_update, run_step, tree_bytes(state) / tree_bytes(params), tree_bytes(params) // 4
 
 
-def round_robin(runs, rounds):
-  """Median seconds per call of each blocking ``run`` (each warmed up once), called in turn ``rounds`` times."""
-  for run in runs.values():
-    run()
-  times = {name: [] for name in runs}
-  for _ in range(rounds):
-    for name, run in runs.items():
-      start = time.perf_counter()
-      run()
-      times[name].append(time.perf_counter() - start)
-  return {name: statistics.median(t) for name, t in times.items()}
-
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -152,7 +139,7 @@ def main():
       run_update, run_step, state_ratio, num_params = setup(model, opt, args.batch)
       runs[model_name, opt_name, "update"], runs[model_name, opt_name, "step"] = run_update, run_step
       info[model_name, opt_name] = state_ratio, num_params
-  times = round_robin(runs, args.rounds)
+  times = bench_common.round_robin(runs, args.rounds)
   columns = ["model", "params", "optimizer", "update ms", "step ms", "update / Adam", "update / Muon",
              "step / Adam", "step / Muon", "state bytes / param bytes"]
   print("\n" + " | ".join(columns))
