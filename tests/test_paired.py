@@ -18,7 +18,7 @@ def test_probability_of_improvement_by_hand():
   # and two wins -> 3/4. Mean over tasks: 5/8.
   p = paired.probability_of_improvement(A, B)
   assert p.value == pytest.approx(0.625, abs=0)
-  assert p.num_tasks == 2 and p.num_excluded == 0
+  assert p.statistic == "probability_of_improvement" and p.num_tasks == 2 and p.num_excluded == 0
   assert p.low <= p.value <= p.high
   # The reverse comparison: per task 1 - P (ties count half on both sides).
   assert paired.probability_of_improvement(B, A).value == pytest.approx(0.375, abs=0)

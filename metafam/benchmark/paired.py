@@ -16,36 +16,17 @@ tasks, which the two optimizers share. These statistics compare the optimizers d
 
 Scores are matrices ``[R runs, N tasks]`` where higher is better (e.g. the per-seed speedups of
 `metafam.benchmark.heldout`). A task where either matrix has a non-finite score is left out of both (and counted).
+Each result is an `Aggregate` whose ``statistic`` is ``"probability_of_improvement"`` or ``"<statistic> difference"``
+and whose ``value`` is P(A > B) in [0, 1] or A's statistic minus B's.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Sequence
 
 import numpy as np
 
-from metafam.evaluation.metrics import RUN_STATISTICS, _run_statistic
-
-
-@dataclasses.dataclass(frozen=True)
-class PairedComparison:
-  """A statistic comparing A with B, with its bootstrap interval.
-
-  Attributes:
-    statistic: ``"probability_of_improvement"`` or ``"<statistic> difference"`` (e.g. ``"iqm difference"``).
-    value: the point estimate (P(A > B) in [0, 1], or A's statistic minus B's).
-    low, high: the percentile-bootstrap interval at ``confidence``.
-    num_tasks: tasks used; ``num_excluded``: tasks left out for a non-finite score of A or B.
-    confidence: the interval's level.
-  """
-  statistic: str
-  value: float
-  low: float
-  high: float
-  num_tasks: int
-  num_excluded: int
-  confidence: float
+from metafam.evaluation.metrics import RUN_STATISTICS, Aggregate, _run_statistic
 
 
 def _check(a, b, same_runs: bool):
@@ -84,7 +65,7 @@ def _mann_whitney(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def probability_of_improvement(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]],
                                num_resamples: int = 2000, confidence: float = 0.95,
-                               seed: int = 0) -> PairedComparison:
+                               seed: int = 0) -> Aggregate:
   """P(A > B) of score matrices ``a [R, N]`` and ``b [K, N]`` (higher is better), rliable's definition, with a
   stratified independent percentile-bootstrap interval (module docstring)."""
   num_resamples = _check_level(confidence, num_resamples)
@@ -92,7 +73,7 @@ def probability_of_improvement(a: Sequence[Sequence[float]], b: Sequence[Sequenc
   tasks = a.shape[1]
   if tasks == 0:
     nan = float("nan")
-    return PairedComparison("probability_of_improvement", nan, nan, nan, 0, excluded, confidence)
+    return Aggregate("probability_of_improvement", nan, nan, nan, 0, excluded, confidence)
   point = float(np.mean(_mann_whitney(a, b)))
   rng = np.random.default_rng(seed)
   ia = rng.integers(0, a.shape[0], size=(num_resamples, a.shape[0], tasks))
@@ -100,13 +81,13 @@ def probability_of_improvement(a: Sequence[Sequence[float]], b: Sequence[Sequenc
   ra = np.take_along_axis(np.broadcast_to(a, (num_resamples,) + a.shape), ia, axis=1)
   rb = np.take_along_axis(np.broadcast_to(b, (num_resamples,) + b.shape), ib, axis=1)
   stats = np.mean(_mann_whitney(ra, rb), axis=-1)
-  return PairedComparison("probability_of_improvement", point, *_interval(stats, confidence), tasks, excluded,
+  return Aggregate("probability_of_improvement", point, *_interval(stats, confidence), tasks, excluded,
                           confidence)
 
 
 def difference(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], statistic: str = "iqm",
                num_resamples: int = 2000, confidence: float = 0.95, seed: int = 0,
-               gamma: float = 1.0) -> PairedComparison:
+               gamma: float = 1.0) -> Aggregate:
   """``statistic(a) - statistic(b)`` of score matrices ``[R, N]`` whose run r of task m is the same seed for both,
   with a paired stratified percentile-bootstrap interval (module docstring). ``statistic`` is one of
   `metafam.evaluation.metrics.RUN_STATISTICS` (``gamma``: the optimality gap's target)."""
@@ -118,7 +99,7 @@ def difference(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], stati
   name = f"{statistic} difference"
   if tasks == 0:
     nan = float("nan")
-    return PairedComparison(name, nan, nan, nan, 0, excluded, confidence)
+    return Aggregate(name, nan, nan, nan, 0, excluded, confidence)
   point = float(_run_statistic(statistic, a, gamma) - _run_statistic(statistic, b, gamma))
   rng = np.random.default_rng(seed)
   rows = rng.integers(0, runs, size=(num_resamples, runs, tasks))  # one draw per task, shared by A and B
@@ -127,4 +108,4 @@ def difference(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], stati
     return np.take_along_axis(np.broadcast_to(x, (num_resamples, runs, tasks)), rows, axis=1)
 
   stats = _run_statistic(statistic, resampled(a), gamma) - _run_statistic(statistic, resampled(b), gamma)
-  return PairedComparison(name, point, *_interval(stats, confidence), tasks, excluded, confidence)
+  return Aggregate(name, point, *_interval(stats, confidence), tasks, excluded, confidence)
