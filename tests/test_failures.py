@@ -64,6 +64,10 @@ def _limited(command, fsize=None, address_space=None):
 
 def metafam(args, cache_dir, wait=True, **limits):
   """``python -m metafam ARGS`` as a subprocess: ``(returncode, stdout, stderr)``, or the running Popen."""
+  # A run under a file-size limit compiles without the shared cache: JAX's cache writes would hit the limit too,
+  # leaving truncated entries that warn in every later run.
+  if limits.get("fsize") is not None:
+    cache_dir = ""
   proc = subprocess.Popen(_limited([sys.executable, "-m", "metafam", *args], **limits), env=_env(cache_dir),
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   if not wait:
