@@ -9,7 +9,9 @@ is empty, a CNN on 28x28x1 images (three 3x3 convolutions with the given channel
 global mean pooling, a dense layer to 10 classes), softmax cross-entropy on a fixed random batch of ``--batch``
 images (the cost does not depend on the values). The optimizers, all at learning rate 1e-3: ``optax.adam``,
 ``optax.contrib.muon`` (Newton-Schulz-orthogonalized momentum for the matrices, Adam for the rest; convolution
-kernels get Adam) and every shipped pretrained optimizer through `metafam.pretrained.optax_transform`.
+kernels get Adam), every shipped pretrained optimizer through `metafam.pretrained.optax_transform`, and the
+registered learned optimizers named by ``--learned`` at their initial meta-parameters (e.g. ``muon_residual_lopt``,
+which is Muon at init: its ratio to Muon is the cost of its learned residual).
 For every (model, optimizer) two jitted programs are timed round-robin, ``--rounds`` calls each after a warm-up
 (the median is reported): the update alone (``update(grads, state, params)``) and the whole train step (loss,
 gradient, update, ``optax.apply_updates``). Printed per model: milliseconds, the ratios to Adam's and Muon's times
@@ -29,6 +31,7 @@ import optax
 
 import bench_common  # benchmarks/ is on sys.path when this runs as a script
 import metafam.pretrained
+from metafam.optimizers.registry import get_learned_optimizer, takes_step_mult
 
 
 def mlp(widths):
@@ -68,11 +71,15 @@ def cnn(channels):
   return init, apply
 
 
-def optimizers(learning_rate=1e-3):
-  """Name -> optax transformation: Adam, Muon and every shipped pretrained optimizer."""
+def optimizers(learning_rate=1e-3, learned=()):
+  """Name -> optax transformation: Adam, Muon, every shipped pretrained optimizer and the registered learned
+  optimizers ``learned`` at their initial meta-parameters (named ``NAME (init)``)."""
   opts = {"adam": optax.adam(learning_rate), "muon": optax.contrib.muon(learning_rate)}
   for name in metafam.pretrained.list():
     opts[name] = metafam.pretrained.optax_transform(name, learning_rate)
+  for name in learned:
+    lopt = get_learned_optimizer(name, step_mult=learning_rate)
+    opts[f"{name} (init)"] = lopt.as_optax(lopt.init(jax.random.key(0)))
   return opts
 
 
@@ -121,8 +128,14 @@ def main():
                       help="the CNN's convolution channels (none: no CNN)")
   parser.add_argument("--batch", type=int, default=128)
   parser.add_argument("--rounds", type=int, default=5, help="timed calls per program (the median is reported)")
+  parser.add_argument("--learned", nargs="*", default=[],
+                      help="registered learned optimizers (with a step_mult) to add at their initial theta, e.g. "
+                           "muon_residual_lopt")
   bench_common.add_flags(parser)
   args = parser.parse_args()
+  bad = [n for n in args.learned if not takes_step_mult(n)]
+  if bad:
+    parser.error(f"--learned: {', '.join(bad)} is not a registered learned optimizer with a step_mult")
   if args.smoke:
     args.mlp_widths, args.cnn_channels, args.batch, args.rounds = [16], [4, 8, 8], 8, 1
   if any(w < 1 for w in args.mlp_widths + args.cnn_channels) or args.batch < 1 or args.rounds < 1:
@@ -130,7 +143,7 @@ def main():
   models = {f"MLP 784-{w}-{w}-10": mlp([w, w]) for w in args.mlp_widths}
   if args.cnn_channels:
     models[f"CNN {'-'.join(map(str, args.cnn_channels))}"] = cnn(args.cnn_channels)
-  opts = optimizers()
+  opts = optimizers(learned=args.learned)
   print(f"jax {jax.__version__} on {jax.devices()[0].platform}; batch {args.batch}; median of {args.rounds} "
         f"interleaved calls; optimizers {', '.join(opts)}")
   runs, info = {}, {}

@@ -1,6 +1,7 @@
 """The package's argument checks, in one module: `check_number` (a finite real or int within bounds, never a bool;
 "NAME must be a finite number > 0 (not a bool), got X."), `check_positive` and `check_positive_int` (the common
-"NAME must be a positive ..." cases) and `check_bool`. Every package checks its arguments through these."""
+"NAME must be a positive ..." cases), `check_bool` and `check_choice` (one of a few names). Every package checks its
+arguments through these."""
 
 from __future__ import annotations
 
@@ -59,3 +60,10 @@ def check_bool(name: str, value: Any) -> bool:
   if not isinstance(value, (bool, np.bool_)):
     raise ValueError(f"{name} must be a bool, got {value!r}.")
   return bool(value)
+
+
+def check_choice(name: str, value: Any, choices: Any) -> Any:
+  """``value`` if it is one of ``choices``, else ValueError naming ``name`` and listing the choices."""
+  if not isinstance(value, str) or value not in choices:
+    raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}.")
+  return value

@@ -79,14 +79,19 @@ def test_profile_estimate(monkeypatch, capsys):
 
 def test_step_cost(tmp_path, monkeypatch, capsys):
   md = tmp_path / "step_cost.md"
-  code, out = run_script("benchmarks/step_cost.py", ["--smoke", "--markdown", md], monkeypatch, capsys)
+  code, out = run_script("benchmarks/step_cost.py", ["--smoke", "--markdown", md, "--learned", "muon_residual_lopt"],
+                         monkeypatch, capsys)
   assert code == 0
   rows = _rows(md)
-  assert len(rows) == 2 * 3  # (MLP, CNN) x (adam, muon, generalist_v1)
+  assert len(rows) == 2 * 4  # (MLP, CNN) x (adam, muon, generalist_v1, muon_residual_lopt (init))
   adam = [r for r in rows if "| adam |" in r]
   assert all("| 1.00x | " in r for r in adam)  # Adam against itself
-  # State bytes per parameter byte: Adam keeps two moments of every parameter, exactly 2.
+  # State bytes per parameter byte: Adam keeps two moments of every parameter, exactly 2; the Muon-initialized
+  # learned optimizer keeps Muon's moments (one per matrix entry, two elsewhere), so its ratio is Muon's.
   assert all(r.rstrip().endswith("| 2.00 |") for r in adam)
+  state = lambda opt, model: float([r for r in rows if f"| {opt} |" in r and model in r][0].split("|")[-2])
+  for model in ("MLP", "CNN"):  # (optax's Muon also keeps its Newton-Schulz coefficients and a count per part)
+    assert state("muon", model) - 0.02 <= state("muon_residual_lopt (init)", model) <= state("muon", model)
 
 
 def test_meta_training(monkeypatch, capsys):

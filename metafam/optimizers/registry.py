@@ -23,6 +23,7 @@ from metafam.optimizers.learnable_sgdm import LearnableSGDM
 from metafam.optimizers.learned import LearnableAdam, LearnableSGD, LearnedOptimizer
 from metafam.optimizers.mlp_lopt import MLPLOpt
 from metafam.optimizers.mlp_nom_lopt import MLPNomLOpt
+from metafam.optimizers.muon_lopt import MuonResidualLOpt
 from metafam.optimizers.nn_adam import NNAdam
 from metafam.optimizers.optax_zoo import OPTAX_FACTORIES
 from metafam.optimizers.rnn_mlp_lopt import RNNMLPLOpt
@@ -39,6 +40,10 @@ LEARNED_OPTIMIZERS: Dict[str, Callable[..., LearnedOptimizer]] = {
     # size is the learning rate ``step_mult`` (a number or an optax schedule); the generalist recipe's optimizer (109)
     "adafac_muon_rms_lopt": functools.partial(AdafacMLPLOpt, orthogonal_momentum=True, unit_rms_step=True,
                                               time_scales=(), step_mult=1e-2),
+    # optax.contrib.muon exactly at init, plus a learned residual added to its direction (61) ...
+    "muon_residual_lopt": MuonResidualLOpt,
+    # ... or added to the momentum before a matrix's orthogonalization (Celo2's placement) (53)
+    "muon_celo_lopt": functools.partial(MuonResidualLOpt, residual="before"),
     "nn_adam": NNAdam,                  # Adam with per-tensor hyper-parameters from an LSTM (2,504)
     "rnn_mlp_lopt": RNNMLPLOpt,         # per-tensor LSTM context + per-parameter MLP (5,802)
     "mlp_nom_lopt": MLPNomLOpt,         # Adam + learned per-parameter correction (1,764)

@@ -1,0 +1,240 @@
+"""`MuonResidualLOpt`: Muon exactly, plus a learned residual that is zero at initialization.
+
+A learned optimizer that starts as a weaker rule than the best hand-designed one must first relearn that rule; one
+that starts *as* the rule can only move away from it where meta-training rewards it. At its initial ``theta`` this
+optimizer is ``optax.contrib.muon(learning_rate)`` with its defaults, update for update (tests/test_muon_lopt.py
+checks equality to float rounding of the same operations, on matrices, vectors and conv kernels):
+
+  * a 2-D tensor (Muon's rule, as optax applies it): momentum ``mu <- beta mu + (1 - beta) g`` (``beta`` 0.95), its
+    bias-corrected Nesterov look-ahead ``mu_hat``, orthogonalized by 5 quintic Newton-Schulz iterations
+    (`metafam.optimizers.adafac_mlp_lopt.orthogonalize`, optax's own iteration), times the shape scale
+    ``sqrt(max(1, fan_out / fan_in))``;
+  * every other tensor (vectors, scalars, conv kernels): Nesterov Adam, ``optax.scale_by_adam(0.9, 0.999, 1e-8,
+    nesterov=True)``, as optax's Muon pairs it;
+  * ``step = learning_rate * u`` with ``learning_rate`` a number or an optax schedule of the update count
+    (``step_mult``).
+
+The learned part, per tensor: a per-element ReLU MLP reads features normalized to unit RMS over the tensor (the
+gradient, the parameter, the momentum, and with ``residual="after"`` the rule's direction) plus a static +-1 flag
+"is a matrix" (folded into the first layer's bias), and outputs ``r``; its output layer starts at zero, so ``r = 0``
+at initialization and every other weight still receives a meta-gradient through the output layer. Where ``r`` enters
+is the design option the dev suite chooses between:
+
+  * ``residual="after"``: ``u = gain * (d + rms(d) * r)`` with ``d`` the rule's direction: the residual is in units
+    of the direction's own RMS, so ``r`` of order 1 is a change of order 1 whatever the tensor's shape;
+  * ``residual="before"`` (Celo2's placement: orthogonalize the network's output per matrix): for a 2-D tensor
+    ``u = gain * NS(mu_hat + rms(mu_hat) * r) * shape scale``, so every matrix step stays orthogonalized; other
+    tensors as ``"after"``.
+
+``gain = exp(log_gain[kind])`` with one learned scalar for matrices and one for the other tensors (0 at init): the
+ratio of the Adam part's step to the Muon part's, which ``optax.contrib.muon`` ties to one learning rate. A matrix's
+gain also has a learned per-layer scale (µP-style): ``(fan_in / base_fan_in) ** shape_power[0] * (fan_out /
+base_fan_in) ** shape_power[1]``, with ``shape_power`` starting at ``(-fan_in_power, 0)``; ``fan_in_power`` is 0 by
+default, so the initial rule is exactly Muon (0.5 makes the initial step ``(base_fan_in / fan_in) ** 0.5`` times
+Muon's, the untrained scaling that scored best on the dev suite for ``adafac_muon_rms_lopt``). There are no step or
+horizon features.
+
+State per tensor: Muon's momentum (matrices) or Adam's two moments (other tensors), float32 (float64 for float64
+params): about 1x the parameters for matrix-dominated models, no copy of the params. The MLP costs about a hundred
+flops per element; the Newton-Schulz iterations (tens of thousands per element for 1,000-wide matrices) dominate, as
+in Muon.
+
+Meta-parameters (default config): 61 (``residual="after"``, registered as ``muon_residual_lopt``); with
+``residual="before"`` (``muon_celo_lopt``): 53.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from metafam._checks import check_choice, check_positive_int
+from metafam.optimizers import _features as F
+from metafam.optimizers.adafac_mlp_lopt import orthogonalize
+from metafam.optimizers.base import Optimizer, check_grad_matches
+from metafam.optimizers.learned import LearnedOptimizer
+from metafam.optimizers.mlp_lopt import rms_normalize
+
+RESIDUALS = ("after", "before")
+
+
+def is_matrix(x: Any) -> bool:
+  """Whether optax's Muon treats the tensor as a matrix (exactly the 2-D ones; conv kernels go to Adam)."""
+  return jnp.ndim(x) == 2
+
+
+def shape_scale(shape: Sequence[int]) -> jax.Array:
+  """Muon's width-transfer scale of a ``[fan_in, fan_out]`` matrix: ``sqrt(max(1, fan_out / fan_in))`` (optax)."""
+  return jnp.sqrt(jnp.maximum(1, shape[1] / shape[0]))
+
+
+class MuonResidualLOpt(LearnedOptimizer):
+  """Muon on matrices and Nesterov Adam elsewhere, plus a learned residual zero at init; see the module docstring.
+
+  Args:
+    hidden_sizes: widths of the residual MLP's ReLU hidden layers.
+    residual: ``"after"`` (added to the rule's direction) or ``"before"`` (added to the momentum before the
+      Newton-Schulz orthogonalization of a matrix: Celo2's placement).
+    step_mult: the learning rate, a number or an optax schedule of the update count.
+    beta: Muon's momentum decay; adam_b1, adam_b2, eps: the Adam part's (optax's Muon defaults).
+    fan_in_power, base_fan_in: a matrix's step starts multiplied by ``(base_fan_in / fan_in) ** fan_in_power``
+      (0: the initial rule is exactly Muon); the exponents of fan-in and fan-out are learned from there.
+    norm_eps: the ``eps`` of the per-tensor RMS normalization of the features.
+  """
+
+  low_rank_weights = True  # its 2-D meta-parameters are read by F.mlp_columns / F.mlp_bias0 only
+
+  def __init__(self, hidden_sizes: Sequence[int] = (8,), residual: str = "after", step_mult: Any = 1e-2,
+               beta: float = 0.95, adam_b1: float = 0.9, adam_b2: float = 0.999, eps: float = 1e-8,
+               fan_in_power: float = 0.0, base_fan_in: int = 64, norm_eps: float = 1e-12):
+    self.hidden_sizes = F.check_sizes("hidden_sizes", hidden_sizes)
+    self.residual = check_choice("residual", residual, RESIDUALS)
+    self.step_mult = step_mult if callable(step_mult) else F.check_positive("step_mult", step_mult)
+    self.beta = F.check_unit_interval("beta", beta)
+    self.adam_b1 = F.check_unit_interval("adam_b1", adam_b1)
+    self.adam_b2 = F.check_unit_interval("adam_b2", adam_b2)
+    self.eps = F.check_positive("eps", eps)
+    self.fan_in_power = F.check_positive("fan_in_power", fan_in_power, allow_zero=True)
+    self.base_fan_in = check_positive_int("base_fan_in", base_fan_in)
+    self.norm_eps = F.check_positive("norm_eps", norm_eps)
+
+  @property
+  def name(self) -> str:
+    options = f", residual {self.residual}"
+    if self.fan_in_power:
+      options += f", fan-in^-{self.fan_in_power:g} from {self.base_fan_in}"
+    return f"MuonResidualLOpt({'x'.join(map(str, self.hidden_sizes))}{options})"
+
+  @property
+  def num_leaf_features(self) -> int:
+    """Per-element features: gradient, parameter, momentum (+ the rule's direction with ``residual="after"``)."""
+    return 3 + int(self.residual == "after")
+
+  def init(self, key: jax.Array) -> dict:
+    sizes = (self.num_leaf_features + 1,) + self.hidden_sizes + (1,)  # + the static "is a matrix" flag
+    return {"mlp": F.init_mlp(key, sizes, out_scale=0.0), "log_gain": jnp.zeros((2,), jnp.float32),
+            "shape_power": jnp.asarray([-self.fan_in_power, 0.0], jnp.float32)}
+
+  def opt_fn(self, theta: dict, is_training: bool = False) -> Optimizer:
+    """The optimizer for ``theta`` (``is_training`` is unused)."""
+    return _MuonResidualOptimizer(self, theta)
+
+  def as_optax(self, theta: dict) -> optax.GradientTransformationExtraArgs:
+    """``opt_fn(theta)`` as an optax transformation; its state (`MuonResidualOptaxState`) is the update count and
+    the accumulators, no copy of the params. ``update(grads, state, params)`` needs ``params``; it returns
+    ``-step`` itself (not ``new - old``), so at the initial ``theta`` the updates are ``optax.contrib.muon``'s."""
+    return _as_optax(self, theta)
+
+  # -- one tensor ---------------------------------------------------------------------------------------------
+  def init_accumulators(self, p: jax.Array) -> dict:
+    """Zero accumulators of one tensor: ``{"mu"}`` for a matrix, ``{"mu", "nu"}`` otherwise."""
+    acc = {"mu": F.zeros_like_in(p)}
+    if not is_matrix(p):
+      acc["nu"] = F.zeros_like_in(p)
+    return acc
+
+  def step_scale(self, count: jax.Array) -> Any:
+    return self.step_mult(count) if callable(self.step_mult) else self.step_mult
+
+  def leaf_step(self, theta: dict, count: jax.Array, p: jax.Array, g: jax.Array, acc: dict):
+    """``(u, new accumulators)`` for one tensor at update ``count`` (0-based): the step is ``step_scale * u``."""
+    dt = acc["mu"].dtype
+    g, p_c, matrix = g.astype(dt), p.astype(dt), is_matrix(p)
+    if matrix:
+      mu = optax.tree.update_moment(g, acc["mu"], self.beta, 1)  # optax.contrib.scale_by_muon, term for term
+      count_inc = optax.safe_increment(count)
+      m = (self.beta * optax.tree.bias_correction(mu, self.beta, optax.safe_increment(count_inc))
+           + (1 - self.beta) * optax.tree.bias_correction(g, self.beta, count_inc))
+      new_acc = {"mu": mu}
+    else:
+      adam = optax.scale_by_adam(self.adam_b1, self.adam_b2, self.eps, nesterov=True)
+      d, state = adam.update(g, optax.ScaleByAdamState(count=count, mu=acc["mu"], nu=acc["nu"]))
+      m, new_acc = state.mu, {"mu": state.mu, "nu": state.nu}
+    features = [g, p_c, m]
+    r = None
+    if self.residual == "before" and matrix:
+      r = self._residual(theta, features, matrix)
+      d = orthogonalize(m + _rms(m, self.norm_eps) * r) * shape_scale(jnp.shape(p))
+    else:
+      if matrix:
+        d = orthogonalize(m) * shape_scale(jnp.shape(p))
+      r = self._residual(theta, features + [d] if self.residual == "after" else features, matrix)
+      d = d + _rms(d, self.norm_eps) * r
+    log_gain = theta["log_gain"][0 if matrix else 1]
+    if matrix:  # exp(0 * log(...)) is exactly 1: at shape_power = 0 the gain is exactly exp(log_gain)
+      log_fans = np.log(np.asarray(jnp.shape(p), np.float64) / self.base_fan_in).astype(np.float32)
+      log_gain = log_gain + jnp.dot(theta["shape_power"], log_fans)
+    return (jnp.exp(log_gain).astype(dt) * d).astype(dt), new_acc
+
+  def _residual(self, theta: dict, features: list, matrix: bool) -> jax.Array:
+    x = jnp.stack(features, axis=0)
+    x = rms_normalize(x, range(1, x.ndim), self.norm_eps)
+    flag = jnp.asarray([1.0 if matrix else -1.0], x.dtype)
+    bias0 = F.mlp_bias0(theta["mlp"], flag, self.num_leaf_features)
+    out = F.mlp_columns(theta["mlp"], x.reshape(x.shape[0], -1), bias0, len(self.hidden_sizes) + 1)
+    return out[0].reshape(jnp.shape(features[0])).astype(features[0].dtype)
+
+
+def _rms(x: jax.Array, eps: float) -> jax.Array:
+  return jnp.sqrt(jnp.mean(jnp.square(x)) + eps)
+
+
+class _MuonResidualOptimizer(Optimizer):
+  """`MuonResidualLOpt` with fixed ``theta``; ``opt_state`` is the tree of per-tensor accumulators."""
+
+  def __init__(self, lopt: MuonResidualLOpt, theta: dict):
+    self.lopt, self.theta = lopt, theta
+
+  @property
+  def name(self) -> str:
+    return f"{self.lopt.name}.opt_fn(theta)"
+
+  def init(self, params, model_state=None, num_steps=None, key=None):
+    return F.init_state(params, model_state, jax.tree.map(self.lopt.init_accumulators, params))
+
+  def update(self, opt_state, grad, loss=None, model_state=None, key=None):
+    check_grad_matches(opt_state.params, grad)
+    count, scale = opt_state.iteration, self.lopt.step_scale(opt_state.iteration)
+
+    def leaf(p, g, acc):
+      u, new_acc = self.lopt.leaf_step(self.theta, count, p, g, acc)
+      return (p.astype(u.dtype) - jnp.asarray(scale, u.dtype) * u).astype(p.dtype), new_acc
+
+    params, accs = F.map_leaves(leaf, opt_state.params, grad, opt_state.opt_state, num_outputs=2)
+    return F.next_state(opt_state, params, model_state, accs)
+
+
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["count", "accumulators"], meta_fields=[])
+@dataclasses.dataclass(frozen=True)
+class MuonResidualOptaxState:
+  """The optax state of `MuonResidualLOpt.as_optax`: the update count (int32) and every tensor's accumulators."""
+  count: jax.Array
+  accumulators: Any
+
+
+def _as_optax(lopt: MuonResidualLOpt, theta: dict) -> optax.GradientTransformationExtraArgs:
+  def init_fn(params):
+    return MuonResidualOptaxState(count=jnp.zeros((), jnp.int32),
+                                  accumulators=jax.tree.map(lopt.init_accumulators, params))
+
+  def update_fn(updates, state, params=None, **extra_args):
+    del extra_args
+    if params is None:
+      raise ValueError(f"{lopt.name}'s optax update needs the current params: call tx.update(grads, state, params).")
+    check_grad_matches(params, updates)
+    scale = lopt.step_scale(state.count)
+
+    def leaf(p, g, acc):
+      u, new_acc = lopt.leaf_step(theta, state.count, p, g, acc)
+      return (-jnp.asarray(scale, u.dtype) * u).astype(p.dtype), new_acc
+
+    steps, accs = F.map_leaves(leaf, params, updates, state.accumulators, num_outputs=2)
+    return steps, MuonResidualOptaxState(count=optax.safe_increment(state.count), accumulators=accs)
+
+  return optax.GradientTransformationExtraArgs(init_fn, update_fn)

@@ -1,0 +1,185 @@
+"""`MuonResidualLOpt`: at its initial theta it is `optax.contrib.muon`; its residual, gains and fan-in option do what
+the docstring says, computed independently here. (Registry conformance -- meta-gradients against finite differences,
+bf16 states, vmap, estimators -- runs in tests/test_lopt_zoo.py over both registered variants.)"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from metafam.optimizers.adafac_mlp_lopt import orthogonalize
+from metafam.optimizers.muon_lopt import MuonResidualLOpt
+from metafam.optimizers.registry import get_learned_optimizer
+
+LR = 0.02
+
+
+def _params(rng):
+  """A matrix wider than tall and one taller than wide (both shape scales), a bias, a conv kernel and a scalar."""
+  return {"w_wide": jnp.asarray(rng.standard_normal((6, 10)), jnp.float32),
+          "w_tall": jnp.asarray(rng.standard_normal((12, 5)), jnp.float32),
+          "b": jnp.asarray(rng.standard_normal(5), jnp.float32),
+          "conv": jnp.asarray(rng.standard_normal((3, 3, 2, 4)), jnp.float32),
+          "s": jnp.asarray(0.3, jnp.float32)}
+
+
+def _grads(rng, params, steps):
+  return [jax.tree.map(lambda p: jnp.asarray(rng.standard_normal(p.shape), p.dtype), params) for _ in range(steps)]
+
+
+def _run_optax(tx, params, grads):
+  """The updates of ``tx`` for the gradient sequence, params moving by them."""
+  state, out = tx.init(params), []
+  for g in grads:
+    u, state = tx.update(g, state, params)
+    params = optax.apply_updates(params, u)
+    out.append(u)
+  return out
+
+
+@pytest.mark.parametrize("name", ["muon_residual_lopt", "muon_celo_lopt"])
+def test_initial_theta_is_optax_muon_update_for_update(name):
+  rng = np.random.default_rng(0)
+  params = _params(rng)
+  grads = _grads(rng, params, 8)
+  lopt = get_learned_optimizer(name, step_mult=LR)
+  theta = lopt.init(jax.random.key(1))
+  ours = _run_optax(lopt.as_optax(theta), params, grads)
+  ref = _run_optax(optax.contrib.muon(LR), params, grads)
+  for step, (a, b) in enumerate(zip(ours, ref)):
+    for k in params:
+      # The same operations, but float32 Newton-Schulz amplifies rounding: a one-ulp change of its input moves
+      # optax's own output by 2e-5 (relative), and optax.contrib.muon's update of a matrix differs by 3e-5 between
+      # the matrix alone and in a tree with other leaves. Tolerance 1e-4 of each entry and of the update's largest
+      # entry (for entries near 0); a wrong rule is off by O(1).
+      scale = float(np.max(np.abs(np.asarray(b[k]))))
+      np.testing.assert_allclose(np.asarray(a[k]), np.asarray(b[k]), rtol=1e-4, atol=1e-4 * scale,
+                                 err_msg=f"{k} {step}")
+  # and the Optimizer (state carrying the params) follows the same trajectory
+  opt = lopt.opt_fn(theta)
+  state, p = opt.init(params), params
+  for g, u in zip(grads, ref):
+    state, p = opt.update(state, g), optax.apply_updates(p, u)
+  for k in params:
+    np.testing.assert_allclose(np.asarray(opt.get_params(state)[k]), np.asarray(p[k]), rtol=1e-5, atol=1e-6)
+
+
+def _mlp(theta, x):
+  """The residual MLP in numpy: x [features + 1 flag, n] -> r [n]."""
+  w0, b0, w1, b1 = (np.asarray(theta["mlp"][k], np.float64) for k in ("w0", "b0", "w1", "b1"))
+  return (np.maximum(w0.T @ x + b0[:, None], 0).T @ w1 + b1)[:, 0]
+
+
+def _unit_rms(x):
+  return x / np.sqrt(np.mean(np.square(x)) + 1e-12)
+
+
+@pytest.mark.parametrize("residual", ["after", "before"])
+def test_first_step_with_a_residual_matches_its_definition(residual):
+  """One update from zero state, recomputed from the formulas: momentum after one step ``mu = (1 - b) g``, Nesterov
+  ``mu_hat = b mu / (1 - b^2) + (1 - b) g / (1 - b) = g (b(1 - b)/(1 - b^2) + 1)``, Adam's Nesterov direction at
+  step 1 ``(b1 m / (1 - b1^2) + (1 - b1) g / (1 - b1)) / (sqrt(v / (1 - b2)) + eps)``."""
+  rng = np.random.default_rng(3)
+  lopt = MuonResidualLOpt(residual=residual, step_mult=LR)
+  theta = lopt.init(jax.random.key(0))
+  theta["mlp"]["w1"] = jnp.asarray(rng.standard_normal(theta["mlp"]["w1"].shape), jnp.float32)
+  theta["mlp"]["b1"] = jnp.asarray([0.3], jnp.float32)
+  theta["log_gain"] = jnp.asarray([np.log(2.0), np.log(0.5)], jnp.float32)
+  params = {"w": jnp.asarray(rng.standard_normal((5, 7)), jnp.float32),
+            "b": jnp.asarray(rng.standard_normal(7), jnp.float32)}
+  g = jax.tree.map(lambda p: jnp.asarray(rng.standard_normal(p.shape), jnp.float32), params)
+  tx = lopt.as_optax(theta)
+  u = tx.update(g, tx.init(params), params)[0]
+  b, b1, b2 = 0.95, 0.9, 0.999
+  gw, pw = np.asarray(g["w"], np.float64), np.asarray(params["w"], np.float64)
+  m = gw * (b * (1 - b) / (1 - b * b) + 1)
+  feats = lambda fs, flag: np.concatenate([np.stack([_unit_rms(f).ravel() for f in fs]),
+                                           np.full((1, fs[0].size), flag)])
+  rms = lambda x: np.sqrt(np.mean(np.square(x)) + 1e-12)
+  scale = np.sqrt(7 / 5)
+  if residual == "after":
+    d = np.asarray(orthogonalize(jnp.asarray(m, jnp.float32)), np.float64) * scale
+    r = _mlp(theta, feats([gw, pw, m, d], 1.0)).reshape(m.shape)
+    want_w = 2.0 * (d + rms(d) * r)
+  else:
+    r = _mlp(theta, feats([gw, pw, m], 1.0)).reshape(m.shape)
+    want_w = 2.0 * np.asarray(orthogonalize(jnp.asarray(m + rms(m) * r, jnp.float32)), np.float64) * scale
+  np.testing.assert_allclose(-np.asarray(u["w"]) / LR, want_w, rtol=2e-4, atol=1e-5)  # float32 NS vs float64 rest
+  gb, pb = np.asarray(g["b"], np.float64), np.asarray(params["b"], np.float64)
+  mom, v = (1 - b1) * gb, (1 - b2) * gb ** 2
+  a = (b1 * mom / (1 - b1 ** 2) + (1 - b1) * gb / (1 - b1)) / (np.sqrt(v / (1 - b2)) + 1e-8)
+  fs = [gb, pb, mom] + ([a] if residual == "after" else [])
+  want_b = 0.5 * (a + rms(a) * _mlp(theta, feats(fs, -1.0)))
+  np.testing.assert_allclose(-np.asarray(u["b"]) / LR, want_b, rtol=1e-4, atol=1e-6)
+  assert np.max(np.abs(r)) > 0.1  # the residual was not negligible
+
+
+def test_gains_scale_each_kind_exactly():
+  rng = np.random.default_rng(5)
+  params = _params(rng)
+  grads = _grads(rng, params, 3)
+  lopt = MuonResidualLOpt(step_mult=LR)
+  theta = lopt.init(jax.random.key(0))
+  base = _run_optax(lopt.as_optax(theta), params, grads)
+  gained = _run_optax(lopt.as_optax(dict(theta, log_gain=jnp.log(jnp.asarray([4.0, 0.25])))), params, grads)
+  for k in params:
+    factor = 4.0 if params[k].ndim == 2 else 0.25
+    # step 1 starts from the same params; the gains are powers of 2, so the scaling is exact
+    np.testing.assert_allclose(np.asarray(gained[0][k]), factor * np.asarray(base[0][k]), rtol=1e-6)
+
+
+def test_fan_in_power_scales_matrices_by_their_fan_in():
+  rng = np.random.default_rng(6)
+  params = _params(rng)
+  grads = _grads(rng, params, 1)
+  plain = _run_optax(MuonResidualLOpt(step_mult=LR).as_optax(MuonResidualLOpt().init(jax.random.key(0))), params,
+                     grads)[0]
+  lopt = MuonResidualLOpt(step_mult=LR, fan_in_power=0.5, base_fan_in=24)
+  scaled = _run_optax(lopt.as_optax(lopt.init(jax.random.key(0))), params, grads)[0]
+  for k, fan_in in (("w_wide", 6), ("w_tall", 12), ("b", None), ("conv", None), ("s", None)):
+    factor = (24 / fan_in) ** 0.5 if fan_in else 1.0
+    np.testing.assert_allclose(np.asarray(scaled[k]), factor * np.asarray(plain[k]), rtol=1e-6)
+
+
+def test_meta_gradient_reaches_the_zero_output_layer_and_the_gains_at_init():
+  """At init only the output layer and the gains (per kind, per layer shape) can move the steps (the hidden layers' effect passes through a zero
+  output layer), so exactly those get nonzero meta-gradients: meta-training can leave Muon wherever it pays."""
+  rng = np.random.default_rng(7)
+  target = jnp.asarray(rng.standard_normal((8, 6)), jnp.float32)
+  loss = lambda p: jnp.mean(jnp.square(p["w"] - target)) + jnp.mean(jnp.square(p["b"] - 1.0))
+  params = {"w": jnp.zeros((8, 6), jnp.float32), "b": jnp.zeros((6,), jnp.float32)}
+  for name in ("muon_residual_lopt", "muon_celo_lopt"):
+    lopt = get_learned_optimizer(name, step_mult=0.05)
+
+    def meta_loss(theta):
+      opt = lopt.opt_fn(theta)
+      state = jax.lax.fori_loop(0, 5, lambda i, s: opt.update(s, jax.grad(loss)(opt.get_params(s))),
+                                opt.init(params))
+      return loss(opt.get_params(state))
+
+    grad = jax.grad(meta_loss)(lopt.init(jax.random.key(0)))
+    for k in ("log_gain", "shape_power"):
+      assert np.all(np.isfinite(np.asarray(grad[k]))) and np.all(np.asarray(grad[k]) != 0), (name, k)
+    assert float(jnp.sum(jnp.abs(grad["mlp"]["w1"]))) > 0 and float(jnp.abs(grad["mlp"]["b1"][0])) > 0, name
+    assert float(jnp.sum(jnp.abs(grad["mlp"]["w0"]))) == 0.0, name
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(residual="middle"), r"residual must be one of \('after', 'before'\), got 'middle'"),
+    (dict(step_mult=-1.0), "step_mult must be a finite number > 0"),
+    (dict(beta=1.0), r"beta must be a finite number in \(0, 1\)"),
+    (dict(hidden_sizes=()), "hidden_sizes must be a non-empty sequence of ints"),
+    (dict(fan_in_power=float("inf")), "fan_in_power must be a finite number >= 0"),
+])
+def test_bad_arguments_are_named(kwargs, message):
+  with pytest.raises(ValueError, match=message):
+    MuonResidualLOpt(**kwargs)
+
+
+def test_optax_update_without_params_is_refused():
+  lopt = MuonResidualLOpt()
+  tx = lopt.as_optax(lopt.init(jax.random.key(0)))
+  p = {"w": jnp.ones((3, 4))}
+  with pytest.raises(ValueError, match="needs the current params"):
+    tx.update(p, tx.init(p))
