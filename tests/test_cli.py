@@ -71,7 +71,8 @@ def test_meta_train_writes_files_and_resumes(tmp_path, capsys):
     (["train"], "expected one command from meta-train, evaluate, benchmark, list, convert-checkpoint, launch; got train"),
     (["meta-train", "--optimizer=learnable_sgd", "--step_mult=0.1"],
      "--step_mult: --optimizer=learnable_sgd has no step_mult; it applies to adafac_mlp_lopt, "
-     "adafac_muon_mlp_lopt, adafac_muon_rms_lopt, hyper_v2, mlp_lopt, mlp_nom_lopt, rnn_mlp_lopt"),
+     "adafac_muon_mlp_lopt, adafac_muon_rms_lopt, hyper_v2, mlp_lopt, mlp_nom_lopt, muon_celo_lopt, muon_residual_lopt, "
+     "rnn_mlp_lopt"),
     (["meta-train", "--step_mult=0"], "flag --step_mult=0"),
     (["meta-train", "--perturbation=lowrank"],
      "flag --perturbation=lowrank: value should be one of <full|low_rank>"),

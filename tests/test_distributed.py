@@ -131,6 +131,7 @@ def test_kill_one_process_then_restart_resumes_exactly(tmp_path, reference, vict
     assert [json.loads(line)["step"] for line in f] == list(range(1, STEPS + 1))
 
 
+@pytest.mark.slow  # test_two_processes_equal_one_process covers two-process checkpoints; resume: test_failures.py
 def test_checkpoint_of_two_processes_resumes_in_one(tmp_path, reference):
   run(tmp_path / "run", tmp_path / "theta.npz", 3, processes=2)
   shutil.copytree(tmp_path / "run", tmp_path / "copy")

@@ -193,6 +193,7 @@ def test_two_processes_stop_at_the_same_meta_step_when_one_gets_sigterm(tmp_path
   assert steps_logged(run) == list(range(1, step + 3))
 
 
+@pytest.mark.slow  # test_sigterm_checkpoints_the_step_in_flight_... covers the signal path
 def test_sigterm_to_the_local_launcher_stops_every_process_at_one_step(tmp_path, cache_dir):
   run = str(tmp_path / "run")
   launcher = metafam(["launch", "--num_processes=2", "--", "meta-train", f"--output_dir={run}", "--num_steps=10000000",
@@ -219,7 +220,8 @@ def uninterrupted(tmp_path_factory, cache_dir):
   return run
 
 
-@pytest.mark.parametrize("failing", ["metrics", "checkpoint"])
+# A failing metrics append is slow: the failing checkpoint write takes the same path (EFBIG -> exit 74 -> resume).
+@pytest.mark.parametrize("failing", [pytest.param("metrics", marks=pytest.mark.slow), "checkpoint"])
 def test_a_failed_write_keeps_the_last_checkpoint_and_the_resumed_run_is_exact(tmp_path, cache_dir, uninterrupted,
                                                                                failing):
   """Writes fail for real: RLIMIT_FSIZE makes every write past the limit fail with EFBIG ("File too large")."""

@@ -153,6 +153,7 @@ def _final_test_losses(make_tx):
   return np.asarray(losses).mean(axis=1)
 
 
+@pytest.mark.slow  # a quality check of the shipped weights (two rate sweeps); the default tests cover its code path
 def test_trains_an_unseen_cnn_below_tuned_adam():
   adam = _final_test_losses(optax.adam)
   learned = _final_test_losses(lambda lr: pretrained.optax_transform("generalist_v1", lr))

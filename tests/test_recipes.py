@@ -110,6 +110,8 @@ def test_build_gives_one_estimator_per_family():
   assert isinstance(recipe.families[0], FamilySpec)
 
 
+@pytest.mark.slow  # resume is the run object's, one path for recipes and flags: test_a_run_started_by_an_earlier_
+# metafam_resumes_exactly[flags] and test_failures.py's SIGTERM resume cover it bit for bit
 def test_meta_train_recipe_resumes_bit_identically_and_reports_its_totals(tmp_path, capsys):
   path = write_recipe(tmp_path / "tiny.json")
   straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
@@ -208,7 +210,8 @@ def test_the_configs_of_earlier_versions_map_to_the_recipe_identity():
   assert stored_identity({"test": "meta_setup"}) is None  # not a run's config: compared as it is
 
 
-@pytest.mark.parametrize("kind", ["flags", "recipe"])
+# The recipe-era run is slow: the flag-era one takes the same path (stored config -> recipe identity -> resume).
+@pytest.mark.parametrize("kind", ["flags", pytest.param("recipe", marks=pytest.mark.slow)])
 def test_a_run_started_by_an_earlier_metafam_resumes_exactly(kind, tmp_path, capsys):
   """The stored config of an earlier version maps to the run's recipe identity (`stored_identity`): the run resumes
   from its checkpoint and reaches the meta-parameters of an uninterrupted run of this version, bit for bit; another
