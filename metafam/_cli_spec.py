@@ -160,8 +160,3 @@ def command_usage(command: str) -> str:
 # Flags that need not agree across the processes of one run (everything else must, see cmd_meta_train).
 PER_PROCESS_FLAGS = ("process_id", "progress", "tensorboard", "output_dir")
 
-
-# What --recipe sets and a flag may not (the recipe's families replace --family), and what a given flag overrides.
-RECIPE_EXCLUDES = ("family", "optimizer", "estimator", "trajectory_length")
-RECIPE_OVERRIDES = ("num_steps", "num_pairs", "unroll_length", "sigma", "step_mult", "meta_learning_rate",
-                    "meta_lr_decay_steps", "clip_grad_norm", "perturbation", "perturbation_rank")

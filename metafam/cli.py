@@ -27,8 +27,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from absl import flags
 
-from metafam._cli_spec import (COMMANDS, EXIT_CODES, FLAGS, HELP_ARGS, PER_PROCESS_FLAGS, RECIPE_EXCLUDES,
-                               RECIPE_OVERRIDES, command_usage, usage)
+from metafam._cli_spec import COMMANDS, EXIT_CODES, FLAGS, HELP_ARGS, PER_PROCESS_FLAGS, command_usage, usage
 from metafam._registry import UnknownNameError, lookup
 
 
@@ -76,27 +75,13 @@ def select_tasks() -> str:
 
 
 def build_optimizers(name: str, *, learning_rate: float, checkpoint: Optional[str]) -> Dict[str, Any]:
-  """``{label: optimizer}``: the hand-designed ``name`` at ``learning_rate``, or the learned ``name`` with the
-  meta-parameters in ``checkpoint`` (`metafam.benchmark.runner.learned_optimizer_from_checkpoint`)."""
-  from metafam.optimizers.registry import HAND_DESIGNED, LEARNED_OPTIMIZERS
-  make = _lookup({**LEARNED_OPTIMIZERS, **HAND_DESIGNED}, name, "optimizer")
-  if name in HAND_DESIGNED:
-    if checkpoint is not None:
-      raise UsageError(f"--checkpoint holds a learned optimizer; use --optimizer with one of "
-                       f"{', '.join(sorted(LEARNED_OPTIMIZERS))}.")
-    opt = make(learning_rate)
-    return {opt.name: opt}
-  if checkpoint is None:
-    raise UsageError(f"--optimizer={name} is a learned optimizer: give its meta-parameters with --checkpoint=PATH "
-                     "(a checkpoint written by `metafam meta-train`).")
-  if not os.path.isfile(checkpoint):
-    raise UsageError(f"--checkpoint {checkpoint!r} is not a file.")
-  from metafam.benchmark.runner import learned_optimizer_from_checkpoint
+  """``{label: optimizer}`` of --optimizer (`metafam.benchmark.runner.optimizer_by_name`)."""
+  from metafam.benchmark.runner import optimizer_by_name
   try:
-    opt = learned_optimizer_from_checkpoint(name, checkpoint)
+    return optimizer_by_name(name, learning_rate=learning_rate, checkpoint=checkpoint,
+                             names=("--optimizer", "--checkpoint"))
   except ValueError as e:
-    raise UsageError(f"--checkpoint does not hold {name} meta-parameters: {e}") from None
-  return {f"{name}@{os.path.basename(os.path.dirname(os.path.abspath(checkpoint))) or 'checkpoint'}": opt}
+    raise UsageError(str(e)) from None
 
 
 def _prepare_output_dir(command: str) -> str:
@@ -231,41 +216,13 @@ def process_group():
 
 
 def meta_train_recipe():
-  """The `Recipe` of meta-train's flags: --recipe with the overriding flags applied, or the one-family recipe of the
-  flags (`recipe_from_flags`); UsageError naming the flag for bad names and combinations."""
-  from metafam.optimizers.registry import LEARNED_OPTIMIZERS, takes_step_mult
-  from metafam.outer_trainers.recipes import FLAG_KEYS, load_recipe, recipe_from_flags
-  from metafam.outer_trainers.registry import ESTIMATORS
-  from metafam.taskfamilies.registry import FAMILIES
-  if FLAGS.recipe is not None:
-    excluded = [f"--{name}" for name in RECIPE_EXCLUDES if FLAGS[name].present]
-    if excluded:
-      raise UsageError(f"--recipe sets the learned optimizer, families, estimator and trajectory lengths; remove "
-                       f"{', '.join(excluded)} (or edit a copy of the recipe file).")
-    try:
-      recipe = load_recipe(FLAGS.recipe)
-    except ValueError as e:
-      raise UsageError(f"--recipe {FLAGS.recipe}: {e}") from None
-    estimator, changes = recipe.estimator, {n: FLAGS[n].value for n in RECIPE_OVERRIDES if FLAGS[n].present}
-  else:
-    _lookup(FAMILIES, FLAGS.family, "family")
-    _lookup(LEARNED_OPTIMIZERS, FLAGS.optimizer, "learned optimizer (--optimizer)")
-    _lookup(ESTIMATORS, FLAGS.estimator, "estimator")
-    estimator, changes = FLAGS.estimator, {}
-  if FLAGS.perturbation != "full" and estimator == "tbptt":
-    raise UsageError("--perturbation low_rank: --estimator tbptt perturbs nothing; use an ES estimator.")
-  if FLAGS["perturbation_rank"].present and FLAGS.perturbation == "full":
-    raise UsageError("--perturbation_rank applies to --perturbation low_rank.")
-  if FLAGS["step_mult"].present and FLAGS.recipe is None and not takes_step_mult(FLAGS.optimizer):
-    raise UsageError(f"--step_mult: --optimizer={FLAGS.optimizer} has no step_mult; it applies to "
-                     f"{', '.join(n for n in sorted(LEARNED_OPTIMIZERS) if takes_step_mult(n))}.")
+  """The `Recipe` of meta-train's flags (`metafam.outer_trainers.recipes.recipe_from_command`)."""
+  from metafam.outer_trainers.recipes import recipe_from_command
+  names = COMMANDS["meta-train"]["flags"]
   try:
-    if FLAGS.recipe is not None:
-      return recipe.replace(**changes)
-    return recipe_from_flags({n: FLAGS[n].value for n in FLAG_KEYS + ("num_steps", "perturbation",
-                                                                      "perturbation_rank")})
+    return recipe_from_command({n: FLAGS[n].value for n in names}, {n for n in names if FLAGS[n].present})
   except ValueError as e:
-    raise UsageError(f"--recipe {FLAGS.recipe}: {e}" if FLAGS.recipe else str(e)) from None
+    raise UsageError(str(e)) from None
 
 
 def check_meta_train_flags():
@@ -313,11 +270,7 @@ def cmd_meta_train() -> None:
     print(f"process {jax.process_index()}/{jax.process_count()}: meta-training reached step {result.meta_steps}; "
           "process 0 evaluates and writes the results.")
     return
-  totals, per_step = result.totals, result.inner_steps_per_meta_step
-  print(f"\nmeta-steps: {result.meta_steps}; meta-step time over all sessions: "
-        f"{totals['meta_step_seconds_total']:.0f} s (this session {result.train_seconds:.0f} s); inner steps: "
-        f"{totals['inner_steps_total']:,} ({per_step:,} per meta-step)")
-  print("\n" + result.comparison.format_table())
+  print("\n" + result.format_summary())
   plots = [name for name in result.written if name.endswith(".png")]
   print(f"\nwrote {os.path.join(out_dir, result.written[0])}, {METRICS_NAME}, {CHECKPOINT_NAME}"
         + (", " + ", ".join(plots) if plots else " (install matplotlib for PNG plots: pip install 'metafam[plot]')"))

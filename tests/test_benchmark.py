@@ -130,6 +130,25 @@ def test_speedup_smooths_by_running_minimum_and_ignores_non_finite_values():
   assert speedup_over_baseline(t, diverged, t, _exp(t, 50)).value == pytest.approx(0.5)
 
 
+
+def test_paired_speedups_compare_the_means_and_each_seed_with_the_same_seed():
+  """Seed s of the optimizer decays at scale 50 * (s + 1), the baseline's seed s at 100 * (s + 1): each seed is
+  twice as fast as the same baseline seed (exactly 2, log-linear curves), whichever axis holds the seeds; the means
+  are compared as one curve each (`speedup_over_baseline` of the seed-mean curves)."""
+  from metafam.evaluation.metrics import paired_speedups
+  t_opt, t_adam = np.arange(0, 501, 10), np.arange(0, 1501, 10)
+  opt = np.stack([_exp(t_opt, 50.0 * (s + 1)) for s in range(3)])      # [S, E]
+  adam = np.stack([_exp(t_adam, 100.0 * (s + 1)) for s in range(3)])
+  mean, seeds = paired_speedups(t_opt, opt, t_adam, adam)
+  assert [s.value for s in seeds] == pytest.approx([2.0] * 3, rel=1e-9) and all(s.reached for s in seeds)
+  want = speedup_over_baseline(t_opt, opt.mean(axis=0), t_adam, adam.mean(axis=0))
+  assert mean == want and 1.0 < mean.value < 4.0
+  mean_t, seeds_t = paired_speedups(t_opt, opt.T, t_adam, adam.T, axis=1)
+  assert mean_t == mean and seeds_t == seeds
+  assert paired_speedups(t_opt, opt, t_adam, adam[:2], per_seed=False)[1] == ()
+  with pytest.raises(ValueError, match="pair seed s with the baseline's seed s: got 3 and 2 seeds"):
+    paired_speedups(t_opt, opt, t_adam, adam[:2])
+
 # -- aggregates ---------------------------------------------------------------------------------------------------
 def test_iqm_median_and_bootstrap_intervals():
   assert iqm(np.arange(1, 9)) == pytest.approx(4.5)          # middle four of 1..8

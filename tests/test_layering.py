@@ -97,10 +97,13 @@ def test_runner_sits_below_evaluation_and_training():
 
 def test_the_command_line_holds_no_run_logic():
   """`metafam meta-train` parses flags into a `Recipe` and runs a `MetaTrainingRun`: cli.py neither builds
-  estimators or trainers nor defines a run's identity or a copy of a registry."""
+  estimators, trainers, recipes or optimizers nor defines a run's identity or a copy of a registry."""
   with open(os.path.join(ROOT, "metafam/cli.py"), encoding="utf-8") as f:
     source = f.read()
   for name in ("MetaTrainer(", "make_estimator", "RUN_CONFIG_KEYS", "ESTIMATORS = ", "inspect.signature",
                "compare_with_tuned_adam", "read_metadata"):
     assert name not in source, name
-  assert "MetaTrainingRun(" in source and "recipe_from_flags" in source
+  assert "MetaTrainingRun(" in source and "recipe_from_command" in source
+  for name in ("load_recipe", "takes_step_mult", "HAND_DESIGNED", "learned_optimizer_from_checkpoint"):
+    assert name not in source, name  # recipes.recipe_from_command, benchmark.runner.optimizer_by_name
+  assert source.count("\n") <= 400  # the command line: parsing, calls, printing

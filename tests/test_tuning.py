@@ -1,4 +1,5 @@
-"""metafam.evaluation.tuning: the one grid and selection rule, used by FamilyEvaluator.tune_adam and the benchmark."""
+"""metafam.evaluation.tuning: the one grid, procedure (`tune`) and selection rule, used by FamilyEvaluator.tune_adam,
+the benchmark's sweeps and the suites' shipped baselines."""
 
 import jax
 import jax.numpy as jnp
@@ -60,6 +61,107 @@ def test_one_grid():
   with pytest.raises(ValueError, match="distinct finite positive"):
     tuning.check_learning_rates([0.1, 0.1])
   assert FamilyEvaluator(quadratic_family(), 4, 10, adam_lrs=(0.1, 0.01)).adam_lrs == (0.01, 0.1)  # ascending
+
+
+# -- the procedure (tune) on an engine with a closed form ------------------------------------------------------------
+CURVATURE = 2.0
+SEEDS = np.array([1.0, -3.0])  # starting points x_0 of the two seeds
+T = 20
+EVAL = np.arange(T + 1)
+
+
+def gd_trainer(calls=None, nan_at=None):
+  """Gradient descent on f(x) = CURVATURE / 2 * x^2, exactly: x_t = (1 - lr * CURVATURE)^t x_0. inner_valid is
+  f(x_t) at t = 0..T per seed; schedule "halved" runs at lr / 2. ``nan_at``: that rate's loss at t = 1 is NaN."""
+  def train(lrs, schedules):
+    if calls is not None:
+      calls.append((np.array(lrs), tuple(schedules)))
+    out = {}
+    for s in schedules:
+      factor = 1.0 - np.asarray(lrs)[:, None, None] * (0.5 if s == "halved" else 1.0) * CURVATURE
+      with np.errstate(over="ignore", invalid="ignore"):
+        loss = 0.5 * CURVATURE * (SEEDS[None, :, None] * factor ** EVAL) ** 2  # [L, S, E]
+      if nan_at is not None:
+        loss[list(lrs).index(nan_at), 0, 1] = np.nan
+      out[s] = tuning.Lanes({"inner_valid": loss, "test": loss + 1.0})
+    return out
+  return train
+
+
+def tail_score(lr):
+  """The score of rate ``lr`` computed directly: the mean over seeds and t = 18, 19, 20 (the last 10% of 20 steps
+  and the step itself: t >= 0.9 * 20) of f(x_t)."""
+  with np.errstate(over="ignore"):
+    return np.mean([0.5 * CURVATURE * (x0 * (1.0 - np.float64(lr) * CURVATURE) ** t) ** 2
+                    for x0 in SEEDS for t in (18, 19, 20)])
+
+
+def test_tune_picks_the_grid_point_with_the_lowest_inner_valid_loss_and_never_a_non_finite_one():
+  grid = [0.05, 0.2, 0.3, 0.45, 0.75, 1e10]  # |1 - 2 lr|: 0.9, 0.6, 0.4, 0.1, 0.5; 1e10: inf from step 18 on
+  tuned = tuning.tune(gd_trainer(), grid, EVAL)
+  want = [tail_score(lr) for lr in grid]
+  assert not np.isfinite(want[-1]) and int(np.nanargmin(want[:-1])) == 3  # 0.45: |1 - 0.9| = 0.1, the fastest
+  np.testing.assert_allclose(tuned.scores["constant"][:-1], want[:-1], rtol=1e-12)
+  assert np.isinf(tuned.scores["constant"][-1]) and tuned.diverged["constant"].tolist() == [False] * 5 + [True]
+  assert tuned.learning_rate == 0.45 and tuned.schedule == "constant" and not tuned.at_edge
+  # An early non-finite loss disqualifies the best rate, however good its tail: the next best wins.
+  hurt = tuning.tune(gd_trainer(nan_at=0.45), grid, EVAL)
+  assert hurt.diverged["constant"][3] and hurt.learning_rate == 0.3 == grid[int(np.argsort(want)[1])]
+  # Every rate diverged: nothing is chosen.
+  assert tuning.tune(gd_trainer(), [1e10, 1e11], EVAL).best_index == -1
+  assert np.isnan(tuning.tune(gd_trainer(), [1e10, 1e11], EVAL).learning_rate)
+  with pytest.raises(ValueError, match="distinct finite positive"):
+    tuning.tune(gd_trainer(), [0.1, np.inf], EVAL)
+  with pytest.raises(ValueError, match="distinct finite positive"):
+    tuning.tune(gd_trainer(), [0.1, np.nan], EVAL)
+
+
+def test_tune_extends_the_grid_past_an_edge_until_the_choice_is_interior():
+  """The exact minimizer 0.5 (x_1 = 0) is the top of a ratio-3 grid: two rates above it (1.5, 4.5) are trained, in
+  one call with only the new rates, and 0.5 stays the choice, now interior."""
+  grid = 0.5 / 3.0 ** np.arange(4, -1, -1)
+  calls = []
+  tuned = tuning.tune(gd_trainer(calls), grid, EVAL, max_extensions=3)
+  assert len(calls) == 2
+  np.testing.assert_allclose(calls[1][0], [1.5, 4.5], rtol=1e-12)
+  np.testing.assert_allclose(tuned.learning_rates, 0.5 / 3.0 ** np.arange(4, -3, -1), rtol=1e-12)
+  assert tuned.learning_rate == pytest.approx(0.5) and not tuned.at_edge and tuned.scores["constant"][4] == 0.0
+  lanes = tuned.lanes["constant"]  # the merged lanes are in grid order: row i is rate i's run
+  alone = gd_trainer()(tuned.learning_rates[5:6], ["constant"])["constant"]
+  np.testing.assert_array_equal(lanes.eval_losses["inner_valid"][5], alone.eval_losses["inner_valid"][0])
+  once = tuning.tune(gd_trainer(), grid, EVAL)  # max_extensions=0: the grid as given
+  assert once.best_index == 4 and once.at_edge and len(once.learning_rates) == 5
+
+
+def test_tune_keeps_the_schedule_with_the_lower_score_ties_to_the_first_listed():
+  grid = [0.1, 0.5, 1.0]  # constant 0.5 and halved 1.0 both reach x = 0 in one step: exact ties at score 0
+  tuned = tuning.tune(gd_trainer(), grid, EVAL, schedules=("constant", "halved"))
+  assert tuned.schedule == "constant" and tuned.learning_rate == 0.5
+  assert tuned.best == {"constant": 1, "halved": 2}
+  flipped = tuning.tune(gd_trainer(), grid, EVAL, schedules=("halved", "constant"))
+  assert flipped.schedule == "halved" and flipped.learning_rate == 1.0
+  only_small = tuning.tune(gd_trainer(), [0.1, 0.2, 0.3], EVAL, schedules=("halved", "constant"))
+  assert only_small.schedule == "constant" and only_small.learning_rate == 0.3  # halved is slower on this grid
+  with pytest.raises(ValueError, match="max_extensions must be an int >= 0"):
+    tuning.tune(gd_trainer(), grid, EVAL, max_extensions=-1)
+
+
+def test_every_tuned_baseline_goes_through_tune(monkeypatch):
+  """FamilyEvaluator.tune_adam (the main job's comparison), tune_learning_rate (run_benchmark) and tune_baseline
+  (the suites' shipped baselines) all call `tuning.tune`."""
+  from metafam.benchmark import baselines
+  calls = []
+  real = tuning.tune
+
+  def spy(*args, **kwargs):
+    calls.append(kwargs.get("max_extensions", 0))
+    return real(*args, **kwargs)
+  monkeypatch.setattr(tuning, "tune", spy)
+  FamilyEvaluator(quadratic_family(), 4, 10, adam_lrs=(1e-2, 1e-1)).tune_adam(jax.random.key(0))
+  sweep.tune_learning_rate(QuadraticTask(4), optax.sgd, (1e-2, 1e-1), num_steps=8, num_seeds=2, eval_every=4)
+  baselines.tune_baseline(QuadraticTask(4), "sgd", 8, factory=optax.sgd, learning_rates=(0.1, 0.3),
+                          schedules=("constant",), num_seeds=2, max_extensions=0)
+  assert calls == [0, 0, 0]
 
 
 def test_tune_adam_and_tune_learning_rate_share_select_best(monkeypatch):

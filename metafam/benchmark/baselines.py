@@ -7,10 +7,11 @@ Procedure, per task (horizon T from `metafam.benchmark.suites.HORIZONS`) and per
   (`GRIDS`), each with ``NUM_SEEDS`` = 3 seeds and both schedules of `SCHEDULES` (constant; linear warmup over the
   first 5% of T then cosine decay to 0 at T), all 42 lanes in one vmapped program (`scheduled` makes the schedule a
   per-lane number, so one compiled program serves both);
-* each schedule's rate is chosen by `metafam.evaluation.tuning.select_best` on ``inner_valid`` at T (a rate whose
-  training or validation loss is non-finite at any step is never chosen); while a schedule's best rate is at an end
-  of the grid, the grid grows by two more rates beyond that end (at most ``MAX_EXTENSIONS`` times), so the shipped
-  choice is interior unless flagged ``at_edge``;
+* `metafam.evaluation.tuning.tune`, the procedure of every tuned baseline, does the rest: each schedule's rate is
+  chosen by `metafam.evaluation.tuning.select_best` on ``inner_valid`` at T (a rate whose training or validation
+  loss is non-finite at any step is never chosen); while a schedule's best rate is at an end of the grid, the grid
+  grows by two more rates beyond that end (at most ``MAX_EXTENSIONS`` times), so the shipped choice is interior
+  unless flagged ``at_edge``;
 * the schedule with the lower score is kept (ties: constant); its seed curves of the normalized ``test`` loss at
   the eval points (every T / ``EVALS_PER_RUN`` steps) are recorded.
 
@@ -203,22 +204,20 @@ class TunedBaseline:
     return cls(**d)
 
 
-def _sweep(task: Task, factory, horizon: int, lrs: np.ndarray, schedules: Sequence[str], key: jax.Array, name: str,
-           num_seeds: int, eval_batches: int):
-  """Trains every (schedule, rate) x seed lane; returns ``{schedule: (train [L, S, T], evals {split: [L, S, E]})}``."""
-  cosine = np.repeat([float(SCHEDULES.index(s)) for s in schedules], len(lrs))
-  train, evals = train_lanes(task, scheduled(factory, horizon),
-                             {"learning_rate": np.tile(lrs, len(schedules)), "cosine": cosine},
-                             num_seeds=num_seeds, points=eval_steps(horizon), eval_batches=eval_batches, key=key,
-                             splits=SPLITS, name=name)
-  n = len(lrs)
-  return {s: (train[i * n:(i + 1) * n], {k: v[i * n:(i + 1) * n] for k, v in evals.items()})
-          for i, s in enumerate(schedules)}
-
-
-def _merge(a, b):
-  """Concatenates two sweeps' ``(train, evals)`` along the rate axis."""
-  return (np.concatenate([a[0], b[0]]), {k: np.concatenate([a[1][k], b[1][k]]) for k in a[1]})
+def _trainer(task: Task, factory, horizon: int, key: jax.Array, name: str, num_seeds: int, eval_batches: int
+             ) -> tuning.Trainer:
+  """The engine of `tune_baseline` (`metafam.evaluation.tuning.tune`): every (schedule, rate) x seed lane in one
+  vmapped program, the schedule a per-lane number (`scheduled`)."""
+  def train(lrs: np.ndarray, schedules) -> Dict[str, tuning.Lanes]:
+    cosine = np.repeat([float(SCHEDULES.index(s)) for s in schedules], len(lrs))
+    losses, evals = train_lanes(task, scheduled(factory, horizon),
+                                {"learning_rate": np.tile(lrs, len(schedules)), "cosine": cosine},
+                                num_seeds=num_seeds, points=eval_steps(horizon), eval_batches=eval_batches, key=key,
+                                splits=SPLITS, name=name)
+    n = len(lrs)
+    return {s: tuning.Lanes({k: v[i * n:(i + 1) * n] for k, v in evals.items()}, losses[i * n:(i + 1) * n])
+            for i, s in enumerate(schedules)}
+  return train
 
 
 def tune_baseline(task: Task, name: str, horizon: int, *, task_name: Optional[str] = None,
@@ -226,7 +225,8 @@ def tune_baseline(task: Task, name: str, horizon: int, *, task_name: Optional[st
                   learning_rates: Optional[Sequence[float]] = None, schedules: Sequence[str] = SCHEDULES,
                   num_seeds: int = NUM_SEEDS, max_extensions: int = MAX_EXTENSIONS,
                   eval_batches: int = EVAL_BATCHES) -> TunedBaseline:
-  """Tunes optimizer ``name`` (or ``factory`` under that name) on ``task`` by the procedure of the module docstring.
+  """Tunes optimizer ``name`` (or ``factory`` under that name) on ``task`` by the procedure of the module docstring
+  (`metafam.evaluation.tuning.tune` on the lanes of `train_lanes`).
 
   ``learning_rates`` defaults to `grid` (``name`` must then be in `GRIDS`); the grid must be log-spaced by a
   constant ratio for the edge extensions. ``eval_batches``: batches per split and eval point (`SuiteSpec`).
@@ -237,38 +237,18 @@ def tune_baseline(task: Task, name: str, horizon: int, *, task_name: Optional[st
   bad = [s for s in schedules if s not in SCHEDULES]
   if bad or not schedules:
     raise ValueError(f"schedules must be a non-empty subset of {SCHEDULES}, got {tuple(schedules)}.")
-  lrs = np.sort(np.asarray(grid(name) if learning_rates is None else learning_rates, np.float64))
-  if lrs.size < 2:
-    raise ValueError("learning_rates needs at least two rates.")
-  ratio = lrs[1] / lrs[0]
-  key = task_key(task_name)
   points = eval_steps(horizon)
-  runs = _sweep(task, factory, horizon, lrs, schedules, key, name, num_seeds, eval_batches)
-  for extension in range(max_extensions + 1):
-    chosen = {s: tuning.select_best(points, runs[s][1]["inner_valid"], runs[s][0], horizon, TAIL_FRACTION)
-              for s in schedules}
-    edges = {b for _, _, b in chosen.values() if b in (0, len(lrs) - 1)}
-    if not edges or extension == max_extensions:
-      break
-    parts = []
-    if 0 in edges:
-      parts.append(lrs[0] / ratio ** np.arange(2, 0, -1))
-    if len(lrs) - 1 in edges:
-      parts.append(lrs[-1] * ratio ** np.arange(1, 3))
-    new = np.concatenate(parts)
-    more = _sweep(task, factory, horizon, new, schedules, key, name, num_seeds, eval_batches)
-    order = np.argsort(np.concatenate([lrs, new]), kind="stable")
-    lrs = np.concatenate([lrs, new])[order]
-    runs = {s: _merge(runs[s], more[s]) for s in schedules}
-    runs = {s: (t[order], {k: v[order] for k, v in e.items()}) for s, (t, e) in runs.items()}
-  score_of = {s: float(c[0][c[2]]) if c[2] >= 0 else float("inf") for s, c in chosen.items()}
-  kept = min(schedules, key=lambda s: (score_of[s], SCHEDULES.index(s)))
-  best = chosen[kept][2]
-  test = normalize(task, runs[kept][1]["test"][best]) if best >= 0 else np.full((num_seeds, len(points)), np.nan)
+  train = _trainer(task, factory, horizon, task_key(task_name), name, num_seeds, eval_batches)
+  tuned = tuning.tune(train, grid(name) if learning_rates is None else learning_rates, points,
+                      schedules=[s for s in SCHEDULES if s in schedules], select_at=horizon,
+                      tail_fraction=TAIL_FRACTION, max_extensions=max_extensions)  # ties: constant
+  best = tuned.best_index
+  test = (normalize(task, tuned.lanes[tuned.schedule].eval_losses["test"][best]) if best >= 0
+          else np.full((num_seeds, len(points)), np.nan))
   return TunedBaseline(
-      task=task_name, optimizer=name, horizon=int(horizon), schedule=kept,
-      learning_rate=float(lrs[best]) if best >= 0 else float("nan"), learning_rates=tuple(map(float, lrs)),
-      scores={s: tuple(map(float, c[0])) for s, c in chosen.items()}, at_edge=bool(best in (0, len(lrs) - 1)),
+      task=task_name, optimizer=name, horizon=int(horizon), schedule=tuned.schedule,
+      learning_rate=tuned.learning_rate, learning_rates=tuple(map(float, tuned.learning_rates)),
+      scores={s: tuple(map(float, v)) for s, v in tuned.scores.items()}, at_edge=tuned.at_edge,
       eval_steps=tuple(map(int, points)), test_curves=tuple(tuple(map(float, row)) for row in test),
       wall_time=time.perf_counter() - start)
 

@@ -11,10 +11,10 @@ keys (seed s starts where every baseline's seed s started) for the task's horizo
 
 Per task (`score_task`), on the seed-mean normalized ``test`` loss:
 
-* ``speedup``: the VeLO metric, `metafam.evaluation.metrics.speedup_over_baseline`: the steps the reference (Adam
-  at its tuned constant rate, run to 4T) needs to reach the candidate's loss at T, over T (both curves smoothed by a
-  running minimum, so the candidate's "loss at T" is the best it reached by T). Values above 4 cannot be resolved:
-  they are reported as 4 and flagged ``speedup_capped``. Per seed (``seed_speedups``, what the aggregates use),
+* ``speedup``: the VeLO metric, `metafam.evaluation.metrics.speedup_over_baseline` (through `paired_speedups`): the
+  steps the reference (Adam at its tuned constant rate, run to 4T) needs to reach the candidate's loss at T, over T
+  (both curves smoothed by a running minimum, so the candidate's "loss at T" is the best it reached by T). Values
+  above 4 cannot be resolved: they are reported as 4 and flagged ``speedup_capped``. Per seed (``seed_speedups``, what the aggregates use),
   seed s of the candidate is compared with seed s of the reference (same initialization and batches); a seed whose
   final loss is not finite scores 0.
 * ``loss_ratio``: the candidate's final loss over tuned Adam's (its best rate and schedule at T).
@@ -46,7 +46,7 @@ import optax
 
 from metafam.benchmark import baselines as bl
 from metafam.benchmark import paired
-from metafam.evaluation.metrics import (Aggregate, normalize, performance_profile, speedup_over_baseline,
+from metafam.evaluation.metrics import (Aggregate, normalize, paired_speedups, performance_profile,
                                         stratified_aggregate)
 from metafam.optimizers.base import Optimizer
 from metafam.optimizers.learned import LearnedOptimizer
@@ -171,14 +171,12 @@ def score_task(task: str, entry: Mapping[str, Any], curves: np.ndarray, exclude:
   if ref_seeds.shape[0] != curves.shape[0]:
     raise ValueError(f"{task}: {curves.shape[0]} seed curves, but the reference has {ref_seeds.shape[0]} seeds.")
   mean = curves.mean(axis=0)
+  of_mean, of_seeds = paired_speedups(steps, curves, ref_steps, ref_seeds)
 
-  def speedup(curve, ref):
-    if not np.isfinite(curve[-1]):
-      return 0.0, False
-    s = speedup_over_baseline(steps, curve, ref_steps, ref)
-    return s.value, not s.reached
+  def speedup(curve, s):  # a curve that ends non-finite scores 0
+    return (s.value, not s.reached) if np.isfinite(curve[-1]) else (0.0, False)
 
-  value, capped = speedup(mean, ref_seeds.mean(axis=0))
+  value, capped = speedup(mean, of_mean)
   final = _final(mean)
   finals = {o: _final(np.mean(np.asarray(b["test_curves"], np.float64), axis=0))
             for o, b in entry["baselines"].items() if o not in exclude}
@@ -186,7 +184,7 @@ def score_task(task: str, entry: Mapping[str, Any], curves: np.ndarray, exclude:
   beats = {o: bool(np.isfinite(final) and (not np.isfinite(f) or final < f)) for o, f in finals.items()}
   rank = 1 + sum(1 for f in finals.values() if np.isfinite(f) and (not np.isfinite(final) or f < final))
   return TaskScore(task=task, horizon=int(entry["horizon"]), speedup=float(value), speedup_capped=bool(capped),
-                   seed_speedups=tuple(float(speedup(c, r)[0]) for c, r in zip(curves, ref_seeds)),
+                   seed_speedups=tuple(float(speedup(c, sp)[0]) for c, sp in zip(curves, of_seeds)),
                    final_loss=final,
                    loss_ratio=final / adam if np.isfinite(adam) and adam > 0 else float("nan"), rank=rank,
                    num_ranked=len(finals) + 1, beats=beats, diverged=not bool(np.all(np.isfinite(curves))),

@@ -101,6 +101,37 @@ def learned_optimizer_from_checkpoint(name: str, path: Union[str, os.PathLike]) 
   return learned_optimizer(get_learned_optimizer(name, **kwargs), path)
 
 
+
+def optimizer_by_name(name: str, *, learning_rate: float, checkpoint: Optional[str] = None,
+                      names: Tuple[str, str] = ("optimizer", "checkpoint")) -> Dict[str, Optimizer]:
+  """``{label: optimizer}``: the registered hand-designed ``name`` at ``learning_rate``, or the registered learned
+  ``name`` with the meta-parameters in the file ``checkpoint`` (`learned_optimizer_from_checkpoint`), labelled
+  ``name@<the checkpoint's directory>``.
+
+  Raises ValueError (`UnknownNameError` listing both registries for an unknown name) for a checkpoint given with a
+  hand-designed optimizer, missing for a learned one, not a file or not of ``name``; the messages call the two
+  arguments ``names`` (the command line passes its flags).
+  """
+  from metafam.optimizers.registry import HAND_DESIGNED, LEARNED_OPTIMIZERS
+  opt_arg, ckpt_arg = names
+  make = lookup({**LEARNED_OPTIMIZERS, **HAND_DESIGNED}, name, "optimizer")
+  if name in HAND_DESIGNED:
+    if checkpoint is not None:
+      raise ValueError(f"{ckpt_arg} holds a learned optimizer; use {opt_arg} with one of "
+                       f"{', '.join(sorted(LEARNED_OPTIMIZERS))}.")
+    opt = make(learning_rate)
+    return {opt.name: opt}
+  if checkpoint is None:
+    raise ValueError(f"{opt_arg}={name} is a learned optimizer: give its meta-parameters with {ckpt_arg}=PATH "
+                     "(a checkpoint written by `metafam meta-train`).")
+  if not os.path.isfile(checkpoint):
+    raise ValueError(f"{ckpt_arg} {checkpoint!r} is not a file.")
+  try:
+    opt = learned_optimizer_from_checkpoint(name, checkpoint)
+  except ValueError as e:
+    raise ValueError(f"{ckpt_arg} does not hold {name} meta-parameters: {e}") from None
+  return {f"{name}@{os.path.basename(os.path.dirname(os.path.abspath(checkpoint))) or 'checkpoint'}": opt}
+
 OptimizerSpec = Union[Optimizer, optax.GradientTransformation, Tuple[LearnedOptimizer, Any]]
 
 
@@ -226,7 +257,8 @@ def run_metrics(curves: RunCurves, split: str, reference: Optional[RunCurves] = 
   final, best = metrics.final_and_best(mean)
   speedup, capped = float("nan"), False
   if reference is not None:
-    s = metrics.speedup_over_baseline(curves.eval_steps, mean, reference.eval_steps, reference.mean_curve(split))
+    s, _ = metrics.paired_speedups(curves.eval_steps, curves.normalized_eval_losses[split], reference.eval_steps,
+                                   reference.normalized_eval_losses[split], per_seed=False)
     speedup, capped = s.value, not s.reached
   finite = np.all(np.isfinite(curves.train_losses)) and all(np.all(np.isfinite(v))
                                                              for v in curves.eval_losses.values())

@@ -13,12 +13,13 @@ Seed ``s`` uses key ``jax.random.split(key, S)[s]`` for every rate, which is als
 the device path a lane equals a plain run of ``factory(lr)`` with that seed, and every optimizer benchmarked with the
 same key starts from the same initializations and sees the same batches.
 
-The grid (`default_learning_rates`, `check_learning_rates`) and the selection rule (`select_best`) are those of
-`metafam.evaluation.tuning`, shared with `metafam.evaluation.family_eval.FamilyEvaluator.tune_adam` (re-exported
-here): a rate's score is the seed-mean of the ``selection_split`` loss averaged over the eval points in the last
-``tail_fraction`` of ``select_at`` steps (always including ``select_at``); a rate whose training or selection-split
-loss is non-finite anywhere in the run has diverged and is never selected; the lowest score wins, exact ties go to the
-smaller rate, and if every rate diverged nothing is selected (``best_index == -1``).
+The grid (`default_learning_rates`, `check_learning_rates`), the procedure (`metafam.evaluation.tuning.tune`, with
+`train_lanes` as its engine) and the selection rule (`select_best`) are those of `metafam.evaluation.tuning`, shared
+with `metafam.evaluation.family_eval.FamilyEvaluator.tune_adam` and `metafam.benchmark.baselines.tune_baseline`
+(re-exported here): a rate's score is the seed-mean of the ``selection_split`` loss averaged over the eval points in
+the last ``tail_fraction`` of ``select_at`` steps (always including ``select_at``); a rate whose training or
+selection-split loss is non-finite anywhere in the run has diverged and is never selected; the lowest score wins,
+exact ties go to the smaller rate, and if every rate diverged nothing is selected (``best_index == -1``).
 """
 
 from __future__ import annotations
@@ -209,11 +210,17 @@ def tune_learning_rate(task: Task, factory: Callable[..., optax.GradientTransfor
   start = time.perf_counter()
 
   points = np.union1d(eval_points(num_steps, eval_every), [select_at]).astype(np.int32)
-  train, eval_losses = train_lanes(task, factory, {"learning_rate": lrs}, num_seeds=num_seeds, points=points,
-                                   eval_batches=eval_batches, key=key, splits=splits, name=name)
-  scores, diverged, best = tuning.select_best(points, eval_losses[selection_split], train, select_at, tail_fraction)
-  return SweepResult(task=task_name or task.name, optimizer=name, learning_rates=lrs, train_losses=train,
-                     eval_steps=points, eval_losses=eval_losses,
-                     normalized_eval_losses={s: normalize(task, v) for s, v in eval_losses.items()},
-                     scores=scores, diverged=diverged, best_index=best, selection_split=selection_split,
-                     select_at=select_at, tail_fraction=float(tail_fraction), wall_time=time.perf_counter() - start)
+
+  def train(rates, schedules):  # the factory's own (constant) rate: no schedule to choose
+    losses, evals = train_lanes(task, factory, {"learning_rate": rates}, num_seeds=num_seeds, points=points,
+                                eval_batches=eval_batches, key=key, splits=splits, name=name)
+    return {"constant": tuning.Lanes(evals, losses)}
+  tuned = tuning.tune(train, lrs, points, select_at=select_at, tail_fraction=tail_fraction,
+                      selection_split=selection_split)
+  lanes = tuned.lanes["constant"]
+  return SweepResult(task=task_name or task.name, optimizer=name, learning_rates=tuned.learning_rates,
+                     train_losses=lanes.train_losses, eval_steps=points, eval_losses=dict(lanes.eval_losses),
+                     normalized_eval_losses={s: normalize(task, v) for s, v in lanes.eval_losses.items()},
+                     scores=tuned.scores["constant"], diverged=tuned.diverged["constant"], best_index=tuned.best_index,
+                     selection_split=selection_split, select_at=select_at, tail_fraction=float(tail_fraction),
+                     wall_time=time.perf_counter() - start)

@@ -12,8 +12,8 @@ per-step losses (default ``T // 10``), which averages ``smoothing`` test batches
 
 Speedup over tuned Adam, per instance ``i`` (`instance_speedups`): the target is Adam's final smoothed loss on
 instance ``i`` (the running minimum of its smoothed curve at the last step T, as in
-`metafam.evaluation.metrics.speedup_over_baseline`, which computes it); ``s_i`` is the first (log-interpolated) step at
-which the learned optimizer's smoothed running-minimum curve reaches that target, and the speedup is ``T / s_i``:
+`metafam.evaluation.metrics.speedup_over_baseline`, applied by `metafam.evaluation.metrics.paired_speedups`);
+``s_i`` is the first (log-interpolated) step at which the learned optimizer's smoothed running-minimum curve reaches that target, and the speedup is ``T / s_i``:
 reaching Adam's step-T loss by step T / 2 scores 2. The trailing window delays the learned optimizer's crossing by up
 to ``smoothing / 2`` steps more than it moves Adam's target, so speedups err low (a true 2.0 reads about 1.9 with the
 defaults). An instance on which the learned optimizer never reaches the target within T steps has a speedup below 1
@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from metafam.evaluation.metrics import STATISTICS, Aggregate, aggregate, speedup_over_baseline
+from metafam.evaluation.metrics import STATISTICS, Aggregate, Speedup, aggregate, paired_speedups
 from metafam.evaluation.family_eval import FamilyEvaluator
 
 UNREACHED_SPEEDUP = 0.0  # the speedup counted for an instance whose target was never reached
@@ -65,6 +65,22 @@ def smooth_curves(curves: np.ndarray, window: int) -> np.ndarray:
   return np.where(nbad > 0, np.inf, total / count)
 
 
+def _check_curves(learned: np.ndarray, adam: np.ndarray) -> tuple:
+  learned, adam = np.asarray(learned, np.float64), np.asarray(adam, np.float64)
+  if learned.ndim != 2 or learned.shape != adam.shape or learned.shape[0] < 1:
+    raise ValueError(f"curves must both be [num_steps, num_tasks] with num_steps >= 1, got {learned.shape} and "
+                     f"{adam.shape}.")
+  return learned, adam, np.arange(1, learned.shape[0] + 1, dtype=np.float64)
+
+
+def _over_adam(s: Speedup, num_steps: int) -> tuple:
+  """``(speedup, reached, learned steps)`` from a `Speedup` in which Adam's curve was the "optimizer" (its final
+  loss the target) and the learned optimizer's the "baseline" that has to reach it."""
+  reached = bool(s.reached and np.isfinite(s.target))
+  needed = s.baseline_steps_needed if reached else float("nan")
+  return (num_steps / max(needed, 1e-12) if reached else UNREACHED_SPEEDUP), reached, needed
+
+
 def instance_speedups(learned: np.ndarray, adam: np.ndarray) -> tuple:
   """Per-instance speedups over Adam from (smoothed) curves ``[num_steps, num_tasks]`` (loss after steps 1..T).
 
@@ -72,28 +88,18 @@ def instance_speedups(learned: np.ndarray, adam: np.ndarray) -> tuple:
   the step at which the learned optimizer first reaches Adam's final loss (NaN if never) and the speedup is
   ``T / learned_steps``, or ``UNREACHED_SPEEDUP`` (0) where never reached. See the module docstring.
   """
-  learned, adam = np.asarray(learned, np.float64), np.asarray(adam, np.float64)
-  if learned.ndim != 2 or learned.shape != adam.shape or learned.shape[0] < 1:
-    raise ValueError(f"curves must both be [num_steps, num_tasks] with num_steps >= 1, got {learned.shape} and "
-                     f"{adam.shape}.")
-  num_steps = learned.shape[0]
-  steps = np.arange(1, num_steps + 1, dtype=np.float64)
-  speedups, reached, needed = [], [], []
-  for i in range(learned.shape[1]):
-    # Adam plays the "optimizer" whose end-of-run loss is the target and the learned optimizer the "baseline" that
-    # has to reach it: value = learned steps needed / T.
-    s = speedup_over_baseline(steps, adam[:, i], steps, learned[:, i])
-    reached.append(s.reached and np.isfinite(s.target))
-    needed.append(s.baseline_steps_needed if reached[-1] else float("nan"))
-    speedups.append(num_steps / max(needed[-1], 1e-12) if reached[-1] else UNREACHED_SPEEDUP)
+  learned, adam, steps = _check_curves(learned, adam)
+  _, per_instance = paired_speedups(steps, adam, steps, learned, axis=1)
+  speedups, reached, needed = zip(*(_over_adam(s, learned.shape[0]) for s in per_instance))
   return np.asarray(speedups), np.asarray(reached), np.asarray(needed)
 
 
 def mean_curve_speedup(learned: np.ndarray, adam: np.ndarray) -> float:
   """``T / s`` for the instance-mean of (smoothed) curves (``s``: the step at which the learned mean curve first
   reaches Adam's final mean loss); ``UNREACHED_SPEEDUP`` if it never does."""
-  speedups, _, _ = instance_speedups(np.mean(learned, axis=1, keepdims=True), np.mean(adam, axis=1, keepdims=True))
-  return float(speedups[0])
+  learned, adam, steps = _check_curves(learned, adam)
+  mean, _ = paired_speedups(steps, adam, steps, learned, axis=1, per_seed=False)
+  return float(_over_adam(mean, learned.shape[0])[0])
 
 
 def _finite_mean(x: np.ndarray) -> float:

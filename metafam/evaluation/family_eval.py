@@ -99,31 +99,35 @@ class FamilyEvaluator:
   def tune_adam(self, key: jax.Array) -> Dict[str, Any]:
     """Adam with each of ``adam_lrs`` on the same instances (one vmapped program over lrs x instances).
 
-    Rates are scored and chosen by `metafam.evaluation.tuning.select_best` on the per-step ``select_split`` curves
-    (eval points 1..num_steps, scored over the last ``max(1, num_steps // 10)`` steps): a rate with a non-finite
-    step on any instance, however early, has diverged and is never chosen; ties go to the smaller rate. The chosen
+    Rates are tuned by `metafam.evaluation.tuning.tune` (one constant schedule, no grid extension), which chooses
+    by `metafam.evaluation.tuning.select_best` on the per-step ``select_split`` curves (eval points 1..num_steps,
+    scored over the last ``max(1, num_steps // 10)`` steps): a rate with a non-finite step on any instance, however
+    early, has diverged and is never chosen; ties go to the smaller rate. The chosen
     rate's curve on ``split`` is returned with the choice: ``{"best_lr", "curve", "select_scores" (f64[L], inf where
     diverged), "diverged" (bool[L])}``.
 
     Raises:
       RuntimeError: every rate diverged (lower the grid, ``adam_lrs``).
     """
-    n_lr, n = len(self.adam_lrs), self.num_tasks
-    base = self.adam.init(None)
-    theta = jax.tree.map(lambda x: jnp.broadcast_to(x, (n_lr * n,) + jnp.shape(x)), base)
-    theta = dict(theta, log_lr=jnp.repeat(jnp.log(jnp.asarray(self.adam_lrs, jnp.float32)), n))
-    # One lane group per lr: lane j * n + i sees the instance and batches of lane i in `evaluate`.
-    select_step, select_fn = self._program(self.adam, self.select_split, n_lr, True)
-    curves = select_fn(select_step, select_step.place_theta(theta, theta_is_batched=True),
-                       sharding.place(key, self.mesh, lane_major=False))
-    curves = np.asarray(curves).reshape(self.num_steps, n_lr, n).transpose(1, 2, 0)  # [L, instances, T]
-    steps = np.arange(1, self.num_steps + 1)
+    n, base = self.num_tasks, self.adam.init(None)
+
+    def train(lrs, schedules):
+      # One lane group per lr: lane j * n + i sees the instance and batches of lane i in `evaluate`.
+      theta = jax.tree.map(lambda x: jnp.broadcast_to(x, (len(lrs) * n,) + jnp.shape(x)), base)
+      theta = dict(theta, log_lr=jnp.repeat(jnp.log(jnp.asarray(lrs, jnp.float32)), n))
+      step, fn = self._program(self.adam, self.select_split, len(lrs), True)
+      curves = fn(step, step.place_theta(theta, theta_is_batched=True),
+                  sharding.place(key, self.mesh, lane_major=False))
+      curves = np.asarray(curves).reshape(self.num_steps, len(lrs), n).transpose(1, 2, 0)  # [L, instances, T]
+      return {"constant": tuning.Lanes({self.select_split: curves})}
     tail = tuning.last_steps_fraction(self.num_steps, max(1, self.num_steps // 10))
-    scores, diverged, best = tuning.select_best(steps, curves, tail_fraction=tail)
+    tuned = tuning.tune(train, self.adam_lrs, np.arange(1, self.num_steps + 1), tail_fraction=tail,
+                        selection_split=self.select_split)
+    best = tuned.best_index
     if best < 0:
       raise RuntimeError(f"tuned Adam: every learning rate in {self.adam_lrs} diverged on {self.select_split} of "
                          f"{getattr(self.family, 'name', type(self.family).__name__)}; give the evaluator smaller "
                          f"adam_lrs.")
     best_theta = dict(base, log_lr=jnp.log(jnp.float32(self.adam_lrs[best])))
     return {"best_lr": self.adam_lrs[best], "curve": self.evaluate(self.adam, best_theta, key),
-            "select_scores": scores, "diverged": diverged}
+            "select_scores": tuned.scores["constant"], "diverged": tuned.diverged["constant"]}

@@ -4,7 +4,7 @@ comparison with tuned Adam) and `metafam.benchmark` (which re-exports them as `m
 * `RunCurves`: the recorded curves of one (task, optimizer) pair over S seeds.
 * `final_and_best`: final and best (lowest) normalized loss of a seed-mean curve.
 * `speedup_over_baseline`: how many steps a baseline (tuned Adam) needs to reach an optimizer's end-of-run loss,
-  divided by the optimizer's run length.
+  divided by the optimizer's run length; `paired_speedups` applies it to seed-mean curves and seed by seed.
 * `iqm`, `median`, `aggregate`: across-task aggregates with seeded percentile-bootstrap confidence intervals.
 
 Everything here is plain numpy on host arrays; nothing depends on JAX except `normalize`, which calls the task's
@@ -161,6 +161,34 @@ def speedup_over_baseline(steps: np.ndarray, losses: np.ndarray, baseline_steps:
     needed = _crossing_step(baseline_steps[i - 1], baseline_steps[i], base[i - 1], base[i], target)
   return Speedup(needed / run_length, True, float(target), needed)
 
+
+
+def paired_speedups(steps: np.ndarray, curves: np.ndarray, baseline_steps: np.ndarray, baseline_curves: np.ndarray,
+                    *, axis: int = 0, per_seed: bool = True) -> tuple:
+  """`speedup_over_baseline` of the seed-mean curve against the baseline's seed-mean curve, and of each seed against
+  the baseline's same seed (same initialization and batches): the one comparison of curves behind every speedup
+  (`metafam.evaluation.comparison`, `metafam.benchmark.run_benchmark`, `metafam.benchmark.heldout`).
+
+  Args:
+    steps, baseline_steps: ``[E]`` and ``[E']`` eval steps.
+    curves, baseline_curves: losses with seeds along ``axis`` and the eval steps along the other axis.
+    per_seed: also compare seed by seed (both must then have as many seeds).
+
+  Returns:
+    ``(Speedup of the means, tuple of per-seed Speedups)`` (the tuple is empty without ``per_seed``).
+  """
+  curves, baseline_curves = np.asarray(curves, np.float64), np.asarray(baseline_curves, np.float64)
+  if curves.ndim != 2 or baseline_curves.ndim != 2 or axis not in (0, 1):
+    raise ValueError(f"curves must be 2-D with seeds along axis 0 or 1, got {curves.shape} and "
+                     f"{baseline_curves.shape} with axis={axis!r}.")
+  mean = speedup_over_baseline(steps, np.mean(curves, axis=axis), baseline_steps, np.mean(baseline_curves, axis=axis))
+  if not per_seed:
+    return mean, ()
+  if curves.shape[axis] != baseline_curves.shape[axis]:
+    raise ValueError(f"per-seed speedups pair seed s with the baseline's seed s: got {curves.shape[axis]} and "
+                     f"{baseline_curves.shape[axis]} seeds.")
+  return mean, tuple(speedup_over_baseline(steps, np.take(curves, i, axis), baseline_steps,
+                                           np.take(baseline_curves, i, axis)) for i in range(curves.shape[axis]))
 
 # -- aggregates ---------------------------------------------------------------------------------------------------
 def _iqm_sorted(sorted_values: np.ndarray) -> np.ndarray:

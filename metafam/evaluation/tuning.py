@@ -1,7 +1,14 @@
-"""The one learning-rate grid and selection rule of every tuned baseline.
+"""The one way to tune a baseline's learning rate: the grid, the procedure (`tune`) and the selection rule.
 
-Both tuned-Adam baselines use this module: `metafam.evaluation.family_eval.FamilyEvaluator.tune_adam` (the held-out
-comparison `metafam meta-train` prints) and `metafam.benchmark.sweep.tune_learning_rate` (`metafam benchmark`).
+Every tuned baseline goes through `tune`: `metafam.evaluation.family_eval.FamilyEvaluator.tune_adam` (the held-out
+comparison `metafam meta-train` prints), `metafam.benchmark.sweep.tune_learning_rate` (`run_benchmark`) and
+`metafam.benchmark.baselines.tune_baseline` (the shipped baselines of the ``heldout`` and ``test`` suites). They
+differ only in the engine that trains the lanes, which `tune` takes as a function.
+
+Procedure (`tune`): every (schedule, rate) pair of the grid trains S seeds (or instances); each schedule's rate is
+chosen by `select_best` on the selection split (``inner_valid``); while some schedule's choice is an end of the grid,
+two more rates (at the grid's constant ratio) are added beyond that end, at most ``max_extensions`` times; the
+schedule with the lower score is kept, ties going to the one listed first.
 
 Grid: `default_learning_rates` (7 log-spaced rates from 1e-4 to 1e-1); `check_learning_rates` validates any other.
 
@@ -14,9 +21,12 @@ exact ties go to the smaller rate. If every rate diverged, nothing is selected (
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+import dataclasses
+from typing import Callable, Dict, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
+
+from metafam._checks import check_number
 
 
 def default_learning_rates(low: float = 1e-4, high: float = 1e-1, num: int = 7) -> np.ndarray:
@@ -75,3 +85,108 @@ def last_steps_fraction(num_steps: int, count: int) -> float:
   if not 1 <= count <= num_steps:
     raise ValueError(f"need 1 <= count <= num_steps, got count={count!r}, num_steps={num_steps!r}.")
   return (count - 0.5) / num_steps  # window starts at num_steps - count + 0.5: steps num_steps - count + 1 onwards
+
+
+class Lanes(NamedTuple):
+  """The losses of one schedule's lanes, rates first: ``eval_losses {split: [L, S, E]}`` at the eval steps and,
+  optionally, ``train_losses [L, S, T]`` (a non-finite training loss marks a rate diverged too)."""
+  eval_losses: Mapping[str, np.ndarray]
+  train_losses: Optional[np.ndarray] = None
+
+  def take(self, index) -> "Lanes":
+    """The lanes of the rates ``index`` (an int or an index array, along the rate axis)."""
+    train = None if self.train_losses is None else self.train_losses[index]
+    return Lanes({k: v[index] for k, v in self.eval_losses.items()}, train)
+
+  def concatenate(self, other: "Lanes") -> "Lanes":
+    """These rates, then ``other``'s."""
+    train = None if self.train_losses is None else np.concatenate([self.train_losses, other.train_losses])
+    return Lanes({k: np.concatenate([v, other.eval_losses[k]]) for k, v in self.eval_losses.items()}, train)
+
+
+Trainer = Callable[[np.ndarray, Tuple[str, ...]], Mapping[str, Lanes]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Tuned:
+  """The result of `tune`.
+
+  Attributes:
+    learning_rates: ``f64[L]`` the final grid (the given one plus any extensions), ascending.
+    schedules: the schedules tried, in order of preference.
+    schedule: the kept one.
+    best_index: the kept schedule's chosen rate (-1 if every rate of every schedule diverged).
+    scores, diverged, best: per schedule, `select_best`'s ``f64[L]`` scores (inf: diverged), ``bool[L]`` and index.
+    lanes: per schedule, the `Lanes` of the final grid (to read the chosen setting's curves from).
+  """
+  learning_rates: np.ndarray
+  schedules: Tuple[str, ...]
+  schedule: str
+  best_index: int
+  scores: Dict[str, np.ndarray]
+  diverged: Dict[str, np.ndarray]
+  best: Dict[str, int]
+  lanes: Dict[str, Lanes]
+
+  @property
+  def learning_rate(self) -> float:
+    """The chosen rate (NaN if every rate diverged)."""
+    return float(self.learning_rates[self.best_index]) if self.best_index >= 0 else float("nan")
+
+  @property
+  def at_edge(self) -> bool:
+    """The chosen rate is an end of the final grid (widen the grid to be sure of the optimum)."""
+    return self.best_index in (0, len(self.learning_rates) - 1)
+
+
+def tune(train: Trainer, learning_rates: Sequence[float], eval_steps: np.ndarray, *,
+         schedules: Sequence[str] = ("constant",), select_at: Optional[int] = None, tail_fraction: float = 0.1,
+         selection_split: str = "inner_valid", max_extensions: int = 0) -> Tuned:
+  """Tunes a learning rate by the procedure of the module docstring.
+
+  Args:
+    train: ``train(rates f64[L], schedules) -> {schedule: Lanes}``, the engine: trains every rate of ``rates``
+      under every schedule on the same seeds (seed s of every lane from the same key) and returns their losses at
+      ``eval_steps``. It is called once for the grid and once per extension, with only the new rates.
+    learning_rates: the grid (`check_learning_rates`: distinct, finite, positive; sorted here).
+    eval_steps: ``[E]`` the steps of the lanes' eval losses.
+    schedules: labels that ``train`` understands, in order of preference (ties go to the first).
+    select_at, tail_fraction: the scored window (`select_best`).
+    selection_split: the split of ``eval_losses`` that scores rates (never ``test``, which is for reporting).
+    max_extensions: how many times the grid may grow past an end at which a schedule's best rate lies (0: never);
+      the grid must then have two or more rates at a constant ratio.
+  """
+  lrs = check_learning_rates(learning_rates)
+  check_number("max_extensions", max_extensions, low=0, integer=True)
+  schedules = tuple(dict.fromkeys(schedules))
+  if not schedules:
+    raise ValueError("schedules must name at least one schedule.")
+  if max_extensions and lrs.size < 2:
+    raise ValueError("learning_rates needs at least two rates.")
+  ratio = lrs[1] / lrs[0] if lrs.size > 1 else None
+  runs = dict(train(lrs, schedules))
+
+  def choose():
+    return {s: select_best(eval_steps, runs[s].eval_losses[selection_split], runs[s].train_losses, select_at,
+                           tail_fraction) for s in schedules}
+
+  for extension in range(max_extensions + 1):
+    chosen = choose()
+    edges = {b for _, _, b in chosen.values() if b in (0, len(lrs) - 1)}
+    if not edges or extension == max_extensions:
+      break
+    parts = []
+    if 0 in edges:
+      parts.append(lrs[0] / ratio ** np.arange(2, 0, -1))
+    if len(lrs) - 1 in edges:
+      parts.append(lrs[-1] * ratio ** np.arange(1, 3))
+    new = np.concatenate(parts)
+    more = train(new, schedules)
+    order = np.argsort(np.concatenate([lrs, new]), kind="stable")
+    lrs = np.concatenate([lrs, new])[order]
+    runs = {s: runs[s].concatenate(more[s]).take(order) for s in schedules}
+  score_of = {s: float(c[0][c[2]]) if c[2] >= 0 else float("inf") for s, c in chosen.items()}
+  kept = min(schedules, key=lambda s: (score_of[s], schedules.index(s)))
+  return Tuned(learning_rates=lrs, schedules=schedules, schedule=kept, best_index=chosen[kept][2],
+               scores={s: c[0] for s, c in chosen.items()}, diverged={s: c[1] for s, c in chosen.items()},
+               best={s: c[2] for s, c in chosen.items()}, lanes=runs)

@@ -3,9 +3,9 @@
 A `Recipe` names a registered learned optimizer and its ``step_mult``, a mixture of task families (`FamilySpec`s:
 each family gets its own estimator, and a meta-step averages their meta-gradients, so families of different shapes
 share one theta), the estimator, its truncations and perturbation, and the meta-optimizer. It is the only
-description of a run: ``metafam meta-train``'s flags build a one-family recipe (`recipe_from_flags`), and
-``--recipe`` loads one. Recipes are JSON files; the shipped ones live in ``metafam/outer_trainers/recipes/`` and are
-named in `RECIPES`:
+description of a run: ``metafam meta-train``'s flags build a one-family recipe (`recipe_from_flags`), or
+``--recipe`` loads one that given flags override (`recipe_from_command`). Recipes are JSON files; the shipped ones
+live in ``metafam/outer_trainers/recipes/`` and are named in `RECIPES`:
 
     recipe = load_recipe("generalist")                 # or load_recipe("path/to/my_recipe.json")
     run = MetaTrainingRun(recipe, "runs/generalist", seed=0)   # metafam.outer_trainers.run
@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Collection, Dict, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -201,6 +201,54 @@ def recipe_from_flags(values: Mapping[str, Any]) -> Recipe:
                 meta_learning_rate=values["meta_learning_rate"], meta_lr_decay_steps=values["meta_lr_decay_steps"],
                 clip_grad_norm=values["clip_grad_norm"], **extra)
 
+
+# What ``--recipe`` sets and a flag may not (the recipe's families replace --family), and what a given flag overrides.
+RECIPE_EXCLUDES = ("family", "optimizer", "estimator", "trajectory_length")
+RECIPE_OVERRIDES = ("num_steps", "num_pairs", "unroll_length", "sigma", "step_mult", "meta_learning_rate",
+                    "meta_lr_decay_steps", "clip_grad_norm", "perturbation", "perturbation_rank")
+
+
+def recipe_from_command(values: Mapping[str, Any], given: Collection[str]) -> Recipe:
+  """The `Recipe` that ``metafam meta-train``'s flags describe.
+
+  ``values`` maps the command's flag names to their values and ``given`` names the flags set on the command line.
+  With ``values["recipe"]``, that recipe (`load_recipe`) with the given `RECIPE_OVERRIDES` applied; otherwise the
+  one-family recipe of the flags (`recipe_from_flags`). Raises ValueError naming the flag (an `UnknownNameError`
+  listing the registered names for an unknown family, optimizer or estimator) before anything is built.
+  """
+  from metafam._registry import lookup
+  from metafam.optimizers.registry import LEARNED_OPTIMIZERS, takes_step_mult
+  from metafam.outer_trainers.registry import ESTIMATORS
+  from metafam.taskfamilies.registry import FAMILIES
+  path = values.get("recipe")
+  if path is not None:
+    excluded = [f"--{name}" for name in RECIPE_EXCLUDES if name in given]
+    if excluded:
+      raise ValueError(f"--recipe sets the learned optimizer, families, estimator and trajectory lengths; remove "
+                       f"{', '.join(excluded)} (or edit a copy of the recipe file).")
+    try:
+      recipe = load_recipe(path)
+    except ValueError as e:
+      raise ValueError(f"--recipe {path}: {e}") from None
+    estimator = recipe.estimator
+  else:
+    lookup(FAMILIES, values["family"], "family")
+    lookup(LEARNED_OPTIMIZERS, values["optimizer"], "learned optimizer (--optimizer)")
+    lookup(ESTIMATORS, values["estimator"], "estimator")
+    estimator = values["estimator"]
+  if values["perturbation"] != "full" and estimator == "tbptt":
+    raise ValueError("--perturbation low_rank: --estimator tbptt perturbs nothing; use an ES estimator.")
+  if "perturbation_rank" in given and values["perturbation"] == "full":
+    raise ValueError("--perturbation_rank applies to --perturbation low_rank.")
+  if "step_mult" in given and path is None and not takes_step_mult(values["optimizer"]):
+    raise ValueError(f"--step_mult: --optimizer={values['optimizer']} has no step_mult; it applies to "
+                     f"{', '.join(n for n in sorted(LEARNED_OPTIMIZERS) if takes_step_mult(n))}.")
+  try:
+    if path is not None:
+      return recipe.replace(**{name: values[name] for name in RECIPE_OVERRIDES if name in given})
+    return recipe_from_flags(values)
+  except ValueError as e:
+    raise ValueError(f"--recipe {path}: {e}" if path else str(e)) from None
 
 def stored_identity(config: Any) -> Optional[Dict[str, Any]]:
   """The `Recipe.identity` of the run whose checkpoint stores ``config``, or None if it is no recipe run's.

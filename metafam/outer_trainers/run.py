@@ -407,6 +407,14 @@ class RunResult:
   comparison: Any = None
   written: Optional[List[str]] = None
 
+  def format_summary(self) -> str:
+    """Meta-steps, meta-step time (over all sessions and this one), inner steps, then the comparison's table."""
+    totals, per_step = self.totals, self.inner_steps_per_meta_step
+    text = (f"meta-steps: {self.meta_steps}; meta-step time over all sessions: "
+            f"{totals['meta_step_seconds_total']:.0f} s (this session {self.train_seconds:.0f} s); inner steps: "
+            f"{totals['inner_steps_total']:,} ({per_step:,} per meta-step)")
+    return text + ("\n\n" + self.comparison.format_table() if self.comparison is not None else "")
+
 
 class MetaTrainingRun:
   """``recipe`` meta-trained with ``seed`` into ``output_dir`` (see the module docstring for the directory).
