@@ -18,15 +18,18 @@ matmul per layer over a whole leaf; element-major for low-rank-perturbed weights
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from typing import Any, Optional, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from metafam._checks import check_number
 from metafam.optimizers import low_rank
-from metafam.optimizers.base import OptimizerState
+from metafam.optimizers.base import Optimizer, OptimizerState, check_grad_matches
 
 
 def compute_dtype(x: Any) -> jnp.dtype:
@@ -153,6 +156,67 @@ def map_leaves(fn, params: Any, *trees: Any, num_outputs: int) -> Tuple[Any, ...
 def init_state(params: Any, model_state: Any, opt_state: Any) -> OptimizerState:
   """A fresh `OptimizerState` (iteration 0, int32)."""
   return OptimizerState(params=params, state=model_state, iteration=jnp.asarray(0, jnp.int32), opt_state=opt_state)
+
+
+# -- optimizers whose state is a tree of per-tensor accumulators -------------------------------------------------
+# A learned optimizer ``lopt`` of this kind has ``init_accumulators(p) -> accumulators of one tensor`` and
+# ``leaf_step(theta, count) -> f(p, g, accumulators) -> (step, new accumulators)`` for the update at ``count``
+# (0-based), ``step`` in the compute dtype, subtracted from the param: ``new p = (p - step)`` cast to p's dtype.
+class AccumulatorOptimizer(Optimizer):
+  """``lopt.opt_fn(theta)`` for such an optimizer: `OptimizerState` with ``opt_state`` the accumulators' tree."""
+
+  def __init__(self, lopt: Any, theta: Any):
+    self.lopt, self.theta = lopt, theta
+
+  @property
+  def name(self) -> str:
+    return f"{self.lopt.name}.opt_fn(theta)"
+
+  def init(self, params, model_state=None, num_steps=None, key=None) -> OptimizerState:
+    return init_state(params, model_state, jax.tree.map(self.lopt.init_accumulators, params))
+
+  def update(self, opt_state, grad, loss=None, model_state=None, key=None) -> OptimizerState:
+    check_grad_matches(opt_state.params, grad)
+    step = self.lopt.leaf_step(self.theta, opt_state.iteration)
+
+    def leaf(p, g, acc):
+      s, new_acc = step(p, g, acc)
+      return (p.astype(s.dtype) - s).astype(p.dtype), new_acc
+
+    params, accs = map_leaves(leaf, opt_state.params, grad, opt_state.opt_state, num_outputs=2)
+    return next_state(opt_state, params, model_state, accs)
+
+
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["count", "accumulators"], meta_fields=[])
+@dataclasses.dataclass(frozen=True)
+class AccumulatorOptaxState:
+  """The optax state of such an optimizer: the update count (int32) and every tensor's accumulators (no params)."""
+  count: jax.Array
+  accumulators: Any
+
+
+def accumulator_optax(lopt: Any, theta: Any) -> optax.GradientTransformationExtraArgs:
+  """``lopt.opt_fn(theta)`` as an optax transformation whose updates are ``-step`` in the params' dtypes;
+  ``update(grads, state, params)`` needs ``params``; extra arguments (``loss=``...) are ignored."""
+  def init_fn(params):
+    return AccumulatorOptaxState(count=jnp.zeros((), jnp.int32),
+                                 accumulators=jax.tree.map(lopt.init_accumulators, params))
+
+  def update_fn(updates, state, params=None, **extra_args):
+    del extra_args
+    if params is None:
+      raise ValueError(f"{lopt.name}'s optax update needs the current params: call tx.update(grads, state, params).")
+    check_grad_matches(params, updates)
+    step = lopt.leaf_step(theta, state.count)
+
+    def leaf(p, g, acc):
+      s, new_acc = step(p, g, acc)
+      return (-s).astype(p.dtype), new_acc
+
+    steps, accs = map_leaves(leaf, params, updates, state.accumulators, num_outputs=2)
+    return steps, AccumulatorOptaxState(count=optax.safe_increment(state.count), accumulators=accs)
+
+  return optax.GradientTransformationExtraArgs(init_fn, update_fn)
 
 
 # -- MLP -------------------------------------------------------------------------------------------------------

@@ -69,8 +69,6 @@ state holds ``K`` momenta plus the factors (``K`` full second moments only for v
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 from typing import Any, Sequence
 
 import jax
@@ -80,7 +78,7 @@ import optax
 
 from metafam._checks import check_bool, check_positive_int
 from metafam.optimizers import _features as F
-from metafam.optimizers.base import Optimizer, OptimizerState, check_grad_matches
+from metafam.optimizers.base import Optimizer
 from metafam.optimizers.learned import LearnedOptimizer
 from metafam.optimizers.mlp_lopt import DEFAULT_TIME_SCALES, rms_normalize, time_features
 
@@ -168,7 +166,7 @@ class AdafacMLPLOpt(LearnedOptimizer):
 
   def opt_fn(self, theta: dict, is_training: bool = False) -> Optimizer:
     """The optimizer for ``theta`` (``is_training`` is unused)."""
-    return _AdafacOptimizer(self, theta)
+    return F.AccumulatorOptimizer(self, theta)
 
   # -- one tensor ---------------------------------------------------------------------------------------------
   def init_accumulators(self, p: jax.Array) -> dict:
@@ -188,8 +186,9 @@ class AdafacMLPLOpt(LearnedOptimizer):
     schedule's value)."""
     return self.step_mult(iteration) if callable(self.step_mult) else self.step_mult
 
-  def leaf_fn(self, theta: dict, iteration: jax.Array):
-    """``(p, g, accumulators) -> (new p, new accumulators)`` for the update at ``iteration`` with ``theta``."""
+  def leaf_step(self, theta: dict, iteration: jax.Array):
+    """``(p, g, accumulators) -> (step, new accumulators)`` for the update at ``iteration`` with ``theta``
+    (`metafam.optimizers._features.AccumulatorOptimizer` subtracts the step)."""
     mlp, omd = theta["mlp"], jax.nn.sigmoid(theta["decay_logits"])
     bias0 = F.mlp_bias0(mlp, time_features(iteration, self.time_scales), self.num_leaf_features)
     scale = self.step_scale(iteration)
@@ -200,11 +199,12 @@ class AdafacMLPLOpt(LearnedOptimizer):
     the accumulators (`AdafacOptaxState`; per tensor ``K`` momenta, plus ``K`` row and ``K`` column factors for a
     tensor of rank >= 2 or ``K`` second moments for a vector or scalar, all in float32, float64 for float64
     params). ``update(grads, state, params)`` needs ``params``; extra arguments (``loss=``...) are ignored."""
-    return _as_optax(self, theta)
+    return F.accumulator_optax(self, theta)
 
   def leaf_update(self, mlp: dict, one_minus_decay: jax.Array, bias0: jax.Array, p: jax.Array, g: jax.Array,
                   acc: dict, scale: Any):
-    """``(new p, new accumulators)`` for one tensor; ``scale`` is `step_scale` of this update."""
+    """``(step, new accumulators)`` for one tensor (the step in the compute dtype); ``scale`` is `step_scale` of
+    this update."""
     dt = acc["momenta"].dtype
     g, p_c, rank = g.astype(dt), p.astype(dt), jnp.ndim(p)
     omd = one_minus_decay.astype(dt)
@@ -235,8 +235,7 @@ class AdafacMLPLOpt(LearnedOptimizer):
       step = step * jax.lax.rsqrt(jnp.mean(jnp.square(step)) + self.norm_eps)
     if self.fan_in_power and rank >= 2:  # static: the tensor's shape is known at trace time
       step = step * (self.base_fan_in / int(np.prod(jnp.shape(p)[:-1]))) ** self.fan_in_power
-    step = (step * jnp.asarray(scale, dt)).reshape(jnp.shape(p))
-    return (p_c - step).astype(p.dtype), new_acc
+    return (step * jnp.asarray(scale, dt)).reshape(jnp.shape(p)), new_acc
 
 
 def orthogonalize(m: jax.Array) -> jax.Array:
@@ -252,46 +251,4 @@ def orthogonalize(m: jax.Array) -> jax.Array:
   return jnp.reshape(jnp.where(nonzero, out, 0.0), shape).astype(m.dtype)
 
 
-class _AdafacOptimizer(Optimizer):
-  """`AdafacMLPLOpt` with fixed ``theta``; states are `OptimizerState` with ``opt_state`` a tree of accumulators."""
-
-  def __init__(self, lopt: AdafacMLPLOpt, theta: dict):
-    self.lopt, self.theta = lopt, theta
-
-  @property
-  def name(self) -> str:
-    return f"{self.lopt.name}.opt_fn(theta)"
-
-  def init(self, params, model_state=None, num_steps=None, key=None) -> OptimizerState:
-    return F.init_state(params, model_state, jax.tree.map(self.lopt.init_accumulators, params))
-
-  def update(self, opt_state, grad, loss=None, model_state=None, key=None) -> OptimizerState:
-    check_grad_matches(opt_state.params, grad)
-    leaf = self.lopt.leaf_fn(self.theta, opt_state.iteration)
-    params, accs = F.map_leaves(leaf, opt_state.params, grad, opt_state.opt_state, num_outputs=2)
-    return F.next_state(opt_state, params, model_state, accs)
-
-
-@functools.partial(jax.tree_util.register_dataclass, data_fields=["count", "accumulators"], meta_fields=[])
-@dataclasses.dataclass(frozen=True)
-class AdafacOptaxState:
-  """The optax state of `AdafacMLPLOpt.as_optax`: the update count (int32) and the accumulators of every tensor."""
-  count: jax.Array
-  accumulators: Any
-
-
-def _as_optax(lopt: AdafacMLPLOpt, theta: dict) -> optax.GradientTransformationExtraArgs:
-  def init_fn(params):
-    return AdafacOptaxState(count=jnp.zeros((), jnp.int32), accumulators=jax.tree.map(lopt.init_accumulators, params))
-
-  def update_fn(updates, state, params=None, **extra_args):
-    del extra_args
-    if params is None:
-      raise ValueError(f"{lopt.name}'s optax update needs the current params: call tx.update(grads, state, params).")
-    check_grad_matches(params, updates)
-    leaf = lopt.leaf_fn(theta, state.count)
-    new, accs = F.map_leaves(leaf, params, updates, state.accumulators, num_outputs=2)
-    steps = jax.tree.map(lambda n, o: (n - o).astype(o.dtype), new, params)
-    return steps, AdafacOptaxState(count=(state.count + 1).astype(jnp.int32), accumulators=accs)
-
-  return optax.GradientTransformationExtraArgs(init_fn, update_fn)
+AdafacOptaxState = F.AccumulatorOptaxState  # the optax state of `AdafacMLPLOpt.as_optax` (count, accumulators)

@@ -45,8 +45,6 @@ Meta-parameters (default config): 61 (``residual="after"``, registered as ``muon
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 from typing import Any, Sequence
 
 import jax
@@ -57,7 +55,7 @@ import optax
 from metafam._checks import check_choice, check_positive_int
 from metafam.optimizers import _features as F
 from metafam.optimizers.adafac_mlp_lopt import orthogonalize
-from metafam.optimizers.base import Optimizer, check_grad_matches
+from metafam.optimizers.base import Optimizer
 from metafam.optimizers.learned import LearnedOptimizer
 from metafam.optimizers.mlp_lopt import rms_normalize
 
@@ -123,13 +121,13 @@ class MuonResidualLOpt(LearnedOptimizer):
 
   def opt_fn(self, theta: dict, is_training: bool = False) -> Optimizer:
     """The optimizer for ``theta`` (``is_training`` is unused)."""
-    return _MuonResidualOptimizer(self, theta)
+    return F.AccumulatorOptimizer(self, theta)
 
   def as_optax(self, theta: dict) -> optax.GradientTransformationExtraArgs:
     """``opt_fn(theta)`` as an optax transformation; its state (`MuonResidualOptaxState`) is the update count and
     the accumulators, no copy of the params. ``update(grads, state, params)`` needs ``params``; it returns
     ``-step`` itself (not ``new - old``), so at the initial ``theta`` the updates are ``optax.contrib.muon``'s."""
-    return _as_optax(self, theta)
+    return F.accumulator_optax(self, theta)
 
   # -- one tensor ---------------------------------------------------------------------------------------------
   def init_accumulators(self, p: jax.Array) -> dict:
@@ -142,8 +140,18 @@ class MuonResidualLOpt(LearnedOptimizer):
   def step_scale(self, count: jax.Array) -> Any:
     return self.step_mult(count) if callable(self.step_mult) else self.step_mult
 
-  def leaf_step(self, theta: dict, count: jax.Array, p: jax.Array, g: jax.Array, acc: dict):
-    """``(u, new accumulators)`` for one tensor at update ``count`` (0-based): the step is ``step_scale * u``."""
+  def leaf_step(self, theta: dict, count: jax.Array):
+    """``(p, g, accumulators) -> (step, new accumulators)`` for the update at ``count`` (0-based) with ``theta``
+    (`metafam.optimizers._features.AccumulatorOptimizer` subtracts the step)."""
+    scale = self.step_scale(count)
+
+    def step(p, g, acc):
+      u, new_acc = self.leaf_direction(theta, count, p, g, acc)
+      return jnp.asarray(scale, u.dtype) * u, new_acc
+    return step
+
+  def leaf_direction(self, theta: dict, count: jax.Array, p: jax.Array, g: jax.Array, acc: dict):
+    """``(u, new accumulators)`` for one tensor at update ``count``: the step is ``step_scale * u``."""
     dt = acc["mu"].dtype
     g, p_c, matrix = g.astype(dt), p.astype(dt), is_matrix(p)
     if matrix:
@@ -185,56 +193,4 @@ def _rms(x: jax.Array, eps: float) -> jax.Array:
   return jnp.sqrt(jnp.mean(jnp.square(x)) + eps)
 
 
-class _MuonResidualOptimizer(Optimizer):
-  """`MuonResidualLOpt` with fixed ``theta``; ``opt_state`` is the tree of per-tensor accumulators."""
-
-  def __init__(self, lopt: MuonResidualLOpt, theta: dict):
-    self.lopt, self.theta = lopt, theta
-
-  @property
-  def name(self) -> str:
-    return f"{self.lopt.name}.opt_fn(theta)"
-
-  def init(self, params, model_state=None, num_steps=None, key=None):
-    return F.init_state(params, model_state, jax.tree.map(self.lopt.init_accumulators, params))
-
-  def update(self, opt_state, grad, loss=None, model_state=None, key=None):
-    check_grad_matches(opt_state.params, grad)
-    count, scale = opt_state.iteration, self.lopt.step_scale(opt_state.iteration)
-
-    def leaf(p, g, acc):
-      u, new_acc = self.lopt.leaf_step(self.theta, count, p, g, acc)
-      return (p.astype(u.dtype) - jnp.asarray(scale, u.dtype) * u).astype(p.dtype), new_acc
-
-    params, accs = F.map_leaves(leaf, opt_state.params, grad, opt_state.opt_state, num_outputs=2)
-    return F.next_state(opt_state, params, model_state, accs)
-
-
-@functools.partial(jax.tree_util.register_dataclass, data_fields=["count", "accumulators"], meta_fields=[])
-@dataclasses.dataclass(frozen=True)
-class MuonResidualOptaxState:
-  """The optax state of `MuonResidualLOpt.as_optax`: the update count (int32) and every tensor's accumulators."""
-  count: jax.Array
-  accumulators: Any
-
-
-def _as_optax(lopt: MuonResidualLOpt, theta: dict) -> optax.GradientTransformationExtraArgs:
-  def init_fn(params):
-    return MuonResidualOptaxState(count=jnp.zeros((), jnp.int32),
-                                  accumulators=jax.tree.map(lopt.init_accumulators, params))
-
-  def update_fn(updates, state, params=None, **extra_args):
-    del extra_args
-    if params is None:
-      raise ValueError(f"{lopt.name}'s optax update needs the current params: call tx.update(grads, state, params).")
-    check_grad_matches(params, updates)
-    scale = lopt.step_scale(state.count)
-
-    def leaf(p, g, acc):
-      u, new_acc = lopt.leaf_step(theta, state.count, p, g, acc)
-      return (-jnp.asarray(scale, u.dtype) * u).astype(p.dtype), new_acc
-
-    steps, accs = F.map_leaves(leaf, params, updates, state.accumulators, num_outputs=2)
-    return steps, MuonResidualOptaxState(count=optax.safe_increment(state.count), accumulators=accs)
-
-  return optax.GradientTransformationExtraArgs(init_fn, update_fn)
+MuonResidualOptaxState = F.AccumulatorOptaxState  # the optax state of `MuonResidualLOpt.as_optax`
