@@ -7,8 +7,9 @@
 # test suite minus the tests that need tools the machine lacks (the docs build, the wheel build), on the GPU, with
 # pytest's summary printed and kept; benchmarks/inner_training.py up to 4,096 lanes; benchmarks/outer_training.py
 # (PES with full and low-rank noise, and learned_optimization in the same run when its source is carried);
-# benchmarks/step_cost.py with a 12.8M-parameter MLP. $OUT receives gpu_run.log (everything printed), tests.md,
-# inner_training.md, outer_training.md and step_cost.md, each headed by the device, the JAX version and the date.
+# benchmarks/step_cost.py with a 12.8M-parameter MLP (and muon_residual_lopt at init: its cost over Muon's). $OUT
+# receives gpu_run.log (everything printed), tests.md, inner_training.md, outer_training.md and step_cost.md, each
+# headed by the device, the JAX version and the date.
 #
 # Environment (defaults in brackets):
 #   OUT                        where results go [./gpu_run_out]
@@ -97,7 +98,7 @@ step inner_training "$LIMIT_INNER" "$PYTHON" benchmarks/inner_training.py --lane
 step outer_training "$LIMIT_OUTER" "$PYTHON" benchmarks/outer_training.py --estimators pes --devices 1 --steps 10 \
   --perturbations full low_rank:1 low_rank:4 --markdown "$OUT/outer_training.md" "${reference[@]}" "${smoke[@]}"
 step step_cost "$LIMIT_STEP" "$PYTHON" benchmarks/step_cost.py --mlp_widths 1024 3200 --cnn_channels 128 256 512 \
-  --markdown "$OUT/step_cost.md" "${smoke[@]}"
+  --learned muon_residual_lopt --markdown "$OUT/step_cost.md" "${smoke[@]}"
 
 say "gpu_run: $failures step(s) failed; results in $OUT"
 [ "$failures" = 0 ]
