@@ -176,15 +176,6 @@ def _event_of(info: Any, worker_weights: Any, key: jax.Array) -> Dict[str, Any]:
 _zeroed_mean = jax.jit(functools.partial(mean_estimate, nonfinite="zero"))
 
 
-def _reported_loss(loss: Any, clip_nan_loss_to_value: Optional[float] = _NAN_LOSS) -> jax.Array:
-  """The mean meta-loss as the reference reports it: a NaN or infinite one becomes ``clip_nan_loss_to_value``,
-  unless that is None or 0 (the reference tests it for truth)."""
-  loss = jnp.asarray(loss, jnp.float32)
-  if not clip_nan_loss_to_value:
-    return loss
-  return jnp.where(jnp.isfinite(loss), loss, jnp.float32(clip_nan_loss_to_value))
-
-
 def gradient_worker_compute(worker_weights: WorkerWeights, gradient_estimators: Sequence[Any],
                             unroll_states: Sequence[Any], key: jax.Array, with_metrics: bool = False,
                             clip_nan_loss_to_value: Optional[float] = _NAN_LOSS, extra_metrics: bool = True,
@@ -229,7 +220,8 @@ def gradient_worker_compute(worker_weights: WorkerWeights, gradient_estimators: 
         metrics[f"mean||{family}/grad_norm"] = optax.tree.norm(out.grad)
         metrics[f"mean||{family}/mean_loss"] = out.mean_loss
   grad, loss, _, _ = _zeroed_mean(grads, [jnp.asarray(l, jnp.float32) for l in losses])
-  loss = _reported_loss(loss, clip_nan_loss_to_value)
+  if clip_nan_loss_to_value:  # tested for truth, as the reference does (None or 0: the loss as it is)
+    loss = _nan_to_num(loss, clip_nan_loss_to_value, use_jnp=True)
   to_put = AggregatedGradient(theta_grads=grad, theta_model_state=worker_weights.theta_model_state, mean_loss=loss)
   return WorkerComputeOut(to_put=to_put, unroll_states=states, metrics=metrics, event_info=events)
 
@@ -424,7 +416,7 @@ class SingleMachineGradientLearner:
     new, metrics = self.meta_trainer.step(self.meta_trainer.place(mts))
     new_opt_state = dataclasses.replace(opt_state, params=new.theta, iteration=new.step,
                                         **{field: self._unwrap(new.opt_state)})
-    loss = _reported_loss(metrics["meta_loss"])
+    loss = _nan_to_num(metrics["meta_loss"], _NAN_LOSS, use_jnp=True)
     out_metrics = {"none||mean_loss": loss}
     if with_metrics:
       out_metrics.update(_as_metrics(metrics))
