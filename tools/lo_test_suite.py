@@ -109,6 +109,11 @@ EXCLUDED_CASES = {
     "tasks/fixed/image_mlp_test.py": {
         "test_tasks1": _NO_TFDS.format("ImageMLP_Imagenet16_Relu256x256x256"),
         **{f"test_tasks{i}": _NO_TFDS.format("ImageMLP_Cifar10_*") for i in range(2, 7)}},
+    # Case 9 is LOptPES_Adafac_Cifar_OuterBS8_Length50_Trunc5: its PES estimator trains on CIFAR-10 batches, read from
+    # local files; tests/compat/test_lo_tasks.py (slow, "lopt_pes_adafac_cifar") meta-trains it on such files.
+    "tasks/fixed/lopt_test.py": {
+        "test_tasks9": "needs local CIFAR-10 files ($METAFAM_CIFAR10_DIR; metafam ships no CIFAR-10): "
+                       "tests/compat/test_lo_tasks.py runs this task on such files"},
 }
 
 # Tutorial notebooks (docs/notebooks/<name>.ipynb), Parts 1-6.
