@@ -3,7 +3,8 @@
 * TBPTT over lanes that go NaN returns the gradient of the masked meta-loss (central differences agree);
 * meta-gradients through LearnableAdam / MLPLOpt on an MLP with dead ReLU units are finite and correct;
 * every optimizer keeps its state's dtypes (bf16 params keep bf16 statistics), so low-precision unrolls work;
-* an estimate with nothing finite reports meta_loss NaN, and MetaTrainer skips (and logs) that update;
+* an estimate with nothing finite reports meta_loss NaN, and MetaTrainer skips (and logs) that update, or with
+  ``nonfinite="zero"`` applies the gradient with its non-finite entries set to 0 (learned_optimization's semantics);
 * constructors refuse NaN, inf and bools with an error naming the argument.
 """
 
@@ -303,6 +304,55 @@ def test_meta_trainer_skips_and_logs_updates_without_information(tmp_path):
   back = read_metrics(os.path.join(str(tmp_path), METRICS_NAME))
   assert np.isnan(back[2]["meta_loss"]) and back[3]["meta_loss"] == 2.0 and back[3]["step"] == 4
 
+
+
+class _Fixed(GradientEstimator):
+  """A fixed gradient and meta-loss on a 3-vector theta (no randomness); the worker state counts the calls."""
+
+  def __init__(self, grad, meta_loss, name):
+    self.grad, self.meta_loss, self.name = grad, meta_loss, name
+
+  def init_worker_state(self, theta, key):
+    return jnp.asarray(0, jnp.int32)
+
+  def estimate_fn(self, theta, worker_state, key):
+    grad = {"w": jnp.asarray(self.grad, jnp.float32)}
+    return GradientEstimate(grad, jnp.float32(self.meta_loss), {"num_nonfinite": jnp.float32(0)}), worker_state + 1
+
+  @property
+  def inner_steps_per_estimate(self):
+    return 1
+
+
+@pytest.mark.parametrize("nonfinite", ["skip", "zero"])
+def test_meta_update_skips_or_zeroes_a_nonfinite_gradient(nonfinite):
+  # Two estimates: [1, nan, 2] (meta-loss NaN) and [3, 4, -inf] (meta-loss 1); their mean is [2, nan, -inf].
+  estimators = [_Fixed([1.0, np.nan, 2.0], np.nan, "a"), _Fixed([3.0, 4.0, -np.inf], 1.0, "b")]
+  trainer = MetaTrainer(LearnableSGD(0.1), estimators, optax.adam(0.1), nonfinite=nonfinite)
+  state = trainer.init(jax.random.key(0), theta={"w": jnp.zeros(3)})
+  state, metrics = trainer.step(state)
+  adam = state.opt_state[0]
+  assert float(metrics["nonfinite_grad_entries"]) == 2.0 and np.isnan(float(metrics["meta_loss"]))
+  assert [int(w) for w in state.worker_states] == [1, 1] and int(state.step) == 1
+  if nonfinite == "skip":  # theta and every Adam statistic as they were
+    assert float(metrics["update_skipped"]) == 1.0 and np.isnan(float(metrics["grad_norm"]))
+    np.testing.assert_array_equal(state.theta["w"], np.zeros(3))
+    assert int(adam.count) == 0 and not np.any(adam.mu["w"]) and not np.any(adam.nu["w"])
+    assert "nonfinite" not in trainer.config  # the default leaves checkpoints' configs as they were
+  else:
+    # learned_optimization's semantics: the mean gradient with NaN and +-inf entries set to 0, [2, 0, 0], is applied
+    # whatever the meta-loss. Adam's first step is -lr * g / (|g| + eps): [-0.1, 0, 0]; mu = 0.1 g, nu = 0.001 g^2.
+    assert float(metrics["update_skipped"]) == 0.0 and float(metrics["grad_norm"]) == 2.0
+    np.testing.assert_allclose(state.theta["w"], [-0.1, 0.0, 0.0], rtol=1e-4)  # float32 bias corrections
+    assert int(adam.count) == 1
+    np.testing.assert_allclose(adam.mu["w"], [0.2, 0.0, 0.0], rtol=1e-6)
+    np.testing.assert_allclose(adam.nu["w"], [0.004, 0.0, 0.0], rtol=1e-6)
+    assert trainer.config["nonfinite"] == "zero"
+
+
+def test_meta_update_nonfinite_policy_is_checked():
+  with pytest.raises(ValueError, match="nonfinite must be one of 'skip', 'zero'.*got 'clip'"):
+    MetaTrainer(LearnableSGD(0.1), [_Fixed([1.0, 1.0, 1.0], 1.0, "a")], optax.adam(0.1), nonfinite="clip")
 
 # -- 5. argument checks refuse NaN, inf and bools -------------------------------------------------------------------
 _FAMILY, _LOPT = QuadraticFamily(2), LearnableSGD(0.1)

@@ -8,7 +8,9 @@ kept in this repository: the tool reads LO's files from there at run time, copie
 the code cells of the notebooks in `NOTEBOOKS` into a temporary directory (or `--out`), rewrites the import prefix
 `learned_optimization` to `metafam.compat.learned_optimization` in `import` / `from` statements -- nothing else --
 and runs them: each test file under pytest in its own process, each notebook cell by cell in one namespace. It prints
-one row per file: cases passed / failed / skipped and the first failure's reason.
+one row per file: cases passed / failed / skipped and the first failure's reason. A file the checkout does not
+have is reported as skipped; the exit status is 1 when a case failed or none passed, 2 for bad arguments (an
+`--only` that matches nothing).
 
 The GitHub repository (github.com/google/learned_optimization) holds the tutorials and the current API the compat
 layer mirrors (`VectorizedLOptTruncatedStep`, `TruncatedPES(truncated_step, ...)`); the 0.0.1 source distribution on
@@ -107,6 +109,11 @@ EXCLUDED_CASES = {
     "tasks/fixed/image_mlp_test.py": {
         "test_tasks1": _NO_TFDS.format("ImageMLP_Imagenet16_Relu256x256x256"),
         **{f"test_tasks{i}": _NO_TFDS.format("ImageMLP_Cifar10_*") for i in range(2, 7)}},
+    # Case 9 is LOptPES_Adafac_Cifar_OuterBS8_Length50_Trunc5: its PES estimator trains on CIFAR-10 batches, read from
+    # local files; tests/compat/test_lo_tasks.py (slow, "lopt_pes_adafac_cifar") meta-trains it on such files.
+    "tasks/fixed/lopt_test.py": {
+        "test_tasks9": "needs local CIFAR-10 files ($METAFAM_CIFAR10_DIR; metafam ships no CIFAR-10): "
+                       "tests/compat/test_lo_tasks.py runs this task on such files"},
 }
 
 # Tutorial notebooks (docs/notebooks/<name>.ipynb), Parts 1-6.
@@ -166,6 +173,12 @@ for index, source in cells:
   with open(result_path, "w") as f:
     json.dump(results, f)
 '''
+
+
+# A file this checkout of LO does not have (the 0.0.1 source distribution lacks 13 of the test files, among them
+# tree_utils_test.py, and the notebooks):
+# reported as skipped, not as a failure of the compat layer.
+_NOT_IN_SRC = "not in --reference_src (an older learned_optimization; use a checkout of the GitHub repository)"
 
 
 def _check_reference_src(src):
@@ -254,7 +267,7 @@ def _static_case_count(source):
 def run_test_file(rel, src, work, env, args):
   original = os.path.join(src, PREFIX, rel)
   if not os.path.isfile(original):
-    return {"name": rel, "cases": [("<file>", "failed", "not in --reference_src")], "seconds": 0.0}
+    return {"name": rel, "cases": [("<file>", "skipped", _NOT_IN_SRC)], "seconds": 0.0}
   target = os.path.join(work, "tests", rel)
   os.makedirs(os.path.dirname(target), exist_ok=True)
   with open(original) as f:
@@ -305,8 +318,7 @@ def notebook_cells(path):
 def run_notebook(name, src, work, env, args):
   path = os.path.join(src, "docs", "notebooks", name + ".ipynb")
   if not os.path.isfile(path):
-    return {"name": f"notebook {name}", "cases": [("<file>", "failed", "not in --reference_src/docs/notebooks")],
-            "seconds": 0.0}
+    return {"name": f"notebook {name}", "cases": [("<file>", "skipped", _NOT_IN_SRC)], "seconds": 0.0}
   cells = notebook_cells(path)
   base = os.path.join(work, "notebooks", name)
   os.makedirs(os.path.dirname(base), exist_ok=True)
@@ -384,14 +396,16 @@ def main(argv=None):
       f.write(_FLAX_SHIM)
   env = _child_env(shim_dir, args)
 
+  jobs = [("test", rel) for rel in TEST_FILES]
+  if not args.no_notebooks:
+    jobs += [("notebook", name) for name in NOTEBOOKS]
+  if args.only:
+    jobs = [(kind, name) for kind, name in jobs if any(part and part in name for part in args.only.split(","))]
+    if not jobs:
+      parser.error(f"--only {args.only!r} matches none of the test files or notebooks (see TEST_FILES / NOTEBOOKS)")
   rows = []
   try:
-    jobs = [("test", rel) for rel in TEST_FILES]
-    if not args.no_notebooks:
-      jobs += [("notebook", name) for name in NOTEBOOKS]
     for kind, name in jobs:
-      if args.only and not any(part and part in name for part in args.only.split(",")):
-        continue
       row = (run_test_file if kind == "test" else run_notebook)(name, src, work, env, args)
       rows.append(row)
       print(f"  ran {row['name']} ({row['seconds']:.0f}s)", file=sys.stderr, flush=True)
@@ -409,7 +423,9 @@ def main(argv=None):
   finally:
     if not args.out:
       shutil.rmtree(work, ignore_errors=True)
-  return 0 if all(c[1] != "failed" for r in rows for c in r["cases"]) else 1
+  cases = [c for r in rows for c in r["cases"]]
+  # 1 when a case failed, or when nothing ran at all (every file missing from --reference_src).
+  return 0 if all(c[1] != "failed" for c in cases) and any(c[1] == "passed" for c in cases) else 1
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ from metafam._checks import check_positive
 from metafam._pytree import DataPytree
 from metafam.evaluation.family_eval import FamilyEvaluator
 from metafam.inner import sharding
-from metafam.outer_trainers.base import GradientEstimator, count_nonfinite
+from metafam.outer_trainers.base import GradientEstimator, count_nonfinite, zero_nonfinite
 
 
 def meta_optimizer(learning_rate: float, decay_steps: int = 0, warmup_steps: Optional[int] = None,
@@ -55,6 +55,38 @@ def meta_optimizer(learning_rate: float, decay_steps: int = 0, warmup_steps: Opt
   if isinstance(warmup, bool) or not isinstance(warmup, (int, np.integer)) or not 0 <= warmup < decay_steps:
     raise ValueError(f"warmup_steps must be an int in [0, decay_steps={decay_steps}), got {warmup_steps!r}.")
   return optax.adam(optax.warmup_cosine_decay_schedule(0.0, lr, int(warmup), int(decay_steps), end_fraction * lr))
+
+
+NONFINITE_POLICIES = ("skip", "zero")
+
+
+def _check_nonfinite(nonfinite: Any) -> str:
+  if not isinstance(nonfinite, str) or nonfinite not in NONFINITE_POLICIES:
+    raise ValueError(f"nonfinite must be one of {', '.join(map(repr, NONFINITE_POLICIES))} (what a meta-step does "
+                     f"with a non-finite meta-gradient), got {nonfinite!r}.")
+  return nonfinite
+
+
+def mean_estimate(grads: Sequence[Any], losses: Sequence[Any], nonfinite: str = "skip"):
+  """The estimators' averaged meta-gradient and meta-loss, and whether the meta-update is skipped.
+
+  Returns ``(grad, meta_loss, nonfinite_entries, skip)``: ``grad`` and ``meta_loss`` are the means over estimators,
+  ``nonfinite_entries`` counts the averaged gradient's NaN / infinite entries. With ``nonfinite="skip"``
+  ``skip`` is true when such entries exist or some estimate had no finite step or pair (its meta-loss is NaN, and
+  its zero gradient carries no information), and ``grad`` is returned as it is (the caller keeps theta and the
+  meta-optimizer state on a skip). With ``nonfinite="zero"`` those entries of ``grad`` are set to 0 (NaN and both
+  infinities) and ``skip`` is false: the finite part is applied, whatever the meta-loss, as learned_optimization's
+  ``gradient_worker_compute`` does. The one meta-update (`MetaTrainer.step_fn`) and the compat layer's worker path
+  both combine estimates here.
+  """
+  _check_nonfinite(nonfinite)
+  grad = jax.tree.map(lambda *g: sum(g) / len(g), *grads)
+  meta_loss = sum(losses) / len(losses)
+  bad_grad = count_nonfinite(grad)
+  if nonfinite == "zero":
+    return zero_nonfinite(grad)[0], meta_loss, bad_grad, jnp.asarray(False)
+  skip = (bad_grad > 0) | ~jnp.all(jnp.isfinite(jnp.stack(losses)))
+  return grad, meta_loss, bad_grad, skip
 
 
 @functools.partial(jax.tree_util.register_dataclass,
@@ -92,10 +124,13 @@ class MetaTrainer(DataPytree):
     eval_split: the split scored by `evaluate` (default "test").
     config: JSON-able description of the run, stored in checkpoints; resuming from a checkpoint whose config
       differs is refused.
-
-  A meta-step in which some estimate had no finite step or pair (its ``meta_loss`` is NaN) or whose averaged
-  gradient has non-finite entries leaves theta and the meta-optimizer state unchanged; its metrics say
-  ``update_skipped = 1`` (the worker states advance as usual).
+    nonfinite: what a meta-step does with a bad estimate (`NONFINITE_POLICIES`, see `mean_estimate`):
+      ``"skip"`` (default): a meta-step in which some estimate had no finite step or pair (its ``meta_loss`` is NaN)
+      or whose averaged gradient has non-finite entries leaves theta and the meta-optimizer state unchanged; its
+      metrics say ``update_skipped = 1`` (the worker states advance as usual). ``"zero"``: the non-finite entries
+      of the averaged gradient are set to 0 and the update is applied (learned_optimization's semantics, for
+      `metafam.compat.learned_optimization`); ``update_skipped`` is then always 0 and ``grad_norm`` is the norm of
+      the gradient applied. Recorded in ``config`` when not the default.
   """
 
   _data_fields = ("estimators",)
@@ -103,7 +138,7 @@ class MetaTrainer(DataPytree):
   def __init__(self, learned_opt: Any, estimators: Sequence[GradientEstimator],
                meta_optimizer: optax.GradientTransformation, clip_grad_norm: Optional[float] = None,
                eval_family: Any = None, eval_num_tasks: int = 8, eval_steps: int = 100, eval_split: str = "test",
-               config: Optional[Dict[str, Any]] = None):
+               config: Optional[Dict[str, Any]] = None, nonfinite: str = "skip"):
     estimators = list(estimators) if isinstance(estimators, (list, tuple)) else [estimators]
     if not estimators:
       raise ValueError("MetaTrainer needs at least one estimator.")
@@ -113,6 +148,7 @@ class MetaTrainer(DataPytree):
                         "metafam.outer_trainers.GradientEstimator and implement init_worker_state and estimate_fn).")
     if clip_grad_norm is not None:
       check_positive("clip_grad_norm", clip_grad_norm)
+    _check_nonfinite(nonfinite)
     meshes = [getattr(est, "mesh", None) for est in estimators]
     device_sets = [None if m is None else tuple(m.devices.flat) for m in meshes]
     if len(set(device_sets)) > 1:
@@ -122,8 +158,10 @@ class MetaTrainer(DataPytree):
                        f"got {listing}.")
     self.mesh = meshes[0]
     self.learned_opt, self.estimators, self.meta_optimizer = learned_opt, estimators, meta_optimizer
-    self.clip_grad_norm = clip_grad_norm
+    self.clip_grad_norm, self.nonfinite = clip_grad_norm, nonfinite
     self.config = dict(config or {})
+    if nonfinite != "skip":  # the default is left out, so that the configs of existing checkpoints still match
+      self.config.setdefault("nonfinite", nonfinite)
     self.config.setdefault("estimators", [type(e).__name__ for e in estimators])
     self.config.setdefault("learned_opt", type(learned_opt).__name__)
     self._step = jax.jit(MetaTrainer.step_fn, donate_argnums=1)  # the trainer passes itself: see step_fn
@@ -180,19 +218,14 @@ class MetaTrainer(DataPytree):
       losses.append(estimate.meta_loss)
       workers.append(ws)
       nonfinite = nonfinite + estimate.metrics["num_nonfinite"]
-    grad = jax.tree.map(lambda *g: sum(g) / len(g), *grads)
-    # Skip the update (theta and the meta-optimizer state stay as they are) when an estimate had no finite step or
-    # pair (its meta_loss is NaN and its zero gradient carries no information) or the gradient has non-finite
-    # entries; `update_skipped` records it. Otherwise this is the plain clipped optax update.
-    bad_grad = count_nonfinite(grad)
-    skip = (bad_grad > 0) | ~jnp.all(jnp.isfinite(jnp.stack(losses)))
+    grad, meta_loss, bad_grad, skip = mean_estimate(grads, losses, self.nonfinite)
     grad_norm = optax.tree.norm(grad)
     if self.clip_grad_norm is not None:  # stateless, so the meta-optimizer state is the plain optimizer's
       grad, _ = optax.clip_by_global_norm(self.clip_grad_norm).update(grad, optax.EmptyState())
     updates, opt_state = self.meta_optimizer.update(grad, state.opt_state, state.theta)
     theta = optax.apply_updates(state.theta, updates)
     theta, opt_state = optax.tree.where(skip, (state.theta, state.opt_state), (theta, opt_state))
-    metrics = {"meta_loss": sum(losses) / len(losses), "grad_norm": grad_norm,
+    metrics = {"meta_loss": meta_loss, "grad_norm": grad_norm,
                "num_nonfinite": jnp.asarray(nonfinite, jnp.float32), "nonfinite_grad_entries": bad_grad,
                "update_skipped": skip.astype(jnp.float32)}
     for est, loss in zip(self.estimators, losses):

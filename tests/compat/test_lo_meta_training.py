@@ -4,11 +4,13 @@ meta-training through `VectorizedLOptTruncatedStep`, the estimators and `SingleM
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 import metafam
 from metafam.compat.learned_optimization.learned_optimizers import base as lopt_base
 from metafam.compat.learned_optimization.optimizers import base as opt_base
+from metafam.compat.learned_optimization.optimizers import gradient_accumulator
 from metafam.compat.learned_optimization.optimizers import optax_opts
 from metafam.compat.learned_optimization.outer_trainers import full_es
 from metafam.compat.learned_optimization.outer_trainers import gradient_learner
@@ -71,10 +73,13 @@ def test_estimators_are_metafams_engine_objects():
   learner = gradient_learner.SingleMachineGradientLearner(step.learned_opt, [pes], optax_opts.Adam(1e-2))
   assert isinstance(learner.meta_trainer, metafam.MetaTrainer)
   assert learner.meta_trainer.estimators[0] is pes
-  # metafam's own optax-backed optimizers qualify too; a wrapper that changes the update does not.
+  # metafam's own optax-backed optimizers qualify too, and the reference's entry-wise clip around one (an optax.clip
+  # in the trainer's chain); a wrapper with an update of its own does not.
   assert gradient_learner.SingleMachineGradientLearner(step.learned_opt, [pes], metafam.Adam(1e-2)).meta_trainer
   clipped = opt_base.GradientClipOptimizer(optax_opts.Adam(1e-2))
-  assert gradient_learner.SingleMachineGradientLearner(step.learned_opt, [pes], clipped).meta_trainer is None
+  assert gradient_learner.SingleMachineGradientLearner(step.learned_opt, [pes], clipped).meta_trainer
+  accumulated = gradient_accumulator.GradientAccumulator(optax_opts.Adam(1e-2), 2)
+  assert gradient_learner.SingleMachineGradientLearner(step.learned_opt, [pes], accumulated).meta_trainer is None
 
 
 def test_update_does_not_consume_its_input_state():
@@ -103,8 +108,8 @@ def test_worker_interface_and_non_optax_meta_optimizer():
                                                       with_metrics=True)
   assert np.isfinite(float(computed.to_put.mean_loss)) and len(computed.unroll_states) == 1
 
-  # A meta-optimizer that is not a bare optax transformation runs through the worker / learner path.
-  theta_opt = opt_base.GradientClipOptimizer(optax_opts.Adam(0.1), grad_clip=1.0)
+  # A meta-optimizer with an update of its own runs through the worker / learner path.
+  theta_opt = gradient_accumulator.GradientAccumulator(optax_opts.Adam(0.1), 1)
   learner = gradient_learner.SingleMachineGradientLearner(lopt, [pes], theta_opt)
   assert learner.meta_trainer is None
   state = learner.init(jax.random.PRNGKey(0))
@@ -239,3 +244,79 @@ def test_compat_estimates_are_metafams_numbers():
   assert full_es.FullES(never, truncation_schedule.ConstantTruncationSchedule(30)).trajectory_length == 30
   assert full_es.FullES(step).trajectory_length == 20
   assert full_es.FullES(step, unroll_length=40).trajectory_length == 40
+
+
+# -- a bad meta-gradient: the reference zeroes its non-finite entries and reports the loss as 20 ---------------------
+_GRADS, _LOSSES = ([1.0, np.nan, 2.0], [3.0, 4.0, -np.inf]), (np.nan, 1.0)  # mean gradient [2, nan, -inf]
+
+
+class _ZeroTheta:
+  def init(self, key):
+    return {"w": jnp.zeros(3)}
+
+
+class _Fixed(metafam.GradientEstimator):
+  """A metafam estimator with a fixed estimate; its worker state counts the calls."""
+
+  def __init__(self, grad, loss):
+    self.grad, self.loss = grad, loss
+
+  def init_worker_state(self, theta, key):
+    return jnp.asarray(0, jnp.int32)
+
+  def estimate_fn(self, theta, worker_state, key):
+    grad = {"w": jnp.asarray(self.grad, jnp.float32)}
+    return metafam.GradientEstimate(grad, jnp.float32(self.loss), {"num_nonfinite": jnp.float32(0)}), worker_state + 1
+
+  @property
+  def inner_steps_per_estimate(self):
+    return 1
+
+
+class _ForkFixed(gradient_learner.GradientEstimator):
+  """The same estimate from a fork's estimator (the reference's interface only)."""
+
+  def __init__(self, grad, loss):
+    self.grad, self.loss = grad, loss
+
+  def init_worker_state(self, worker_weights, key):
+    return jnp.asarray(0, jnp.int32)
+
+  def compute_gradient_estimate(self, worker_weights, key, state, with_summary=False):
+    out = gradient_learner.GradientEstimatorOut(mean_loss=jnp.float32(self.loss), unroll_state=state + 1,
+                                                grad={"w": jnp.asarray(self.grad, jnp.float32)})
+    return out, {}
+
+
+@pytest.mark.parametrize("clip", [None, 1.0])
+@pytest.mark.parametrize("path", ["meta_trainer", "workers"])
+def test_a_nonfinite_meta_gradient_is_zeroed_and_its_loss_reported_as_20(path, clip):
+  make = _Fixed if path == "meta_trainer" else _ForkFixed
+  theta_opt = optax_opts.Adam(0.1)
+  if clip is not None:
+    theta_opt = opt_base.GradientClipOptimizer(theta_opt, grad_clip=clip)
+  learner = gradient_learner.SingleMachineGradientLearner(_ZeroTheta(), [make(g, l) for g, l in zip(_GRADS, _LOSSES)],
+                                                          theta_opt)
+  assert (learner.meta_trainer is not None) == (path == "meta_trainer")
+  state, loss, metrics = learner.update(learner.init(jax.random.PRNGKey(0)), jax.random.PRNGKey(1))
+  # As the reference: the mean gradient's NaN / -inf entries become 0 -> [2, 0, 0] (clipped to 1: [1, 0, 0]) and the
+  # update is applied although a meta-loss is NaN; Adam's first step is -lr * g / (|g| + eps) and mu = 0.1 g. The
+  # mean meta-loss, NaN, is reported as 20.
+  assert float(loss) == 20.0 and float(metrics["none||mean_loss"]) == 20.0
+  np.testing.assert_allclose(learner.get_meta_params(state)["w"], [-0.1, 0.0, 0.0], rtol=1e-4)
+  opt_state = state.gradient_learner_state.theta_opt_state
+  mu = optax.tree_utils.tree_get(opt_state.optax_opt_state, "mu")
+  np.testing.assert_allclose(mu["w"], [0.1 * (clip or 2.0), 0.0, 0.0], rtol=1e-6)
+  assert int(opt_state.iteration) == 1 and [int(s) for s in state.gradient_estimator_states] == [1, 1]
+
+
+def test_worker_compute_reports_a_nonfinite_loss_as_lo_does():
+  weights = gradient_learner.WorkerWeights(theta={"w": jnp.zeros(3)}, theta_model_state=None,
+                                           outer_state=gradient_learner.OuterState(0))
+  estimators = [_ForkFixed(g, l) for g, l in zip(_GRADS, _LOSSES)]
+  states = [jnp.asarray(0, jnp.int32)] * 2
+  for clip, expected in [(20.0, 20.0), (7.5, 7.5), (None, np.nan), (0.0, np.nan)]:  # the reference tests it for truth
+    out = gradient_learner.gradient_worker_compute(weights, estimators, states, jax.random.PRNGKey(0),
+                                                   clip_nan_loss_to_value=clip)
+    np.testing.assert_array_equal(out.to_put.mean_loss, expected)
+    np.testing.assert_array_equal(out.to_put.theta_grads["w"], [2.0, 0.0, 0.0])

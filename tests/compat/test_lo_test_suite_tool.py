@@ -2,6 +2,7 @@
 and a wrong --reference_src is a clear error."""
 
 import importlib.util
+import json
 import os
 
 import pytest
@@ -70,3 +71,24 @@ def test_exclusions_have_reasons(tool):
   for cases in tool.EXCLUDED_CASES.values():
     assert all(reason for reason in cases.values())
   assert not set(tool.EXCLUDED_FILES) & set(tool.TEST_FILES)
+
+
+def test_a_file_missing_from_an_older_checkout_is_skipped_not_failed(tool, tmp_path):
+  # An older LO (the 0.0.1 source distribution) lacks some test files, e.g. tree_utils_test.py: reported as
+  # skipped, and the exit status says whether what exists passed; a file that fails still gives 1.
+  lo = tmp_path / "lo" / "learned_optimization"
+  lo.mkdir(parents=True)
+  (lo / "__init__.py").write_text("")
+  (lo / "summary_test.py").write_text("def test_ok():\n  assert 1 + 1 == 2\n")
+  out = str(tmp_path / "out")
+  argv = ["--reference_src", str(lo.parent), "--out", out, "--no_notebooks"]
+  assert tool.main(argv + ["--only", "tree_utils_test,summary_test"]) == 0
+  with open(os.path.join(out, "results.json")) as f:
+    rows = {row["name"]: [case[1] for case in row["cases"]] for row in json.load(f)["rows"]}
+  assert rows == {"tree_utils_test.py": ["skipped"], "summary_test.py": ["passed"]}
+  assert tool.main(argv + ["--only", "tree_utils_test"]) == 1  # nothing ran at all
+  (lo / "summary_test.py").write_text("def test_bad():\n  assert 1 + 1 == 3\n")
+  assert tool.main(argv + ["--only", "summary_test"]) == 1
+  with pytest.raises(SystemExit) as error:
+    tool.main(argv + ["--only", "no_such_test"])
+  assert error.value.code == 2

@@ -14,6 +14,11 @@ code calls directly, written over metafam's single-lane step (`metafam.inner.ste
 * ``vectorized_loss_and_aux(task_family, learned_opt, theta, inner_opt_states, task_params, keys, datas)``: each
   lane's ``(loss, aux)`` at its current params.
 The task family, learned optimizer and schedule are static arguments of the jitted functions (hashable objects).
+
+Why these are not the engine's truncated step: LO's reset timeline differs. Here a reset is a step of its own (the
+lane gets a fresh task, takes no training step and reports meta-loss 0 with iteration 0), while metafam's
+`TruncatedStep` trains the new instance in the same step; LO code that drives these functions reads that timeline.
+The gradient and the update inside a step are the engine's (`metafam.inner.step.loss_and_grad` / `apply_update`).
 """
 
 from __future__ import annotations

@@ -11,6 +11,10 @@ batches for every lane; normalized as metafam's loss kind says); anything else: 
 ``steps_per_jit`` must divide the length. ``unroll_info`` (``[length, num_pairs]``) holds the whole trajectories of
 the positive particles (``theta + eps``), for every ``loss_type`` (the reference: for "last_recompute" only its
 last ``steps_per_jit`` steps); its ``is_done`` stays False, as the trajectories' schedule never ends.
+
+The only math of this module is "last_recompute" (`FullES._recomputed_losses`): metafam's `FullES` has no such loss
+type, so it is supplied through the engine's ``trajectory_losses`` hook; perturbation, unroll and estimate are the
+engine's.
 """
 
 from __future__ import annotations

@@ -7,6 +7,10 @@ the truncated step's own schedule must never end (``NeverEndingTruncationSchedul
 unroll is metafam's (`TruncatedStep.unroll_fn`, differentiated by `jax.value_and_grad` as metafam's
 `TruncatedBPTT` does); non-finite steps are masked out and non-finite gradient entries zeroed. Stateless: the
 worker state is an empty `UnrollState`.
+
+Why ``estimate_fn`` is not `TruncatedBPTT.estimate_fn`: that one continues the lanes of its worker state and
+averages every step, while FullGrad starts fresh instances inside the differentiated function (their
+initialization is part of what is differentiated) and has LO's ``loss_type="last"``.
 """
 
 from __future__ import annotations

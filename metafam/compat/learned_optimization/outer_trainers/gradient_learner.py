@@ -4,7 +4,8 @@
   ``update(state, key, with_metrics=False) -> (state, loss, metrics)`` and ``get_meta_params(state)``. When
   ``theta_opt`` is an optax-backed optimizer (`optax_opts`) and every estimator is a metafam estimator (all of this
   package's are), each update is one step of metafam's `MetaTrainer` (estimates, averaging and the optax update in
-  one jitted program). Otherwise it runs `gradient_worker_compute` and `GradientLearner.update`.
+  one jitted program). Otherwise (a fork's estimator, or a ``theta_opt`` with its own ``update``) it runs
+  `gradient_worker_compute` and `GradientLearner.update`, which is the reference's learner/worker split.
 * `GradientLearner` (the meta-parameters and their optimizer) and `gradient_worker_compute` (estimates from a
   list of estimators, averaged): the reference's multi-worker split, for estimators with
   ``compute_gradient_estimate``.
@@ -16,9 +17,11 @@ Duck typing: forks of this module define their own ``WorkerWeights`` / ``OuterSt
 `gradient_worker_compute` accept any object with the fields ``theta``, ``theta_model_state`` and ``outer_state``
 (`is_worker_weights`), and `SingleMachineGradientLearner` any ``meta_init`` with ``init(key)`` (`MetaInitializer`).
 
-Non-finite values: the worker path zeroes non-finite gradient entries and reports a non-finite loss as 20, as the
-reference does; the `MetaTrainer` path instead skips a meta-update whose estimate had no finite step or whose
-gradient is non-finite (theta unchanged, metric ``update_skipped``), and reports the loss of such a step as 20.
+Non-finite values, as the reference: NaN and infinite entries of the averaged meta-gradient are set to 0 and the
+update is applied, and a non-finite mean meta-loss is reported as 20 (``clip_nan_loss_to_value``). Both paths combine
+the estimates with the engine's `metafam.outer_trainers.meta_trainer.mean_estimate` under its ``nonfinite="zero"``
+policy (the `MetaTrainer` path builds its trainer with ``nonfinite="zero"``), so there is one implementation of
+it; metafam's own runs skip such an update instead (the default ``nonfinite="skip"``).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from metafam.compat.learned_optimization.optimizers import base as opt_base
 from metafam.compat.learned_optimization.optimizers import optax_opts
 from metafam.optimizers import base as _mf_opt_base
 from metafam.outer_trainers.base import GradientEstimator as _MFGradientEstimator
-from metafam.outer_trainers.meta_trainer import MetaTrainer, MetaTrainState
+from metafam.outer_trainers.meta_trainer import MetaTrainer, MetaTrainState, mean_estimate
 
 __all__ = ["OuterState", "WorkerWeights", "GradientLearnerState", "GradientEstimatorState", "UnrollInfo",
            "GradientEstimatorOut", "AggregatedGradient", "WorkerComputeOut", "SingleMachineState",
@@ -169,12 +172,8 @@ def _event_of(info: Any, worker_weights: Any, key: jax.Array) -> Dict[str, Any]:
           "iteration": pick(info.iteration), "outer_iteration": worker_weights.outer_state.outer_iteration}
 
 
-@jax.jit
-def _finite_mean(grads: List[Any], losses: List[Any], nan_loss: Any):
-  grad = jax.tree.map(lambda *g: sum(g) / len(g), *grads)
-  grad = jax.tree.map(lambda g: jnp.where(jnp.isfinite(g), g, 0.0), grad)
-  loss = jnp.mean(jnp.stack([jnp.asarray(l, jnp.float32) for l in losses]))
-  return grad, jnp.where(jnp.isfinite(loss), loss, jnp.asarray(nan_loss, jnp.float32))
+# The engine's combination of estimates under the reference's policy (non-finite gradient entries set to 0).
+_zeroed_mean = jax.jit(functools.partial(mean_estimate, nonfinite="zero"))
 
 
 def gradient_worker_compute(worker_weights: WorkerWeights, gradient_estimators: Sequence[Any],
@@ -183,7 +182,8 @@ def gradient_worker_compute(worker_weights: WorkerWeights, gradient_estimators: 
                             device: Any = None) -> WorkerComputeOut:
   """Runs every estimator once on its state and averages the gradients.
 
-  Non-finite gradient entries become 0 and a non-finite mean loss becomes ``clip_nan_loss_to_value``.
+  Non-finite gradient entries become 0 and a non-finite mean loss becomes ``clip_nan_loss_to_value`` (unless None
+  or 0), as in the reference.
   ``device`` is not used (metafam estimators place their own lanes). ``worker_weights`` may be any object with
   `WorkerWeights`' fields; the estimators may be any objects with ``compute_gradient_estimate`` whose output has
   ``mean_loss``, ``grad`` and ``unroll_state`` (duck typing, as forks of this module rely on); an output's
@@ -219,7 +219,9 @@ def gradient_worker_compute(worker_weights: WorkerWeights, gradient_estimators: 
       if extra_metrics:
         metrics[f"mean||{family}/grad_norm"] = optax.tree.norm(out.grad)
         metrics[f"mean||{family}/mean_loss"] = out.mean_loss
-  grad, loss = _finite_mean(grads, losses, jnp.nan if clip_nan_loss_to_value is None else clip_nan_loss_to_value)
+  grad, loss, _, _ = _zeroed_mean(grads, [jnp.asarray(l, jnp.float32) for l in losses])
+  if clip_nan_loss_to_value:  # tested for truth, as the reference does (None or 0: the loss as it is)
+    loss = _nan_to_num(loss, clip_nan_loss_to_value, use_jnp=True)
   to_put = AggregatedGradient(theta_grads=grad, theta_model_state=worker_weights.theta_model_state, mean_loss=loss)
   return WorkerComputeOut(to_put=to_put, unroll_states=states, metrics=metrics, event_info=events)
 
@@ -303,6 +305,19 @@ def _plain_optax(theta_opt: Any) -> bool:
           and type(theta_opt).update in plain_update)
 
 
+def _engine_meta_optimizer(theta_opt: Any) -> Optional[Tuple[optax.GradientTransformation, Any, Any]]:
+  """``(tx, wrap, unwrap)`` when ``theta_opt``'s update is an optax transformation ``tx`` that `MetaTrainer` can
+  apply in its place, else None: a plain optax-backed optimizer (`_plain_optax`), or the reference's
+  `GradientClipOptimizer` around one (LO's meta-training default; its entry-wise clip is ``optax.clip``, first in a
+  chain). ``wrap`` turns the optax state kept in ``theta_opt``'s state into ``tx``'s, ``unwrap`` back."""
+  if _plain_optax(theta_opt):
+    return theta_opt.tx, lambda s: s, lambda s: s
+  if type(theta_opt) is opt_base.GradientClipOptimizer and _plain_optax(theta_opt.opt):
+    clip = optax.clip(theta_opt.grad_clip)
+    return optax.chain(clip, theta_opt.opt.tx), lambda s: (clip.init(None), s), lambda s: s[1]
+  return None
+
+
 def _tree_mean(stack: Any) -> Any:
   """The mean over the leading axis of every leaf (jax)."""
   return jax.tree.map(lambda x: jnp.mean(x, axis=0), stack)
@@ -342,6 +357,15 @@ class SingleMachineGradientLearner:
 
   The state (`SingleMachineState`) holds ``GradientLearnerState(theta_opt_state)`` (an `OptimizerState` whose
   ``params`` are theta) and one worker state per estimator. ``update`` does not consume its input state.
+
+  Each ``update`` is one step of the engine's meta-step, `MetaTrainer.step` (``self.meta_trainer``, built with
+  ``nonfinite="zero"``: the reference's treatment of a bad meta-gradient), whenever the estimators are metafam's and
+  ``theta_opt`` is a plain optax-backed optimizer or a `GradientClipOptimizer` around one. Only a fork's estimator
+  or a ``theta_opt`` with an update of its own (e.g. `GradientAccumulator`) takes the reference's worker/learner
+  path (`gradient_worker_compute`, `GradientLearner.update`), whose combination of estimates is the engine's too.
+  Like the reference's class it lives in memory: it owns no run directory, checkpoint, metrics file or lock (the
+  reference's scripts save states with `checkpoints`). A run directory with resumable checkpoints is metafam's
+  `MetaTrainingRun` (from a recipe) or ``self.meta_trainer.train(num_steps, output_dir=...)``.
   """
 
   def __init__(self, meta_init: MetaInitializer, gradient_estimators: Sequence[Any], theta_opt: Any,
@@ -358,8 +382,10 @@ class SingleMachineGradientLearner:
     self.learned_opt = learned_opt
     on_metafam = all(isinstance(e, _MFGradientEstimator) for e in gradient_estimators)
     self.meta_trainer: Optional[MetaTrainer] = None
-    if on_metafam and _plain_optax(theta_opt):
-      self.meta_trainer = MetaTrainer(learned_opt, gradient_estimators, theta_opt.tx)
+    engine_opt = _engine_meta_optimizer(theta_opt) if on_metafam else None
+    if engine_opt is not None:
+      tx, self._wrap, self._unwrap = engine_opt
+      self.meta_trainer = MetaTrainer(learned_opt, gradient_estimators, tx, nonfinite="zero")
 
   # -- state --------------------------------------------------------------------------------------------------
   def init(self, key: jax.Array) -> SingleMachineState:
@@ -381,15 +407,16 @@ class SingleMachineGradientLearner:
     if self.meta_trainer is None:
       return self._update_with_workers(state, key, with_metrics)
     opt_state = state.gradient_learner_state.theta_opt_state
+    field = _OPTAX_FIELD[type(opt_state) is optax_opts.OptaxState]
     # MetaTrainer.step donates its input: hand it copies so the caller's state stays usable.
     theta, optax_state, workers, key_data, step = _copy((
-        opt_state.params, getattr(opt_state, _OPTAX_FIELD[type(opt_state) is optax_opts.OptaxState]), tuple(state.gradient_estimator_states), _key_data(key),
-        jnp.asarray(opt_state.iteration, jnp.int32)))
+        opt_state.params, self._wrap(getattr(opt_state, field)), tuple(state.gradient_estimator_states),
+        _key_data(key), jnp.asarray(opt_state.iteration, jnp.int32)))
     mts = MetaTrainState(theta=theta, opt_state=optax_state, worker_states=workers, key_data=key_data, step=step)
     new, metrics = self.meta_trainer.step(self.meta_trainer.place(mts))
     new_opt_state = dataclasses.replace(opt_state, params=new.theta, iteration=new.step,
-                                        **{_OPTAX_FIELD[type(opt_state) is optax_opts.OptaxState]: new.opt_state})
-    loss = jnp.where(jnp.isfinite(metrics["meta_loss"]), metrics["meta_loss"], _NAN_LOSS)
+                                        **{field: self._unwrap(new.opt_state)})
+    loss = _nan_to_num(metrics["meta_loss"], _NAN_LOSS, use_jnp=True)
     out_metrics = {"none||mean_loss": loss}
     if with_metrics:
       out_metrics.update(_as_metrics(metrics))

@@ -18,6 +18,10 @@ Differences from the reference: the keys of the unroll are split the way metafam
 `TruncGradEstTask` is data-free (``datasets`` is None: metafam's estimators draw their batches on the device, so
 they have no ``get_datas``). Building a task never reads data; CIFAR-based tasks raise `DatasetUnavailableError`
 when a batch is requested.
+
+The unrolled losses and the estimator-as-gradient ``custom_vjp`` here define *tasks* (a loss to be minimized by an
+outer optimizer), not a meta-training engine: each step is the engine's `metafam.inner.step.train_step`, and the
+estimate is a metafam estimator's.
 """
 
 from __future__ import annotations
