@@ -86,13 +86,20 @@ def test_unavailable_image_datasets_raise_only_when_a_batch_is_requested(fn, nam
   assert "METAFAM_" in str(e.value) or "Datasets" in str(e.value)  # says how to supply it
 
 
-def test_cifar10_black_and_white_is_read_from_the_directory_in_the_environment(tmp_path, monkeypatch):
+def _write_fake_cifar10(directory, per_file, monkeypatch):
+  """CIFAR-10's python-pickle files (5 train batches and a test batch of ``per_file`` random images, every class
+  present) in ``directory``, which ``METAFAM_CIFAR10_DIR`` then names."""
   import pickle
   rng = np.random.default_rng(0)
   for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
-    with open(tmp_path / name, "wb") as f:
-      pickle.dump({b"data": rng.integers(0, 256, (20, 3072), dtype=np.uint8), b"labels": list(range(10)) * 2}, f)
-  monkeypatch.setenv("METAFAM_CIFAR10_DIR", str(tmp_path))
+    with open(directory / name, "wb") as f:
+      pickle.dump({b"data": rng.integers(0, 256, (per_file, 3072), dtype=np.uint8),
+                   b"labels": list(range(10)) * (per_file // 10)}, f)
+  monkeypatch.setenv("METAFAM_CIFAR10_DIR", str(directory))
+
+
+def test_cifar10_black_and_white_is_read_from_the_directory_in_the_environment(tmp_path, monkeypatch):
+  _write_fake_cifar10(tmp_path, 20, monkeypatch)
   d = image.cifar10_datasets(4, image_size=(32, 32), convert_to_black_and_white=True)
   batch = next(d.train)
   assert _shapes(batch) == _shapes(d.abstract_batch) == {"image": ((4, 32, 32, 1), np.dtype("float32")),
@@ -779,14 +786,9 @@ def test_parametric_autoencoder_families_vmap(which):
 def test_transformed_local_image_datasets_are_device_arrays_and_train_in_the_truncated_step(tmp_path, monkeypatch):
   """The LOptPES_Adafac_Cifar tasks' black-and-white CIFAR-10: read on first use into ArraySplits (device path), so
   a vectorized truncated step trains on it (it raised TypeError on a host iterator before issue 41)."""
-  import pickle
   from metafam.compat.learned_optimization.learned_optimizers import base as lopt_base
   from metafam.compat.learned_optimization.outer_trainers import lopt_truncated_step, truncation_schedule
-  rng = np.random.default_rng(0)
-  for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
-    with open(tmp_path / name, "wb") as f:
-      pickle.dump({b"data": rng.integers(0, 256, (20, 3072), dtype=np.uint8), b"labels": list(range(10)) * 2}, f)
-  monkeypatch.setenv("METAFAM_CIFAR10_DIR", str(tmp_path))
+  _write_fake_cifar10(tmp_path, 20, monkeypatch)
   dbase.dataset_lru_cache_clear()
   color = image.cifar10_datasets(4, image_size=(8, 8))
   bw = image.cifar10_datasets(4, image_size=(8, 8), convert_to_black_and_white=True)
@@ -808,13 +810,8 @@ def test_transformed_local_image_datasets_are_device_arrays_and_train_in_the_tru
 @pytest.mark.slow
 def test_lopt_pes_adafac_cifar_task_runs_on_local_cifar_files(tmp_path, monkeypatch):
   """Issue 41: with CIFAR-10 files given, the LOptPES_Adafac_Cifar tasks' inner training runs (TypeError before)."""
-  import pickle
   from metafam.compat.learned_optimization.tasks.fixed import lopt
-  rng = np.random.default_rng(0)
-  for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
-    with open(tmp_path / name, "wb") as f:
-      pickle.dump({b"data": rng.integers(0, 256, (40, 3072), dtype=np.uint8), b"labels": list(range(10)) * 4}, f)
-  monkeypatch.setenv("METAFAM_CIFAR10_DIR", str(tmp_path))
+  _write_fake_cifar10(tmp_path, 40, monkeypatch)
   dbase.dataset_lru_cache_clear()
   task = lopt.LOptPES_Adafac_Cifar_OuterBS4_Length50_Trunc5()
   params, state = task.init_with_state(KEY)
