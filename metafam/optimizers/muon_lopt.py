@@ -2,8 +2,8 @@
 
 A learned optimizer that starts as a weaker rule than the best hand-designed one must first relearn that rule; one
 that starts *as* the rule can only move away from it where meta-training rewards it. At its initial ``theta`` this
-optimizer is ``optax.contrib.muon(learning_rate)`` with its defaults, update for update (tests/test_muon_lopt.py
-checks equality to float rounding of the same operations, on matrices, vectors and conv kernels):
+optimizer is ``optax.contrib.muon(learning_rate)`` with its defaults, update for update (tests/test_muon_lopt.py checks it
+on matrices, vectors, conv kernels and scalars, to the rounding that float32 Newton-Schulz amplifies):
 
   * a 2-D tensor (Muon's rule, as optax applies it): momentum ``mu <- beta mu + (1 - beta) g`` (``beta`` 0.95), its
     bias-corrected Nesterov look-ahead ``mu_hat``, orthogonalized by 5 quintic Newton-Schulz iterations
