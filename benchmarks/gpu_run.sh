@@ -95,8 +95,9 @@ cat "$OUT/tests.md"
 
 step inner_training "$LIMIT_INNER" "$PYTHON" benchmarks/inner_training.py --lanes 1 64 1024 4096 --devices 1 \
   --skip naive ref_style --rounds 5 --markdown "$OUT/inner_training.md" "${smoke[@]}"
+# (the default --perturbations: full, low_rank:1, low_rank:4)
 step outer_training "$LIMIT_OUTER" "$PYTHON" benchmarks/outer_training.py --estimators pes --devices 1 --steps 10 \
-  --perturbations full low_rank:1 low_rank:4 --markdown "$OUT/outer_training.md" "${reference[@]}" "${smoke[@]}"
+  --markdown "$OUT/outer_training.md" "${reference[@]}" "${smoke[@]}"
 step step_cost "$LIMIT_STEP" "$PYTHON" benchmarks/step_cost.py --mlp_widths 1024 3200 --cnn_channels 128 256 512 \
   --learned muon_residual_lopt --markdown "$OUT/step_cost.md" "${smoke[@]}"
 

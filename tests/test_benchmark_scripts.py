@@ -17,14 +17,8 @@ def _rows(markdown_path):
           and not line.startswith("| model") and not line.startswith("| estimate only")]
 
 
-def test_outer_training_default_noise_and_two_devices(tmp_path, monkeypatch, capsys):
-  md = tmp_path / "outer.md"
-  # The default noise kinds (the list default argparse left unconverted), one device.
-  code, out = run_script("benchmarks/outer_training.py", ["--smoke", "--steps", 1, "--estimators", "pes", "--devices",
-                                                          1, "--lopt", "mlp_lopt", "--markdown", md],
-                         monkeypatch, capsys)
-  assert code == 0
-  assert len(_rows(md)) == 3 and "rank 1" in out and "rank 4" in out and "nan" not in out
+def test_outer_training_full_es_on_two_devices(monkeypatch, capsys):
+  # PES with the default noise kinds on one device is gpu_run.sh's outer_training step (tests/test_gpu_run.py).
   # FullES on one and two devices (the default --devices 2).
   code, out = run_script("benchmarks/outer_training.py", ["--smoke", "--estimators", "full_es", "--perturbations",
                                                           "full"], monkeypatch, capsys)
@@ -45,14 +39,12 @@ def test_outer_training_against_the_reference_library(tmp_path, monkeypatch, cap
 
 
 def test_inner_training(tmp_path, monkeypatch, capsys):
+  # One device with the host-driven baselines skipped is gpu_run.sh's inner_training step (tests/test_gpu_run.py).
   md = tmp_path / "inner.md"
   code, out = run_script("benchmarks/inner_training.py", ["--smoke", "--markdown", md], monkeypatch, capsys)
   assert code == 0 and len(_rows(md)) == 2  # mlp_lopt and adam, one lane count
-  code, out = run_script("benchmarks/inner_training.py", ["--smoke", "--optimizers", "adam", "--lanes", 2, "--rounds",
-                                                          1, "--devices", 1, "--skip", "naive", "ref_style"],
-                         monkeypatch, capsys)
   header = out.split("inner optimizer")[1].split("\n")[1].split("|")[0]
-  assert code == 0 and "metafam" in header and "naive" not in header and "ref-style" not in header
+  assert all(c in header for c in ("metafam", "minimal", "mf x2", "ref-style", "naive"))  # every column
 
 
 @needs_lo_src
@@ -69,29 +61,13 @@ def test_low_rank_estimates(monkeypatch, capsys):
 
 def test_profile_estimate(monkeypatch, capsys):
   # As a child process: the per-kernel trace flag must be set before JAX starts.
-  out = run_subprocess("benchmarks/profile_estimate.py", ["--smoke", "--pairs", 2, "--top", 3])
+  # --top large enough to list every kind of kernel: which kinds lead a smoke-size profile depends on the load.
+  out = run_subprocess("benchmarks/profile_estimate.py", ["--smoke", "--pairs", 2, "--top", 1000])
   assert "kernel time per inner step" in out and "matrix products" in out
   code, out = run_script("benchmarks/profile_estimate.py", ["--smoke", "--shared_theta", "--calls", 1, "--estimator",
                                                             "full_es", "--perturbation", "low_rank", "--rank", 1],
                          monkeypatch, capsys)
   assert code == 0 and "one theta for all lanes" in out
-
-
-def test_step_cost(tmp_path, monkeypatch, capsys):
-  md = tmp_path / "step_cost.md"
-  code, out = run_script("benchmarks/step_cost.py", ["--smoke", "--markdown", md, "--learned", "muon_residual_lopt"],
-                         monkeypatch, capsys)
-  assert code == 0
-  rows = _rows(md)
-  assert len(rows) == 2 * 4  # (MLP, CNN) x (adam, muon, generalist_v1, muon_residual_lopt (init))
-  adam = [r for r in rows if "| adam |" in r]
-  assert all("| 1.00x | " in r for r in adam)  # Adam against itself
-  # State bytes per parameter byte: Adam keeps two moments of every parameter, exactly 2; the Muon-initialized
-  # learned optimizer keeps Muon's moments (one per matrix entry, two elsewhere), so its ratio is Muon's.
-  assert all(r.rstrip().endswith("| 2.00 |") for r in adam)
-  state = lambda opt, model: float([r for r in rows if f"| {opt} |" in r and model in r][0].split("|")[-2])
-  for model in ("MLP", "CNN"):  # (optax's Muon also keeps its Newton-Schulz coefficients and a count per part)
-    assert state("muon", model) - 0.02 <= state("muon_residual_lopt (init)", model) <= state("muon", model)
 
 
 def test_meta_training(monkeypatch, capsys):

@@ -1,5 +1,10 @@
 """benchmarks/gpu_run.sh, the run prepared for a lent GPU, on CPU at smoke size: every step runs and writes its
-file, so the script cannot rot between the rare sessions that have a GPU."""
+file, so the script cannot rot between the rare sessions that have a GPU.
+
+Its benchmark steps are also the smoke runs of those benchmarks' documented GPU commands, so their tables are checked
+here rather than run a second time in tests/test_benchmark_scripts.py: `inner_training.py` with one device and the
+host-driven baselines skipped, `outer_training.py` with its default noise kinds, `step_cost.py` with a learned
+optimizer at initialization."""
 
 import os
 import shutil
@@ -7,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+from test_benchmark_scripts import _rows
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -31,3 +37,30 @@ def test_gpu_run_smoke_on_cpu(tmp_path):
     assert f"== {name}: exit 0" in log
   assert "learned_optimization not carried" in log
   assert proc.stdout.count("== ") >= 8  # each step's start and end is printed
+  _check_inner_training((out / "inner_training.md").read_text())
+  _check_outer_training(_rows(out / "outer_training.md"))
+  _check_step_cost(_rows(out / "step_cost.md"))
+
+
+def _check_inner_training(text):
+  header = [line for line in text.splitlines() if line.startswith("| optimizer")][0]
+  columns = [c.strip() for c in header.split("| mf/min time |")[0].split("|")[3:]]  # the timed implementations
+  assert columns[:2] == ["metafam", "minimal"] and "naive" not in columns and "ref-style" not in columns
+
+
+def _check_outer_training(rows):
+  # PES with each default noise kind (the list default argparse once left unconverted): full, rank 1, rank 4.
+  assert len(rows) == 3 and any("rank 1" in r for r in rows) and any("rank 4" in r for r in rows)
+  assert not any("nan" in r for r in rows)
+
+
+def _check_step_cost(rows):
+  assert len(rows) == 2 * 4  # (MLP, CNN) x (adam, muon, generalist_v1, muon_residual_lopt (init))
+  adam = [r for r in rows if "| adam |" in r]
+  assert all("| 1.00x | " in r for r in adam)  # Adam against itself
+  # State bytes per parameter byte: Adam keeps two moments of every parameter, exactly 2; the Muon-initialized
+  # learned optimizer keeps Muon's moments (one per matrix entry, two elsewhere), so its ratio is Muon's.
+  assert all(r.rstrip().endswith("| 2.00 |") for r in adam)
+  state = lambda opt, model: float([r for r in rows if f"| {opt} |" in r and model in r][0].split("|")[-2])
+  for model in ("MLP", "CNN"):  # (optax's Muon also keeps its Newton-Schulz coefficients and a count per part)
+    assert state("muon", model) - 0.02 <= state("muon_residual_lopt (init)", model) <= state("muon", model)
