@@ -230,6 +230,58 @@ def test_evaluate_suite_refuses_bad_candidates_and_tasks_before_training():
     heldout.evaluate_suite(3.0, data=data)
 
 
+def test_evaluate_suite_cache_resumes_an_interrupted_evaluation_and_refuses_another_candidates_files(
+    tmp_path, monkeypatch):
+  """Training is replaced by known curves (counted): a cached task is read instead of trained, NaN included, and
+  scores exactly as when it was trained; a file of another candidate or setting is refused and left as it was."""
+  from metafam.benchmark import sweep
+  from metafam.optimizers.learned import LearnableAdam
+  from metafam.tasks import registry
+  data = {"tasks": {"t1": entry(), "t2": entry()}, "pending": []}
+  raw = {"t1": np.asarray(data["tasks"]["t1"]["baselines"]["adam"]["test_curves"]) * 0.5,
+         "t2": np.asarray(data["tasks"]["t2"]["baselines"]["adam"]["test_curves"]) * 2.0}
+  raw["t2"][1, -1] = np.nan  # one diverged seed
+  trained = []
+
+  def fake_train_lanes(task, opt, theta, **kwargs):
+    trained.append(task)
+    return None, {"test": [raw[task]]}
+
+  monkeypatch.setattr(registry, "get_task", lambda name: name)
+  monkeypatch.setattr(sweep, "train_lanes", fake_train_lanes)
+  monkeypatch.setattr(heldout, "normalize", lambda task, losses: np.asarray(losses, np.float64))
+  lopt = LearnableAdam()
+  theta = lopt.init(jax.random.key(0))
+  cache = tmp_path / "cache"
+  run = lambda th=theta, **kw: heldout.evaluate_suite((lopt, th), data=data, progress=False, cache_dir=cache, **kw)
+
+  first = run()
+  assert trained == ["t1", "t2"] and sorted(os.listdir(cache)) == ["t1.json", "t2.json"]
+  again = run()
+  assert trained == ["t1", "t2"]  # nothing retrained
+  same = lambda a, b: repr(a.scores) == repr(b.scores)  # exact floats; NaN (a diverged task's loss) equals NaN
+  assert same(again, first) and again.wall_time == first.wall_time
+  for t in ("t1", "t2"):
+    np.testing.assert_array_equal(again.curves[t][1], raw[t])  # NaN where it was NaN
+  assert first.scores[1].diverged and not first.scores[0].diverged
+  os.remove(cache / "t2.json")  # an evaluation interrupted during its second task
+  resumed = run()
+  assert trained == ["t1", "t2", "t2"] and same(resumed, first)
+
+  before = (cache / "t1.json").read_bytes()
+  other = jax.tree.map(lambda a: a + 1.0, theta)
+  with pytest.raises(ValueError, match=r"t1.json was written by another evaluation \(it differs in \['theta'\]\)"):
+    run(other)
+  with pytest.raises(ValueError, match=r"differs in \['extra'\]"):
+    run(cache_identity={"checkpoint": "run/checkpoint.npz"})
+  assert (cache / "t1.json").read_bytes() == before and trained == ["t1", "t2", "t2"]
+  (cache / "t1.json").write_text("{not json")
+  with pytest.raises(ValueError, match="t1.json is not a cached task of evaluate_suite"):
+    run()
+  with pytest.raises(ValueError, match="exists and is not a directory"):
+    heldout.evaluate_suite((lopt, theta), data=data, progress=False, cache_dir=cache / "t2.json")
+
+
 @pytest.mark.slow
 def test_adam_at_the_reference_rate_reproduces_the_reference_run():
   """End to end: the candidate trains on the suite's seeds and keys, so Adam at the reference's constant rate

@@ -131,10 +131,15 @@ def test_hand_designed_baselines(monkeypatch, capsys):
 
 def test_heldout_learned(tmp_path, monkeypatch, capsys):
   ckpt = _theta_checkpoint(tmp_path / "checkpoint.npz")
-  code, out = run_script("experiments/heldout_learned.py",
-                         ["--optimizer", "adafac_muon_rms_lopt", "--checkpoint", ckpt, "--tasks", HEAVY_TASK],
-                         monkeypatch, capsys)
+  args = ["--optimizer", "adafac_muon_rms_lopt", "--checkpoint", ckpt, "--tasks", HEAVY_TASK, "--cache_dir",
+          tmp_path / "cache"]
+  code, out = run_script("experiments/heldout_learned.py", args, monkeypatch, capsys)
   assert code == 0 and "diverged on" in out and "/ 1 tasks" in out
+  assert os.listdir(tmp_path / "cache") == [f"{HEAVY_TASK}.json"]
+  # The same command again reads the task from the cache: the same report.
+  code, again = run_script("experiments/heldout_learned.py", args, monkeypatch, capsys)
+  report = lambda text: [line.rsplit(";", 1)[0] for line in text.splitlines()]  # the last part is the wall time
+  assert code == 0 and report(again) == report(out)
 
 
 @pytest.mark.slow

@@ -126,7 +126,8 @@ class SuiteEvaluation:
     win_fraction: ``{baseline: fraction of tasks whose final loss the candidate beats}``.
     num_diverged: tasks on which the candidate diverged.
     pending: the suite's tasks without shipped baselines (not evaluated).
-    wall_time: seconds (training the candidate; 0 for shipped baselines).
+    wall_time: seconds spent training the candidate, summed over tasks (a task read from ``cache_dir`` counts the
+      time it took when it was trained); 0 for shipped baselines.
     suite: ``"heldout"`` (development) or ``"test"``.
     evaluated_at: when the candidate was trained (UTC, ISO 8601); for shipped baselines, the data file's generation
       is recorded in it instead, and this is empty.
@@ -250,7 +251,9 @@ def _resolve(candidate: Candidate) -> Tuple[str, Any, bool]:
 def evaluate_suite(candidate: Candidate, *, tasks: Optional[Sequence[str]] = None,
                    data: Optional[Mapping[str, Any]] = None, name: Optional[str] = None,
                    learning_rates: Optional[Sequence[float]] = None, schedules: Sequence[str] = ("constant",),
-                   progress: bool = True, suite: str = "heldout", confirm_test: bool = False) -> SuiteEvaluation:
+                   progress: bool = True, suite: str = "heldout", confirm_test: bool = False,
+                   cache_dir: Optional[str] = None, cache_identity: Optional[Mapping[str, Any]] = None
+                   ) -> SuiteEvaluation:
   """Trains ``candidate`` on the suite's tasks that have shipped baselines and scores it (module docstring).
 
   Args:
@@ -266,6 +269,13 @@ def evaluate_suite(candidate: Candidate, *, tasks: Optional[Sequence[str]] = Non
     suite: ``"heldout"`` (development, the default) or ``"test"``.
     confirm_test: must be True to score on ``test``, the suite that is run once per shipped optimizer and never
       tuned on; the result records the suite and the time (``evaluated_at``).
+    cache_dir: a directory keeping each finished task's curves (``<task>.json``, written atomically), so that an
+      interrupted evaluation resumes where it stopped: a task whose file is there is read instead of trained. Each
+      file records what produced it (suite, task and its evaluation points, label, the grid and schedules of a tuned
+      candidate, a SHA-256 fingerprint of a learned optimizer's theta, plus ``cache_identity``); a file of another
+      evaluation is refused with an error naming it, never overwritten.
+    cache_identity: JSON-able facts about the candidate that its label does not pin down (e.g. the constructor
+      arguments and checkpoint of a factory built around a learned optimizer); part of each cached task's identity.
   """
   from tqdm.auto import tqdm
   from metafam.tasks.registry import get_task
@@ -284,27 +294,94 @@ def evaluate_suite(candidate: Candidate, *, tasks: Optional[Sequence[str]] = Non
   if unknown or not tasks:
     raise ValueError(f"tasks {unknown or tasks} have no shipped baselines; available: {available}.")
   grid = bl.grid(bl.REFERENCE) if learning_rates is None else np.asarray(learning_rates, np.float64)
+  if cache_dir is not None:
+    cache_dir = os.fspath(cache_dir)
+    if os.path.exists(cache_dir) and not os.path.isdir(cache_dir):
+      raise ValueError(f"cache_dir {cache_dir!r} exists and is not a directory.")
+    identity = dict(suite=suite, label=label, tuned=tuned, learning_rates=grid.tolist() if tuned else None,
+                    schedules=list(schedules) if tuned else None, theta=_theta_fingerprint(candidate),
+                    extra=json.loads(json.dumps(cache_identity)) if cache_identity is not None else None)
+    os.makedirs(cache_dir, exist_ok=True)
   evaluated_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-  start = time.perf_counter()
-  scores, curves = [], {}
+  scores, curves, seconds = [], {}, 0.0
   for task_name in tqdm(tasks, desc=f"{suite}: {label}", unit="task", disable=not progress):
-    entry, task = data["tasks"][task_name], get_task(task_name)
+    entry = data["tasks"][task_name]
     steps = np.asarray(entry["eval_steps"], np.int32)
-    eval_batches = spec.eval_batches(task)
-    if tuned:
-      result = bl.tune_baseline(task, label, int(entry["horizon"]), task_name=task_name, factory=opt,
-                                learning_rates=grid, schedules=schedules, eval_batches=eval_batches)
-      seed_curves = np.asarray(result.test_curves, np.float64)
-      setting = {"learning_rate": result.learning_rate, "schedule": result.schedule, "at_edge": result.at_edge}
-    else:
+
+    def train(task_name=task_name, entry=entry, steps=steps):
+      task = get_task(task_name)
+      eval_batches = spec.eval_batches(task)
+      if tuned:
+        result = bl.tune_baseline(task, label, int(entry["horizon"]), task_name=task_name, factory=opt,
+                                  learning_rates=grid, schedules=schedules, eval_batches=eval_batches)
+        return np.asarray(result.test_curves, np.float64), {"learning_rate": float(result.learning_rate),
+                                                            "schedule": result.schedule,
+                                                            "at_edge": bool(result.at_edge)}
       from metafam.benchmark.sweep import train_lanes
       _, evals = train_lanes(task, opt, None, num_seeds=bl.NUM_SEEDS, points=steps, eval_batches=eval_batches,
                              key=bl.task_key(task_name), splits=bl.SPLITS, name=label)
-      seed_curves, setting = normalize(task, evals["test"][0]), None
+      return normalize(task, evals["test"][0]), None
+
+    if cache_dir is None:
+      start = time.perf_counter()
+      seed_curves, setting = train()
+      seconds += time.perf_counter() - start
+    else:
+      seed_curves, setting, took = _cached_task(
+          os.path.join(cache_dir, f"{task_name}.json"), {**identity, "task": task_name,
+                                                          "eval_steps": steps.tolist()}, train)
+      seconds += took
     scores.append(score_task(task_name, entry, seed_curves, setting=setting))
     curves[task_name] = (steps, seed_curves)
-  return _evaluation(label, scores, curves, data.get("pending", ()), time.perf_counter() - start, suite,
-                     evaluated_at)
+  return _evaluation(label, scores, curves, data.get("pending", ()), seconds, suite, evaluated_at)
+
+
+def _theta_fingerprint(candidate: Any) -> Optional[str]:
+  """SHA-256 of a ``(learned optimizer, theta)`` candidate's meta-parameters (of the checkpoint file's bytes when
+  theta is a path), with the learned optimizer's class; None for other candidates."""
+  if not isinstance(candidate, tuple) or len(candidate) != 2:
+    return None
+  import hashlib
+  lopt, theta = candidate
+  digest = hashlib.sha256(type(lopt).__qualname__.encode())
+  if isinstance(theta, (str, os.PathLike)):
+    with open(theta, "rb") as f:
+      digest.update(f.read())
+  else:
+    import jax
+    for path, leaf in jax.tree_util.tree_flatten_with_path(theta)[0]:
+      leaf = np.asarray(leaf)
+      digest.update(f"{jax.tree_util.keystr(path)}:{leaf.dtype}:{leaf.shape}".encode())
+      digest.update(np.ascontiguousarray(leaf).tobytes())
+  return digest.hexdigest()
+
+
+def _cached_task(path: str, identity: Dict[str, Any], train: Callable[[], Tuple[np.ndarray, Any]]
+                 ) -> Tuple[np.ndarray, Any, float]:
+  """``(seed curves, setting, seconds it took to train)`` of one task: read from ``path`` when that file was written
+  by the same evaluation (``identity``), else trained and written there."""
+  from metafam.io import write_json
+  if os.path.exists(path):
+    try:
+      with open(path) as f:
+        record = json.load(f)
+      stored = record["identity"]
+      seed_curves = np.asarray([[np.nan if v is None else v for v in row] for row in record["curves"]], np.float64)
+      setting, seconds = record["setting"], float(record["seconds"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+      raise ValueError(f"cache_dir: {path} is not a cached task of evaluate_suite ({e}); remove it to retrain the "
+                       "task.") from None
+    if stored != identity:
+      differ = sorted(k for k in set(stored) | set(identity) if stored.get(k) != identity.get(k))
+      raise ValueError(f"cache_dir: {path} was written by another evaluation (it differs in {differ}); use another "
+                       "cache directory for this candidate or setting.")
+    return seed_curves, setting, seconds
+  start = time.perf_counter()
+  seed_curves, setting = train()
+  seconds = time.perf_counter() - start
+  rows = [[float(v) if np.isfinite(v) else None for v in row] for row in np.asarray(seed_curves, np.float64)]
+  write_json(path, {"identity": identity, "curves": rows, "setting": setting, "seconds": seconds})
+  return np.asarray(seed_curves, np.float64), setting, seconds
 
 
 # -- tables and figures ---------------------------------------------------------------------------------------------
