@@ -61,7 +61,7 @@ TUNABLE: Dict[str, Callable[..., optax.GradientTransformation]] = {
 
 
 @dataclasses.dataclass(frozen=True)
-class SweepResult:
+class SweepResult(tuning.GridChoice):
   """A learning-rate sweep of one optax factory on one task (L rates x S seeds).
 
   Attributes:
@@ -95,13 +95,8 @@ class SweepResult:
 
   @property
   def best_lr(self) -> float:
-    """The selected rate (NaN if every rate diverged)."""
-    return float(self.learning_rates[self.best_index]) if self.best_index >= 0 else float("nan")
-
-  @property
-  def at_edge(self) -> bool:
-    """True if the selected rate is the smallest or largest of the grid (widen the grid to be sure of the optimum)."""
-    return self.best_index in (0, len(self.learning_rates) - 1)
+    """The selected rate (NaN if every rate diverged); `learning_rate` by its other name."""
+    return self.learning_rate
 
   def final_loss(self, split: Optional[str] = None, normalized: bool = False) -> float:
     """Seed-mean loss of ``split`` (default the selection split) at ``select_at`` for the selected rate (or NaN)."""

@@ -107,8 +107,25 @@ class Lanes(NamedTuple):
 Trainer = Callable[[np.ndarray, Tuple[str, ...]], Mapping[str, Lanes]]
 
 
+class GridChoice:
+  """What a result holding a rate grid ``learning_rates`` and the chosen ``best_index`` (-1: every rate diverged)
+  says about the choice; shared by `Tuned` and `metafam.benchmark.sweep.SweepResult`."""
+  learning_rates: np.ndarray
+  best_index: int
+
+  @property
+  def learning_rate(self) -> float:
+    """The chosen rate (NaN if every rate diverged)."""
+    return float(self.learning_rates[self.best_index]) if self.best_index >= 0 else float("nan")
+
+  @property
+  def at_edge(self) -> bool:
+    """The chosen rate is an end of the grid (widen the grid to be sure of the optimum)."""
+    return self.best_index in (0, len(self.learning_rates) - 1)
+
+
 @dataclasses.dataclass(frozen=True)
-class Tuned:
+class Tuned(GridChoice):
   """The result of `tune`.
 
   Attributes:
@@ -127,16 +144,6 @@ class Tuned:
   diverged: Dict[str, np.ndarray]
   best: Dict[str, int]
   lanes: Dict[str, Lanes]
-
-  @property
-  def learning_rate(self) -> float:
-    """The chosen rate (NaN if every rate diverged)."""
-    return float(self.learning_rates[self.best_index]) if self.best_index >= 0 else float("nan")
-
-  @property
-  def at_edge(self) -> bool:
-    """The chosen rate is an end of the final grid (widen the grid to be sure of the optimum)."""
-    return self.best_index in (0, len(self.learning_rates) - 1)
 
 
 def tune(train: Trainer, learning_rates: Sequence[float], eval_steps: np.ndarray, *,
