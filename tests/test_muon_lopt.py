@@ -171,6 +171,8 @@ def test_meta_gradient_reaches_the_zero_output_layer_and_the_gains_at_init():
     (dict(beta=1.0), r"beta must be a finite number in \(0, 1\)"),
     (dict(hidden_sizes=()), "hidden_sizes must be a non-empty sequence of ints"),
     (dict(fan_in_power=float("inf")), "fan_in_power must be a finite number >= 0"),
+    (dict(lr_spread=0.5), "lr_spread must be a finite number >= 1"),
+    (dict(lr_spread=float("nan")), "lr_spread must be a finite number >= 1"),
 ])
 def test_bad_arguments_are_named(kwargs, message):
   with pytest.raises(ValueError, match=message):
@@ -183,3 +185,79 @@ def test_optax_update_without_params_is_refused():
   p = {"w": jnp.ones((3, 4))}
   with pytest.raises(ValueError, match="needs the current params"):
     tx.update(p, tx.init(p))
+
+
+# -- lr_spread: meta-training at the learning rates around step_mult ---------------------------------------------
+SPREAD = 4.0
+
+
+def _spread_run(lopt, theta, is_training, key, params, grads):
+  opt = lopt.opt_fn(theta, is_training=is_training)
+  state = opt.init(params, key=key)
+  for g in grads:
+    state = opt.update(state, g)
+  return state
+
+
+def test_lr_spread_multiplies_a_trajectory_s_steps_by_its_drawn_factor_and_only_while_training():
+  rng = np.random.default_rng(3)
+  params = _params(rng)
+  grads = _grads(rng, params, 3)
+  spread, plain = MuonResidualLOpt(lr_spread=SPREAD), MuonResidualLOpt()
+  theta = spread.init(jax.random.key(0))
+  theta = {**theta, "mlp": jax.tree.map(lambda w: w + 0.1, theta["mlp"])}  # a nonzero residual too
+  key = jax.random.key(5)
+  reference = _spread_run(plain, theta, True, key, params, grads)
+  # Evaluation (is_training=False) and the optax face never see the spread.
+  evaluated = _spread_run(spread, theta, False, key, params, grads)
+  jax.tree.map(np.testing.assert_array_equal, evaluated.params, reference.params)
+  # The step is scaled by exp(u): on the first update the parameters move exp(u) times as far, and the accumulators
+  # (which read the gradients, not the steps) are the same. (Later steps also see the moved parameters through the
+  # residual's parameter feature, so only the first is a pure rescaling.)
+  reference = _spread_run(plain, theta, True, key, params, grads[:1])
+  trained = _spread_run(spread, theta, True, key, params, grads[:1])
+  u = float(trained.opt_state["log_lr_scale"])
+  assert abs(u) <= np.log(SPREAD) and u != 0.0
+  jax.tree.map(np.testing.assert_array_equal, trained.opt_state["accumulators"], reference.opt_state)
+  for name in params:
+    moved = np.asarray(trained.params[name]) - np.asarray(params[name])
+    expected = np.exp(u) * (np.asarray(reference.params[name]) - np.asarray(params[name]))
+    np.testing.assert_allclose(moved, expected, rtol=2e-5, atol=1e-6, err_msg=name)  # float32 p - s roundings
+  with pytest.raises(ValueError, match="draws its step multiplier from init's key"):
+    spread.opt_fn(theta, is_training=True).init(params)
+
+
+def test_lr_spread_factors_are_log_uniform_over_the_range():
+  lopt = MuonResidualLOpt(lr_spread=SPREAD)
+  opt = lopt.opt_fn(lopt.init(jax.random.key(0)), is_training=True)
+  params = {"w": jnp.zeros((3, 4)), "b": jnp.zeros(4)}
+  draws = jax.vmap(lambda k: opt.init(params, key=k).opt_state["log_lr_scale"])(
+      jax.random.split(jax.random.key(1), 4000))
+  half, n = np.log(SPREAD), 4000
+  draws = np.asarray(draws, np.float64)
+  assert draws.min() >= -half and draws.max() <= half
+  # Uniform on [-h, h]: mean 0 (sd h / sqrt(3 n)), variance h^2 / 3; 5 standard errors.
+  assert abs(draws.mean()) < 5 * half / np.sqrt(3 * n)
+  assert abs(draws.var() - half ** 2 / 3) < 5 * half ** 2 * np.sqrt(4 / 45 / n)
+  assert np.mean(np.abs(draws) > half / 2) == pytest.approx(0.5, abs=5 * np.sqrt(0.25 / n))
+
+
+def test_truncated_step_meta_trains_with_the_spread_and_the_evaluator_without_it():
+  """TruncatedStep calls opt_fn(theta, is_training=True): each lane draws its factor at its trajectory's start, the
+  two lanes of an antithetic pair the same one (they draw the same keys); the evaluator's step calls opt_fn(theta)."""
+  from metafam.evaluation.family_eval import FamilyEvaluator
+  from metafam.inner.schedules import ConstantSchedule
+  from metafam.inner.truncated_step import TruncatedStep
+  from metafam.taskfamilies.image_mlp import ImageMLPFamily
+  family = ImageMLPFamily((4,), image_size=8, batch_size=8)
+  lopt = MuonResidualLOpt(lr_spread=SPREAD)
+  theta = lopt.init(jax.random.key(0))
+  step = TruncatedStep(family, lopt, 8, ConstantSchedule(3), antithetic=True, donate=False)
+  scales = np.asarray(step.init_step_state(theta, jax.random.key(1)).opt_state.opt_state["log_lr_scale"])
+  assert scales.shape == (8,)
+  np.testing.assert_array_equal(scales[0::2], scales[1::2])  # pairs share their factor
+  assert len(set(scales[0::2].tolist())) == 4  # pairs differ
+  evaluator = FamilyEvaluator(family, num_tasks=2, num_steps=3)
+  assert np.all(np.isfinite(evaluator.evaluate(lopt, theta, jax.random.key(2))))  # no key-less init, no spread
+  with pytest.raises(ValueError, match="is_training must be a bool"):
+    TruncatedStep(family, lopt, 2, is_training=1)

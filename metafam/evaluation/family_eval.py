@@ -46,9 +46,11 @@ class _WeakLearnedOpt:
   def lane_chunk(self):
     return getattr(self._ref(), "lane_chunk", None)
 
-  def opt_fn(self, theta: Any) -> Any:
+  def opt_fn(self, theta: Any, is_training: bool = False) -> Any:
     opt = self._ref()
-    return opt if isinstance(opt, Optimizer) else opt.opt_fn(theta)
+    if isinstance(opt, Optimizer):
+      return opt
+    return opt.opt_fn(theta, is_training=True) if is_training else opt.opt_fn(theta)
 
 
 class FamilyEvaluator:
@@ -77,7 +79,7 @@ class FamilyEvaluator:
     def build():
       step = TruncatedStep(self.family, _WeakLearnedOpt(learned_opt), groups * self.num_tasks,
                            ConstantSchedule(self.num_steps), meta_loss_split=split, lane_groups=groups, donate=False,
-                           devices=self.devices)
+                           devices=self.devices, is_training=False)
       num_steps = self.num_steps
       # The step is an argument (a pytree of its device data), so the data are program inputs, not constants.
       return step, jax.jit(lambda step, theta, key: _curves(step, theta, key, num_steps, theta_is_batched))

@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
-from metafam._checks import check_positive
+from metafam._checks import check_bool, check_positive
 from metafam._pytree import DataPytree
 from metafam.datasets.base import SPLITS
 from metafam.inner import masking, pairs, sharding
@@ -161,6 +161,10 @@ class TruncatedStep(DataPytree):
       lane), keys and data are replicated; the numbers are the same as on one device. `init_step_state`,
       `unroll` and `unroll_with_keys` place their inputs; callers of the pure `init_fn` / `unroll_fn` inside their
       own jit must pass arrays that live on these devices (see `place_theta`). See `metafam.inner.sharding`.
+    is_training: whether the lanes meta-train (True, the default: ``learned_opt.opt_fn(theta, is_training=True)``,
+      as learned_optimization's truncated step calls it, so a learned optimizer can add training-only randomness
+      such as `MuonResidualLOpt`'s ``lr_spread``) or evaluate (False: ``opt_fn(theta)``, as `FamilyEvaluator` runs
+      it).
   """
 
   _data_fields = ("data",)
@@ -168,11 +172,12 @@ class TruncatedStep(DataPytree):
   def __init__(self, family: TaskFamily, learned_opt: Any, num_tasks: int, schedule: Any = None,
                random_initial_iteration: bool = False, meta_loss_split: Optional[str] = "same_batch",
                antithetic: bool = False, stack_antithetic: bool = True,
-               lane_groups: int = 1, donate: bool = True, devices: Any = None, lane_chunk: Any = "auto"):
+               lane_groups: int = 1, donate: bool = True, devices: Any = None, lane_chunk: Any = "auto",
+               is_training: bool = True):
     self._args = dict(family=family, learned_opt=learned_opt, num_tasks=num_tasks, schedule=schedule,
                       random_initial_iteration=random_initial_iteration, meta_loss_split=meta_loss_split,
                       antithetic=antithetic, stack_antithetic=stack_antithetic, lane_groups=lane_groups,
-                      donate=donate, devices=devices, lane_chunk=lane_chunk)
+                      donate=donate, devices=devices, lane_chunk=lane_chunk, is_training=is_training)
     if not isinstance(family, TaskFamily):
       raise TypeError(f"family must be a TaskFamily, got {type(family).__name__}.")
     if isinstance(learned_opt, Optimizer):
@@ -196,6 +201,7 @@ class TruncatedStep(DataPytree):
     if not hasattr(self.schedule, "sample"):
       raise TypeError(f"schedule must have sample(key) -> length, got {type(self.schedule).__name__}.")
     self.random_initial_iteration = random_initial_iteration
+    self.is_training = check_bool("is_training", is_training)
     if isinstance(lane_chunk, str) and lane_chunk == "auto":
       lane_chunk = getattr(self.learned_opt, "lane_chunk", None)
     self.lane_chunk = None if lane_chunk is None else check_positive("lane_chunk", lane_chunk, integer=True)
@@ -251,7 +257,7 @@ class TruncatedStep(DataPytree):
     the learned optimizer as they are when it reads them through `low_rank` (``low_rank_weights``), else dense."""
     if not getattr(self.learned_opt, "low_rank_weights", False):
       theta = low_rank.dense_tree(theta)
-    return self.learned_opt.opt_fn(theta)
+    return self.learned_opt.opt_fn(theta, is_training=True) if self.is_training else self.learned_opt.opt_fn(theta)
 
   def _theta_axes(self, theta: Any, theta_is_batched: bool) -> Any:
     """The vmap ``in_axes`` of theta: None when shared, else 0 per leaf except shared low-rank bases (None)."""

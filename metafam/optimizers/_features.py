@@ -163,27 +163,49 @@ def init_state(params: Any, model_state: Any, opt_state: Any) -> OptimizerState:
 # ``leaf_step(theta, count) -> f(p, g, accumulators) -> (step, new accumulators)`` for the update at ``count``
 # (0-based), ``step`` in the compute dtype, subtracted from the param: ``new p = (p - step)`` cast to p's dtype.
 class AccumulatorOptimizer(Optimizer):
-  """``lopt.opt_fn(theta)`` for such an optimizer: `OptimizerState` with ``opt_state`` the accumulators' tree."""
+  """``lopt.opt_fn(theta)`` for such an optimizer: `OptimizerState` with ``opt_state`` the accumulators' tree.
 
-  def __init__(self, lopt: Any, theta: Any):
+  With ``lr_spread`` s > 1 (meta-training only: see `MuonResidualLOpt`), ``init`` draws one step multiplier
+  ``exp(u)``, u uniform in ``[-log s, log s]``, from its ``key`` (so log-uniform in ``[1/s, s]``), and every step
+  of that trajectory is multiplied by it: the learned optimizer meets the range of learning rates a user's tuning
+  grid would hand it. ``opt_state`` is then ``{"accumulators": tree, "log_lr_scale": f32[]}``.
+  """
+
+  def __init__(self, lopt: Any, theta: Any, lr_spread: float = 1.0):
     self.lopt, self.theta = lopt, theta
+    self.lr_spread = float(check_number("lr_spread", lr_spread, low=1.0))
 
   @property
   def name(self) -> str:
     return f"{self.lopt.name}.opt_fn(theta)"
 
   def init(self, params, model_state=None, num_steps=None, key=None) -> OptimizerState:
-    return init_state(params, model_state, jax.tree.map(self.lopt.init_accumulators, params))
+    accumulators = jax.tree.map(self.lopt.init_accumulators, params)
+    if self.lr_spread == 1.0:
+      return init_state(params, model_state, accumulators)
+    if key is None:
+      raise ValueError(f"{self.name} with lr_spread={self.lr_spread:g} draws its step multiplier from init's key: "
+                       "pass key=.")
+    half = float(np.log(self.lr_spread))
+    log_scale = jax.random.uniform(key, (), jnp.float32, -half, half)
+    return init_state(params, model_state, {"accumulators": accumulators, "log_lr_scale": log_scale})
 
   def update(self, opt_state, grad, loss=None, model_state=None, key=None) -> OptimizerState:
     check_grad_matches(opt_state.params, grad)
     step = self.lopt.leaf_step(self.theta, opt_state.iteration)
+    spread = self.lr_spread != 1.0
+    accumulators = opt_state.opt_state["accumulators"] if spread else opt_state.opt_state
+    scale = jnp.exp(opt_state.opt_state["log_lr_scale"]) if spread else None
 
     def leaf(p, g, acc):
       s, new_acc = step(p, g, acc)
+      if scale is not None:
+        s = s * scale.astype(s.dtype)
       return (p.astype(s.dtype) - s).astype(p.dtype), new_acc
 
-    params, accs = map_leaves(leaf, opt_state.params, grad, opt_state.opt_state, num_outputs=2)
+    params, accs = map_leaves(leaf, opt_state.params, grad, accumulators, num_outputs=2)
+    if spread:
+      accs = {"accumulators": accs, "log_lr_scale": opt_state.opt_state["log_lr_scale"]}
     return next_state(opt_state, params, model_state, accs)
 
 

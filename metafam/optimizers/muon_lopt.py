@@ -52,7 +52,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from metafam._checks import check_choice, check_positive_int
+from metafam._checks import check_choice, check_number, check_positive_int
 from metafam.optimizers import _features as F
 from metafam.optimizers.adafac_mlp_lopt import orthogonalize
 from metafam.optimizers.base import Optimizer
@@ -84,13 +84,17 @@ class MuonResidualLOpt(LearnedOptimizer):
     fan_in_power, base_fan_in: a matrix's step starts multiplied by ``(base_fan_in / fan_in) ** fan_in_power``
       (0: the initial rule is exactly Muon); the exponents of fan-in and fan-out are learned from there.
     norm_eps: the ``eps`` of the per-tensor RMS normalization of the features.
+    lr_spread: s >= 1. While meta-training (``opt_fn(theta, is_training=True)``, as `TruncatedStep` calls it),
+      each trajectory's steps are multiplied by one factor drawn log-uniformly in ``[1/s, s]`` at its start, so that
+      theta is trained for the learning rates around ``step_mult`` a user's tuning grid tries (s = sqrt(10) spans
+      one point of the half-decade grid each way). Evaluation and the optax face are unaffected. 1: off.
   """
 
   low_rank_weights = True  # its 2-D meta-parameters are read by F.mlp_columns / F.mlp_bias0 only
 
   def __init__(self, hidden_sizes: Sequence[int] = (8,), residual: str = "after", step_mult: Any = 1e-2,
                beta: float = 0.95, adam_b1: float = 0.9, adam_b2: float = 0.999, eps: float = 1e-8,
-               fan_in_power: float = 0.0, base_fan_in: int = 64, norm_eps: float = 1e-12):
+               fan_in_power: float = 0.0, base_fan_in: int = 64, norm_eps: float = 1e-12, lr_spread: float = 1.0):
     self.hidden_sizes = F.check_sizes("hidden_sizes", hidden_sizes)
     self.residual = check_choice("residual", residual, RESIDUALS)
     self.step_mult = step_mult if callable(step_mult) else F.check_positive("step_mult", step_mult)
@@ -101,12 +105,15 @@ class MuonResidualLOpt(LearnedOptimizer):
     self.fan_in_power = F.check_positive("fan_in_power", fan_in_power, allow_zero=True)
     self.base_fan_in = check_positive_int("base_fan_in", base_fan_in)
     self.norm_eps = F.check_positive("norm_eps", norm_eps)
+    self.lr_spread = float(check_number("lr_spread", lr_spread, low=1.0))
 
   @property
   def name(self) -> str:
     options = f", residual {self.residual}"
     if self.fan_in_power:
       options += f", fan-in^-{self.fan_in_power:g} from {self.base_fan_in}"
+    if self.lr_spread != 1.0:
+      options += f", lr spread {self.lr_spread:g}"
     return f"MuonResidualLOpt({'x'.join(map(str, self.hidden_sizes))}{options})"
 
   @property
@@ -120,8 +127,8 @@ class MuonResidualLOpt(LearnedOptimizer):
             "shape_power": jnp.asarray([-self.fan_in_power, 0.0], jnp.float32)}
 
   def opt_fn(self, theta: dict, is_training: bool = False) -> Optimizer:
-    """The optimizer for ``theta`` (``is_training`` is unused)."""
-    return F.AccumulatorOptimizer(self, theta)
+    """The optimizer for ``theta``; with ``is_training`` (meta-training) it applies ``lr_spread``."""
+    return F.AccumulatorOptimizer(self, theta, lr_spread=self.lr_spread if is_training else 1.0)
 
   def as_optax(self, theta: dict) -> optax.GradientTransformationExtraArgs:
     """``opt_fn(theta)`` as an optax transformation; its state (`MuonResidualOptaxState`) is the update count and
