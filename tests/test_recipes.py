@@ -85,10 +85,28 @@ def test_the_generalist_recipe_mixes_families_unlike_the_heldout_tasks():
     (dict(trajectory_lengths=[10, 5]), "LogUniformSchedule"),
     (dict(trajectory_lengths=[10]), "must be \\(low, high\\)"),
     (dict(colour="red"), "unknown recipe keys \\['colour'\\]"),
+    (dict(optimizer="muon_residual_lopt", optimizer_kwargs={"lr_spread": 0.5}),
+     "Recipe.optimizer_kwargs \\{'lr_spread': 0.5\\} for muon_residual_lopt: lr_spread must be a finite number >= 1"),
+    (dict(optimizer_kwargs={"colour": 1}), "Recipe.optimizer_kwargs \\{'colour': 1\\} for adafac_muon_rms_lopt: .*colour"),
+    (dict(optimizer_kwargs={"step_mult": 0.1}), "give step_mult as Recipe.step_mult"),
+    (dict(optimizer_kwargs=[1]), "Recipe.optimizer_kwargs must be a mapping"),
 ])
 def test_bad_recipes_name_what_is_wrong(tmp_path, changes, message):
   with pytest.raises(ValueError, match=message):
     load_recipe(write_recipe(tmp_path / "r.json", **changes))
+
+
+def test_optimizer_kwargs_reach_the_learned_optimizer_and_the_identity_only_when_given(tmp_path):
+  plain = load_recipe(write_recipe(tmp_path / "a.json", optimizer="muon_residual_lopt"))
+  spread = load_recipe(write_recipe(tmp_path / "b.json", optimizer="muon_residual_lopt",
+                                    optimizer_kwargs={"lr_spread": 3.0}))
+  assert plain.build_learned_optimizer().lr_spread == 1.0
+  lopt = spread.build_learned_optimizer()
+  assert lopt.lr_spread == 3.0 and lopt.step_mult == TINY_RECIPE["step_mult"]
+  assert "optimizer_kwargs" not in plain.identity(0)["recipe"]  # as before the field existed: old runs resume
+  assert spread.identity(0)["recipe"]["optimizer_kwargs"] == {"lr_spread": 3.0}
+  assert spread.identity(0) != plain.identity(0)
+  assert Recipe.from_dict(json.loads(json.dumps(spread.to_dict()))) == spread
 
 
 def test_unknown_recipe_and_bad_json(tmp_path):

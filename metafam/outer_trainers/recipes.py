@@ -45,6 +45,8 @@ class Recipe:
     optimizer: a registered learned optimizer (`metafam.optimizers.registry.LEARNED_OPTIMIZERS`).
     step_mult: its ``step_mult`` (for a unit-RMS optimizer: the learning rate during meta-training); None for an
       optimizer without one (or its library default).
+    optimizer_kwargs: other constructor arguments of the learned optimizer (JSON values), e.g. ``{"lr_spread":
+      3.16}`` for `MuonResidualLOpt`; part of the run's identity when not empty.
     families: the mixture, one `FamilySpec` each (at least one).
     estimator: a registered estimator name ("nres", "pes", ...).
     num_pairs: antithetic pairs (lanes for "tbptt") per family.
@@ -74,6 +76,7 @@ class Recipe:
   clip_grad_norm: float = 1.0
   num_steps: int = 1000
   description: str = ""
+  optimizer_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
   def __post_init__(self):
     from metafam.inner.schedules import LogUniformSchedule
@@ -100,6 +103,7 @@ class Recipe:
       if not takes_step_mult(self.optimizer):
         raise ValueError(f"Recipe.step_mult: optimizer {self.optimizer} has no step_mult; it applies to "
                          f"{', '.join(n for n in sorted(LEARNED_OPTIMIZERS) if takes_step_mult(n))}.")
+    self._check_optimizer_kwargs()
     if self.perturbation not in ("full", "low_rank"):
       raise ValueError(f"Recipe.perturbation must be 'full' or 'low_rank', got {self.perturbation!r}.")
     check_positive_int("Recipe.perturbation_rank", self.perturbation_rank)
@@ -111,6 +115,23 @@ class Recipe:
       raise ValueError(f"Recipe.trajectory_lengths must be (low, high), got {self.trajectory_lengths!r}.")
     LogUniformSchedule(*lengths)  # checks 1 <= low <= high, ints
     object.__setattr__(self, "trajectory_lengths", lengths)
+
+  def _check_optimizer_kwargs(self):
+    from metafam.optimizers.registry import get_learned_optimizer
+    kwargs = self.optimizer_kwargs
+    if not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
+      raise ValueError(f"Recipe.optimizer_kwargs must be a mapping of argument names to values, got {kwargs!r}.")
+    if "step_mult" in kwargs:
+      raise ValueError("Recipe.optimizer_kwargs: give step_mult as Recipe.step_mult.")
+    try:
+      kwargs = json.loads(json.dumps(dict(kwargs)))  # JSON data, as the run's identity stores it
+    except (TypeError, ValueError):
+      raise ValueError(f"Recipe.optimizer_kwargs must hold JSON values, got {self.optimizer_kwargs!r}.") from None
+    try:
+      get_learned_optimizer(self.optimizer, **kwargs)  # constructors are cheap and check their arguments
+    except (TypeError, ValueError) as e:
+      raise ValueError(f"Recipe.optimizer_kwargs {kwargs} for {self.optimizer}: {e}") from None
+    object.__setattr__(self, "optimizer_kwargs", kwargs)
 
   # -- data ---------------------------------------------------------------------------------------------------
   def to_dict(self) -> Dict[str, Any]:
@@ -136,6 +157,8 @@ class Recipe:
     """What identifies a run of this recipe with ``seed`` (resuming with anything else is refused): the recipe less
     its name, description and length (a run may be continued to more meta-steps), as JSON data."""
     recipe = {k: v for k, v in self.to_dict().items() if k not in ("name", "description", "num_steps")}
+    if not recipe["optimizer_kwargs"]:  # the identity of runs of recipes from before the field
+      del recipe["optimizer_kwargs"]
     if recipe["perturbation"] == "full":
       recipe["perturbation_rank"] = None  # meaningless for full noise
     return json.loads(json.dumps({"recipe": recipe, "seed": int(seed)}))
@@ -143,7 +166,8 @@ class Recipe:
   # -- building -----------------------------------------------------------------------------------------------
   def build_learned_optimizer(self):
     from metafam.optimizers.registry import get_learned_optimizer
-    return get_learned_optimizer(self.optimizer, **({} if self.step_mult is None else {"step_mult": self.step_mult}))
+    return get_learned_optimizer(self.optimizer, **self.optimizer_kwargs,
+                                 **({} if self.step_mult is None else {"step_mult": self.step_mult}))
 
   def schedule(self):
     """The trajectory-length schedule: constant when ``low == high``, else log-uniform."""
