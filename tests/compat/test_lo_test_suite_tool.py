@@ -71,6 +71,7 @@ def test_exclusions_have_reasons(tool):
   for cases in tool.EXCLUDED_CASES.values():
     assert all(reason for reason in cases.values())
   assert not set(tool.EXCLUDED_FILES) & set(tool.TEST_FILES)
+  assert set(tool.EXCLUDED_CASES) <= set(tool.TEST_FILES)  # a misspelt file would exclude nothing
 
 
 def test_a_file_missing_from_an_older_checkout_is_skipped_not_failed(tool, tmp_path):
