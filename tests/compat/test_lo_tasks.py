@@ -82,9 +82,12 @@ def test_unavailable_image_datasets_raise_only_when_a_batch_is_requested(fn, nam
   assert _shapes(d.abstract_batch) == {"image": ((4, side, side, channels), np.dtype("float32")),
                                        "label": ((4,), np.dtype("int32"))}
   assert d.extra_info["num_classes"] == classes
+  splits = [d.train, d.inner_valid, d.outer_valid, d.test]  # reading a split is no request (LO's tests do it)
   with pytest.raises(dbase.DatasetUnavailableError, match=name) as e:
-    next(d.train)
+    next(splits[0])
   assert "METAFAM_" in str(e.value) or "Datasets" in str(e.value)  # says how to supply it
+  with pytest.raises(dbase.DatasetUnavailableError, match=name):
+    next(splits[3])
 
 
 def _write_fake_cifar10(directory, per_file, monkeypatch):
