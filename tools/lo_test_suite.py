@@ -288,6 +288,8 @@ def run_test_file(rel, src, work, env, args):
   with open(target, "w") as f:
     f.write(rewrite_imports(source))
   junit = target + ".junit.xml"
+  if os.path.exists(junit):  # a report of an earlier run in the same --out is not this run's
+    os.remove(junit)
   cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--import-mode=importlib",
          "--rootdir", os.path.join(work, "tests"), f"--junitxml={junit}", "-o", "junit_family=xunit1"]
   excluded = EXCLUDED_CASES.get(rel, {})
@@ -295,15 +297,18 @@ def run_test_file(rel, src, work, env, args):
     cmd += ["-k", " and ".join(f"not {name}" for name in excluded)]
   cmd.append(target)
   start = time.time()
+  timed_out = False
   try:
     proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=args.timeout)
     log = proc.stdout + proc.stderr
   except subprocess.TimeoutExpired as e:
-    log = f"timeout after {args.timeout}s\n" + (e.stdout or b"").decode(errors="replace")
+    timed_out, log = True, f"timeout after {args.timeout}s\n" + (e.stdout or b"").decode(errors="replace")
   with open(target + ".log", "w") as f:
     f.write(log)
   cases = _parse_junit(junit)
-  if len(cases) == 1 and cases[0][2].startswith("collection: "):  # nothing ran: count every case as failed
+  if timed_out:  # pytest writes its report at the end: no case is known to have passed
+    cases = [("<run>", "failed", f"timeout after {args.timeout}s (no report; raise --timeout)")]
+  if len(cases) == 1 and (timed_out or cases[0][2].startswith("collection: ")):  # count every case as failed
     count = _static_case_count(source) - len(excluded)
     cases = [(f"{cases[0][0]} [{i}]", "failed", cases[0][2]) for i in range(max(count, 1))]
   if not cases:
