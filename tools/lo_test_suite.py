@@ -394,7 +394,9 @@ def main(argv=None):
                                                   "(default: a temporary directory, removed afterwards)")
   parser.add_argument("--only", default=None, help="run only the files / notebooks whose name contains this (several "
                                                   "substrings: comma-separated, any may match)")
-  parser.add_argument("--timeout", type=int, default=900, help="seconds per test file or notebook")
+  parser.add_argument("--timeout", type=int, default=3600,
+                      help="seconds per test file or notebook (LO's tasks/fixed/lopt_test.py alone ran past 25 "
+                           "minutes on 2 busy cores)")
   parser.add_argument("--meta_train_length", type=int, default=20,
                       help="LOPT_META_TRAIN_LENGTH for the Part 5 notebook (LO's switch for automated runs)")
   parser.add_argument("--no_notebooks", action="store_true")
