@@ -102,19 +102,32 @@ EXCLUDED_FILES = {
     "outer_trainers/truncated_pes_pmap_test.py": "multi-device pmap variant of TruncatedPES (not mirrored)",
 }
 
-# Single cases left out on purpose: {file: {pytest case name: reason}}. image_mlp_test's `test_tasks<i>` is the
-# i-th name of its `tasks` list; 0 is ImageMLP_FashionMnist_Relu128x128 (run), 1-6 need ImageNet / CIFAR-10.
-_NO_TFDS = "TFDS-dependent dataset ({}: not shipped; metafam is offline, only Fashion-MNIST is embedded)"
+# Single cases left out on purpose: {file: {pytest case name (a -k substring) : reason}}. LO's task smoke tests
+# run on zeros shaped like `abstract_batch`, so tasks on data metafam lacks (ImageNet, CIFAR, LM1B) still run there.
+# The `timed_sample_*` samplers rejection-sample with LO's learned runtime models, weights LO downloads from
+# gs://gresearch/learned_optimization/task_timing_models/ ($LOPT_TIMING_MODEL_DIR); metafam is offline and raises
+# NotImplementedError naming the untimed sampler, which the same files test.
+_NO_TIMING_MODELS = ("needs LO's learned runtime models (downloaded from gs://gresearch/learned_optimization/"
+                     "task_timing_models/); metafam is offline: the timed_sample_* samplers raise "
+                     "NotImplementedError naming the untimed sampler")
+_TIMED_SAMPLERS = {"image_conv": ["image_conv"], "image_mlp_ae": ["image_mlp_ae"],
+                   "image_mlp": ["image_mlp", "image_mlp_subsample_data"], "image_mlp_vae": ["image_mlp_vae"],
+                   "image_resnet": ["image_resnet"], "lm_rnn": ["lm_rnn"], "lm_transformer": ["lm_transformer"],
+                   "lopt": ["lopt"], "lopt_trunc": ["lopt"], "vit": ["vit"]}
 EXCLUDED_CASES = {
-    "tasks/fixed/image_mlp_test.py": {
-        "test_tasks1": _NO_TFDS.format("ImageMLP_Imagenet16_Relu256x256x256"),
-        **{f"test_tasks{i}": _NO_TFDS.format("ImageMLP_Cifar10_*") for i in range(2, 7)}},
     # Case 9 is LOptPES_Adafac_Cifar_OuterBS8_Length50_Trunc5: its PES estimator trains on CIFAR-10 batches, read from
     # local files; tests/compat/test_lo_tasks.py (slow, "lopt_pes_adafac_cifar") meta-trains it on such files.
     "tasks/fixed/lopt_test.py": {
         "test_tasks9": "needs local CIFAR-10 files ($METAFAM_CIFAR10_DIR; metafam ships no CIFAR-10): "
                        "tests/compat/test_lo_tasks.py runs this task on such files"},
+    **{f"tasks/parametric/{module}_test.py": {f"test_timed_sample_{name}": _NO_TIMING_MODELS for name in names}
+       for module, names in _TIMED_SAMPLERS.items()},
 }
+# lopt_trunc_test's test_sample_lopt builds what sample_lopt_trunc(PRNGKey(0)) draws: mode "TruncatedSNES", an
+# estimator of LO's research.hyper_lopt, a package missing from LO's public repository.
+EXCLUDED_CASES["tasks/parametric/lopt_trunc_test.py"]["test_sample_lopt"] = (
+    "draws mode 'TruncatedSNES' of LO's research.hyper_lopt, which LO's public repository lacks (its own "
+    "lopt_trunc.py fails to import it); metafam raises NotImplementedError naming the available modes")
 
 # Tutorial notebooks (docs/notebooks/<name>.ipynb), Parts 1-6.
 NOTEBOOKS = (
@@ -275,6 +288,8 @@ def run_test_file(rel, src, work, env, args):
   with open(target, "w") as f:
     f.write(rewrite_imports(source))
   junit = target + ".junit.xml"
+  if os.path.exists(junit):  # a report of an earlier run in the same --out is not this run's
+    os.remove(junit)
   cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--import-mode=importlib",
          "--rootdir", os.path.join(work, "tests"), f"--junitxml={junit}", "-o", "junit_family=xunit1"]
   excluded = EXCLUDED_CASES.get(rel, {})
@@ -282,15 +297,18 @@ def run_test_file(rel, src, work, env, args):
     cmd += ["-k", " and ".join(f"not {name}" for name in excluded)]
   cmd.append(target)
   start = time.time()
+  timed_out = False
   try:
     proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=args.timeout)
     log = proc.stdout + proc.stderr
   except subprocess.TimeoutExpired as e:
-    log = f"timeout after {args.timeout}s\n" + (e.stdout or b"").decode(errors="replace")
+    timed_out, log = True, f"timeout after {args.timeout}s\n" + (e.stdout or b"").decode(errors="replace")
   with open(target + ".log", "w") as f:
     f.write(log)
   cases = _parse_junit(junit)
-  if len(cases) == 1 and cases[0][2].startswith("collection: "):  # nothing ran: count every case as failed
+  if timed_out:  # pytest writes its report at the end: no case is known to have passed
+    cases = [("<run>", "failed", f"timeout after {args.timeout}s (no report; raise --timeout)")]
+  if len(cases) == 1 and (timed_out or cases[0][2].startswith("collection: ")):  # count every case as failed
     count = _static_case_count(source) - len(excluded)
     cases = [(f"{cases[0][0]} [{i}]", "failed", cases[0][2]) for i in range(max(count, 1))]
   if not cases:
@@ -376,7 +394,9 @@ def main(argv=None):
                                                   "(default: a temporary directory, removed afterwards)")
   parser.add_argument("--only", default=None, help="run only the files / notebooks whose name contains this (several "
                                                   "substrings: comma-separated, any may match)")
-  parser.add_argument("--timeout", type=int, default=900, help="seconds per test file or notebook")
+  parser.add_argument("--timeout", type=int, default=3600,
+                      help="seconds per test file or notebook (LO's tasks/fixed/lopt_test.py alone ran past 25 "
+                           "minutes on 2 busy cores)")
   parser.add_argument("--meta_train_length", type=int, default=20,
                       help="LOPT_META_TRAIN_LENGTH for the Part 5 notebook (LO's switch for automated runs)")
   parser.add_argument("--no_notebooks", action="store_true")

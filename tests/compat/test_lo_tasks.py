@@ -7,6 +7,7 @@ closed form (via `jax.eval_shape`, so even the 16384-wide MLP costs nothing), ES
 
 import hashlib
 import math
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -81,9 +82,12 @@ def test_unavailable_image_datasets_raise_only_when_a_batch_is_requested(fn, nam
   assert _shapes(d.abstract_batch) == {"image": ((4, side, side, channels), np.dtype("float32")),
                                        "label": ((4,), np.dtype("int32"))}
   assert d.extra_info["num_classes"] == classes
+  splits = [d.train, d.inner_valid, d.outer_valid, d.test]  # reading a split is no request (LO's tests do it)
   with pytest.raises(dbase.DatasetUnavailableError, match=name) as e:
-    next(d.train)
+    next(splits[0])
   assert "METAFAM_" in str(e.value) or "Datasets" in str(e.value)  # says how to supply it
+  with pytest.raises(dbase.DatasetUnavailableError, match=name):
+    next(splits[3])
 
 
 def _write_fake_cifar10(directory, per_file, monkeypatch):
@@ -412,6 +416,28 @@ def test_cfgobject_flattens_featurizes_and_serializes_without_pickle():
   assert built.abstract_batch["image"].shape == (8, 8, 8, 1)
   with pytest.raises(ValueError, match="registry"):
     cfgobject.object_from_config(cfgobject.CFGObject("os.system", {}))
+
+
+def test_object_from_config_builds_a_projects_gin_configurable_as_the_reference_does(monkeypatch):
+  gin = pytest.importorskip("gin")
+
+  @gin.configurable("MetafamCompatGinProbe", module="metafam_compat_test")
+  class Probe:
+    def __init__(self, param):
+      self.param = param
+
+  nested = cfgobject.CFGObject("MetafamCompatGinProbe", {"param": cfgobject.CFGObject("MetafamCompatGinProbe",
+                                                                                       {"param": 222})})
+  obj = cfgobject.object_from_config(nested)
+  assert isinstance(obj, Probe) and isinstance(obj.param, Probe) and obj.param.param == 222
+  assert obj.cfg == nested
+  with pytest.raises(ValueError, match="nor a gin configurable"):
+    cfgobject.object_from_config(cfgobject.CFGObject("NoSuchGinName", {}))
+  # Without gin imported by the caller, gin is neither consulted nor imported.
+  monkeypatch.delitem(sys.modules, "gin")
+  with pytest.raises(ValueError, match="registry") as info:
+    cfgobject.object_from_config(cfgobject.CFGObject("MetafamCompatGinProbe", {"param": 1}))
+  assert "gin" not in str(info.value) and "gin" not in sys.modules
 
 
 def test_cfg_objects_are_pytrees_with_static_names():

@@ -71,6 +71,7 @@ def test_exclusions_have_reasons(tool):
   for cases in tool.EXCLUDED_CASES.values():
     assert all(reason for reason in cases.values())
   assert not set(tool.EXCLUDED_FILES) & set(tool.TEST_FILES)
+  assert set(tool.EXCLUDED_CASES) <= set(tool.TEST_FILES)  # a misspelt file would exclude nothing
 
 
 def test_a_file_missing_from_an_older_checkout_is_skipped_not_failed(tool, tmp_path):
@@ -92,3 +93,23 @@ def test_a_file_missing_from_an_older_checkout_is_skipped_not_failed(tool, tmp_p
   with pytest.raises(SystemExit) as error:
     tool.main(argv + ["--only", "no_such_test"])
   assert error.value.code == 2
+
+
+def test_a_file_that_runs_past_the_timeout_fails_every_case_with_the_reason(tool, tmp_path):
+  lo = tmp_path / "lo" / "learned_optimization"
+  lo.mkdir(parents=True)
+  (lo / "__init__.py").write_text("")
+  (lo / "summary_test.py").write_text("import time\n\ndef test_a():\n  time.sleep(120)\n\ndef test_b():\n  pass\n")
+  out = tmp_path / "out"
+  stale = out / "tests" / "summary_test.py.junit.xml"  # an earlier run's report must not be read
+  stale.parent.mkdir(parents=True)
+  stale.write_text('<testsuite><testcase classname="x" name="test_a"/><testcase classname="x" name="test_b"/>'
+                   '</testsuite>')
+  argv = ["--reference_src", str(lo.parent), "--out", str(out), "--no_notebooks", "--only", "summary_test",
+          "--timeout", "3"]
+  assert tool.main(argv) == 1
+  with open(out / "results.json") as f:
+    (row,) = json.load(f)["rows"]
+  assert [case[1] for case in row["cases"]] == ["failed", "failed"]
+  assert all("timeout after 3s" in case[2] for case in row["cases"])
+

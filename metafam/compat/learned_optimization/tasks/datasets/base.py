@@ -268,7 +268,9 @@ class _ReadOnUse(LazyDataset):
   """A `LazyDataset` whose ``abstract_batch`` and ``extra_info`` are known without reading: the files are read
   (once) when a split, its device data or ``has_device_data`` is first asked for, so building and initializing a
   task read nothing, and the splits are metafam's `ArraySplit`s (device path) once read. ``reads_on_use`` tells
-  code that builds a truncated step at construction (which reads) to defer that to first use."""
+  code that builds a truncated step at construction (which reads) to defer that to first use. A split read while
+  the files are missing is an iterator that raises `DatasetUnavailableError` on ``next`` (reading it is no request
+  for a batch, as in the reference)."""
 
   reads_on_use = True
 
@@ -278,6 +280,17 @@ class _ReadOnUse(LazyDataset):
 
   abstract_batch = property(lambda self: self._abstract)
   extra_info = property(lambda self: self._extra)
+
+  def _split(self, name: str) -> Iterator:
+    try:
+      return getattr(self._fn(), name)
+    except DatasetUnavailableError:  # files missing: like a split of unavailable data, raise on next() (and retry)
+      return LazyIterator(lambda: getattr(self._fn(), name))
+
+  train = property(lambda self: self._split("train"))
+  inner_valid = property(lambda self: self._split("inner_valid"))
+  outer_valid = property(lambda self: self._split("outer_valid"))
+  test = property(lambda self: self._split("test"))
 
 
 _MAP_KEYS = ("image_size", "stack_channels", "aug_flip_left_right", "aug_flip_up_down", "normalize_mean",

@@ -5,8 +5,10 @@ configurations themselves), `CFGNamed` (a named dict of values, for featurizatio
 featurized by its log) and `DoNotFeaturize` (a value hidden from the features for some feature types). All four
 are frozen dataclasses registered as pytrees whose names are static, so a sampled configuration can be vmapped.
 
-* `object_from_config(cfg)` calls the named callables bottom-up; names are looked up (instead of gin) among the
-  public callables of this compatibility package's ``tasks`` modules, or in the ``registry`` you pass.
+* `object_from_config(cfg)` calls the named callables bottom-up; names are looked up in the ``registry`` you pass,
+  then among the public callables of this compatibility package's ``tasks`` modules, then -- when your code has
+  imported gin -- among gin's configurables, so classes a project marks ``@gin.configurable`` build as in the
+  reference (metafam itself neither needs nor imports gin).
 * `flatten_cfg` flattens a configuration to ``{"/path/of/keys": value}``; `featurize` turns it into key features
   (``int32[n, 8]``: a hash of each path segment, `hash_trick`), float features (``f32[n, 8]``) and int features
   (``int32[n]``), as the reference does; `featurize_many` pads several to one length with a mask.
@@ -21,6 +23,7 @@ import hashlib
 import importlib
 import json
 import logging
+import sys
 from typing import Any, Mapping, Optional, Sequence, Tuple
 
 import jax
@@ -89,8 +92,15 @@ def _configurable(name: str) -> Any:
     fn = getattr(mod, name, None)
     if callable(fn) and not name.startswith("_"):
       return fn
+  gin = sys.modules.get("gin")  # only when the caller's code uses gin: metafam does not import it
+  if gin is not None:
+    try:
+      return gin.get_configurable(name)
+    except ValueError:
+      pass
   raise ValueError(f"CFGObject names {name!r}, which is no public callable of "
-                   f"{', '.join(_CONFIGURABLE_MODULES)}; pass registry={{name: callable}} to object_from_config.")
+                   f"{', '.join(_CONFIGURABLE_MODULES)}{' nor a gin configurable' if gin is not None else ''}; "
+                   f"pass registry={{name: callable}} to object_from_config.")
 
 
 def object_from_config(cfg: Any, registry: Optional[Mapping[str, Any]] = None) -> Any:
