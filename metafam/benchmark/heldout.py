@@ -322,15 +322,10 @@ def evaluate_suite(candidate: Candidate, *, tasks: Optional[Sequence[str]] = Non
                              key=bl.task_key(task_name), splits=bl.SPLITS, name=label)
       return normalize(task, evals["test"][0]), None
 
-    if cache_dir is None:
-      start = time.perf_counter()
-      seed_curves, setting = train()
-      seconds += time.perf_counter() - start
-    else:
-      seed_curves, setting, took = _cached_task(
-          os.path.join(cache_dir, f"{task_name}.json"), {**identity, "task": task_name,
-                                                          "eval_steps": steps.tolist()}, train)
-      seconds += took
+    path = None if cache_dir is None else os.path.join(cache_dir, f"{task_name}.json")
+    seed_curves, setting, took = _cached_task(
+        path, None if path is None else {**identity, "task": task_name, "eval_steps": steps.tolist()}, train)
+    seconds += took
     scores.append(score_task(task_name, entry, seed_curves, setting=setting))
     curves[task_name] = (steps, seed_curves)
   return _evaluation(label, scores, curves, data.get("pending", ()), seconds, suite, evaluated_at)
@@ -356,12 +351,12 @@ def _theta_fingerprint(candidate: Any) -> Optional[str]:
   return digest.hexdigest()
 
 
-def _cached_task(path: str, identity: Dict[str, Any], train: Callable[[], Tuple[np.ndarray, Any]]
-                 ) -> Tuple[np.ndarray, Any, float]:
+def _cached_task(path: Optional[str], identity: Optional[Dict[str, Any]],
+                 train: Callable[[], Tuple[np.ndarray, Any]]) -> Tuple[np.ndarray, Any, float]:
   """``(seed curves, setting, seconds it took to train)`` of one task: read from ``path`` when that file was written
-  by the same evaluation (``identity``), else trained and written there."""
+  by the same evaluation (``identity``), else trained (and written there unless ``path`` is None)."""
   from metafam.io import write_json
-  if os.path.exists(path):
+  if path is not None and os.path.exists(path):
     try:
       with open(path) as f:
         record = json.load(f)
@@ -379,6 +374,8 @@ def _cached_task(path: str, identity: Dict[str, Any], train: Callable[[], Tuple[
   start = time.perf_counter()
   seed_curves, setting = train()
   seconds = time.perf_counter() - start
+  if path is None:
+    return np.asarray(seed_curves, np.float64), setting, seconds
   rows = [[float(v) if np.isfinite(v) else None for v in row] for row in np.asarray(seed_curves, np.float64)]
   write_json(path, {"identity": identity, "curves": rows, "setting": setting, "seconds": seconds})
   return np.asarray(seed_curves, np.float64), setting, seconds
