@@ -23,7 +23,8 @@ import pytest
 from metafam import outer_trainers
 from metafam.inner import ConstantSchedule, TruncatedStep
 from metafam.optimizers import SGDM, Adam, LearnedOptimizer, num_meta_params
-from metafam.optimizers.adafac_mlp_lopt import AdafacMLPLOpt, orthogonalize
+from metafam.optimizers.adafac_mlp_lopt import AdafacMLPLOpt
+from metafam.optimizers.newton_schulz import orthogonalize
 from metafam.optimizers.learnable_sgdm import LearnableSGDM
 from metafam.optimizers.mlp_nom_lopt import MLPNomLOpt
 from metafam.optimizers.nn_adam import NNAdam

@@ -8,7 +8,7 @@ import numpy as np
 import optax
 import pytest
 
-from metafam.optimizers.adafac_mlp_lopt import orthogonalize
+from metafam.optimizers.newton_schulz import orthogonalize  # optax's iteration, its direct form by default
 from metafam.optimizers.muon_lopt import MuonResidualLOpt
 from metafam.optimizers.registry import get_learned_optimizer
 

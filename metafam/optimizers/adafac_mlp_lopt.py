@@ -81,6 +81,7 @@ from metafam.optimizers import _features as F
 from metafam.optimizers.base import Optimizer
 from metafam.optimizers.learned import LearnedOptimizer
 from metafam.optimizers.mlp_lopt import DEFAULT_TIME_SCALES, rms_normalize, time_features
+from metafam.optimizers.newton_schulz import orthogonalize
 
 DEFAULT_DECAYS = (0.9, 0.99, 0.999)
 
@@ -236,19 +237,6 @@ class AdafacMLPLOpt(LearnedOptimizer):
     if self.fan_in_power and rank >= 2:  # static: the tensor's shape is known at trace time
       step = step * (self.base_fan_in / int(np.prod(jnp.shape(p)[:-1]))) ** self.fan_in_power
     return (step * jnp.asarray(scale, dt)).reshape(jnp.shape(p)), new_acc
-
-
-def orthogonalize(m: jax.Array) -> jax.Array:
-  """Muon's direction for a tensor of rank >= 2: ``m`` as the matrix ``[prod(shape[:-1]), shape[-1]]``, Frobenius-
-  normalized and orthogonalized by optax's 5 quintic Newton-Schulz iterations (singular values near 1), in ``m``'s
-  shape. An all-zero ``m`` gives zeros, with a zero (not NaN) derivative."""
-  shape = jnp.shape(m)
-  matrix = jnp.reshape(m, (-1, shape[-1]))
-  nonzero = jnp.any(matrix != 0)
-  safe = jnp.where(nonzero, matrix, jnp.ones_like(matrix))  # the norm's derivative is NaN at 0: never evaluate it
-  tx = optax.contrib.scale_by_muon(beta=0.0, nesterov=False)  # with beta = 0 its momentum is the input itself
-  out = tx.update(safe, tx.init(safe))[0]
-  return jnp.reshape(jnp.where(nonzero, out, 0.0), shape).astype(m.dtype)
 
 
 AdafacOptaxState = F.AccumulatorOptaxState  # the optax state of `AdafacMLPLOpt.as_optax` (count, accumulators)

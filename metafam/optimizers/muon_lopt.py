@@ -2,13 +2,15 @@
 
 A learned optimizer that starts as a weaker rule than the best hand-designed one must first relearn that rule; one
 that starts *as* the rule can only move away from it where meta-training rewards it. At its initial ``theta`` this
-optimizer is ``optax.contrib.muon(learning_rate)`` with its defaults, update for update (tests/test_muon_lopt.py checks it
-on matrices, vectors, conv kernels and scalars, to the rounding that float32 Newton-Schulz amplifies):
+optimizer is ``optax.contrib.muon(learning_rate)`` with its defaults, update for update (tests/test_muon_lopt.py
+checks it on matrices, vectors, conv kernels and scalars, to the rounding that float32 Newton-Schulz amplifies):
 
   * a 2-D tensor (Muon's rule, as optax applies it): momentum ``mu <- beta mu + (1 - beta) g`` (``beta`` 0.95), its
-    bias-corrected Nesterov look-ahead ``mu_hat``, orthogonalized by 5 quintic Newton-Schulz iterations
-    (`metafam.optimizers.adafac_mlp_lopt.orthogonalize`, optax's own iteration), times the shape scale
-    ``sqrt(max(1, fan_out / fan_in))``;
+    bias-corrected Nesterov look-ahead ``mu_hat``, orthogonalized by optax's 5 quintic Newton-Schulz iterations
+    (`metafam.optimizers.newton_schulz.orthogonalize`), times the shape scale ``sqrt(max(1, fan_out / fan_in))``.
+    ``orthogonalization`` picks how the iteration is computed: "direct" is optax's computation; the default "auto"
+    computes it in its Gram form where that needs fewer flops (784 x 128: 2.1x fewer), the same polynomial up to
+    float32 rounding (relative 1e-3 at worst measured; see that module);
   * every other tensor (vectors, scalars, conv kernels): Nesterov Adam, ``optax.scale_by_adam(0.9, 0.999, 1e-8,
     nesterov=True)``, as optax's Muon pairs it;
   * ``step = learning_rate * u`` with ``learning_rate`` a number or an optax schedule of the update count
@@ -54,7 +56,7 @@ import optax
 
 from metafam._checks import check_choice, check_number, check_positive_int
 from metafam.optimizers import _features as F
-from metafam.optimizers.adafac_mlp_lopt import orthogonalize
+from metafam.optimizers import newton_schulz
 from metafam.optimizers.base import Optimizer
 from metafam.optimizers.learned import LearnedOptimizer
 from metafam.optimizers.mlp_lopt import rms_normalize
@@ -84,6 +86,8 @@ class MuonResidualLOpt(LearnedOptimizer):
     fan_in_power, base_fan_in: a matrix's step starts multiplied by ``(base_fan_in / fan_in) ** fan_in_power``
       (0: the initial rule is exactly Muon); the exponents of fan-in and fan-out are learned from there.
     norm_eps: the ``eps`` of the per-tensor RMS normalization of the features.
+    orthogonalization: "direct", "gram" or "auto" (the cheaper per matrix shape), see
+      `metafam.optimizers.newton_schulz`.
     lr_spread: s >= 1. While meta-training (``opt_fn(theta, is_training=True)``, as `TruncatedStep` calls it),
       each trajectory's steps are multiplied by one factor drawn log-uniformly in ``[1/s, s]`` at its start, so that
       theta is trained for the learning rates around ``step_mult`` a user's tuning grid tries (s = sqrt(10) spans
@@ -94,7 +98,8 @@ class MuonResidualLOpt(LearnedOptimizer):
 
   def __init__(self, hidden_sizes: Sequence[int] = (8,), residual: str = "after", step_mult: Any = 1e-2,
                beta: float = 0.95, adam_b1: float = 0.9, adam_b2: float = 0.999, eps: float = 1e-8,
-               fan_in_power: float = 0.0, base_fan_in: int = 64, norm_eps: float = 1e-12, lr_spread: float = 1.0):
+               fan_in_power: float = 0.0, base_fan_in: int = 64, norm_eps: float = 1e-12, lr_spread: float = 1.0,
+               orthogonalization: str = "auto"):
     self.hidden_sizes = F.check_sizes("hidden_sizes", hidden_sizes)
     self.residual = check_choice("residual", residual, RESIDUALS)
     self.step_mult = step_mult if callable(step_mult) else F.check_positive("step_mult", step_mult)
@@ -106,6 +111,7 @@ class MuonResidualLOpt(LearnedOptimizer):
     self.base_fan_in = check_positive_int("base_fan_in", base_fan_in)
     self.norm_eps = F.check_positive("norm_eps", norm_eps)
     self.lr_spread = float(check_number("lr_spread", lr_spread, low=1.0))
+    self.orthogonalization = check_choice("orthogonalization", orthogonalization, newton_schulz.FORMS)
 
   @property
   def name(self) -> str:
@@ -114,6 +120,8 @@ class MuonResidualLOpt(LearnedOptimizer):
       options += f", fan-in^-{self.fan_in_power:g} from {self.base_fan_in}"
     if self.lr_spread != 1.0:
       options += f", lr spread {self.lr_spread:g}"
+    if self.orthogonalization != "auto":
+      options += f", {self.orthogonalization} Newton-Schulz"
     return f"MuonResidualLOpt({'x'.join(map(str, self.hidden_sizes))}{options})"
 
   @property
@@ -175,10 +183,10 @@ class MuonResidualLOpt(LearnedOptimizer):
     r = None
     if self.residual == "before" and matrix:
       r = self._residual(theta, features, matrix)
-      d = orthogonalize(m + _rms(m, self.norm_eps) * r) * shape_scale(jnp.shape(p))
+      d = self._orthogonalize(m + _rms(m, self.norm_eps) * r) * shape_scale(jnp.shape(p))
     else:
       if matrix:
-        d = orthogonalize(m) * shape_scale(jnp.shape(p))
+        d = self._orthogonalize(m) * shape_scale(jnp.shape(p))
       r = self._residual(theta, features + [d] if self.residual == "after" else features, matrix)
       d = d + _rms(d, self.norm_eps) * r
     log_gain = theta["log_gain"][0 if matrix else 1]
@@ -186,6 +194,9 @@ class MuonResidualLOpt(LearnedOptimizer):
       log_fans = np.log(np.asarray(jnp.shape(p), np.float64) / self.base_fan_in).astype(np.float32)
       log_gain = log_gain + jnp.dot(theta["shape_power"], log_fans)
     return (jnp.exp(log_gain).astype(dt) * d).astype(dt), new_acc
+
+  def _orthogonalize(self, m: jax.Array) -> jax.Array:
+    return newton_schulz.orthogonalize(m, self.orthogonalization)
 
   def _residual(self, theta: dict, features: list, matrix: bool) -> jax.Array:
     x = jnp.stack(features, axis=0)
