@@ -2,6 +2,7 @@
 
     python benchmarks/step_cost.py                                  # MLPs of 1.9M and 4.1M params and a CNN
     python benchmarks/step_cost.py --mlp_widths 3200 --cnn_channels 128 256 512 --markdown step_cost.md   # 12.8M
+    python benchmarks/step_cost.py --mlp_widths 128 --cnn_channels --members 21 --lane_chunk 1 3   # 21 at once
 
 The models are written in plain JAX the way a user would (no metafam `Task`): MLPs ``784 -> W -> W -> 10`` (ReLU) for
 each width W of ``--mlp_widths`` (1024: 1.86M parameters, 1664: 4.09M, 3200: 12.8M) and, unless ``--cnn_channels``
@@ -16,7 +17,11 @@ For every (model, optimizer) two jitted programs are timed round-robin, ``--roun
 (the median is reported): the update alone (``update(grads, state, params)``) and the whole train step (loss,
 gradient, update, ``optax.apply_updates``). Printed per model: milliseconds, the ratios to Adam's and Muon's times
 measured in the same run, and the optimizer state's bytes per parameter byte. ``--markdown PATH`` also writes the
-table as Markdown; ``--smoke`` runs every code path on tiny models (width 16, channels 4 8 8, batch 8, one round).
+table as Markdown; ``--smoke`` runs every code path on tiny models (width 16, channels 4 8 8, batch 8, one round;
+with ``--members``, 2 members and blocks of 1). With ``--members M`` each model trains M copies at once (vmapped, as
+a learning-rate sweep or a seed study does; times are per call for all M) and ``--lane_chunk K ...`` adds every
+optimizer again with its update applied to blocks of K members in sequence (`metafam.inner.step.map_lanes`, what
+`Runner(lane_chunk=K)` does).
 Run it alone: a concurrent job skews timings.
 """
 
@@ -31,6 +36,7 @@ import optax
 
 import bench_common  # benchmarks/ is on sys.path when this runs as a script
 import metafam.pretrained
+from metafam.inner.step import map_lanes
 from metafam.optimizers.registry import get_learned_optimizer, takes_step_mult
 
 
@@ -87,10 +93,11 @@ def tree_bytes(tree) -> int:
   return sum(x.nbytes for x in jax.tree.leaves(tree) if hasattr(x, "nbytes"))
 
 
-def setup(model, opt, batch):
-  """Blocking calls of the update alone and of the whole train step, and the state's bytes per parameter byte."""
+def setup(model, opt, batch, members=None, chunk=None):
+  """Blocking calls of the update alone and of the whole train step, and the state's bytes per parameter byte.
+  With ``members``, that many models train at once (vmapped, each from its own init), and their updates run in
+  blocks of ``chunk`` members in sequence (`metafam.inner.step.map_lanes`; None: one vmap)."""
   init, apply = model
-  params = init(jax.random.key(0))
   images = jax.random.normal(jax.random.key(1), (batch, 28, 28, 1))
   labels = jax.random.randint(jax.random.key(2), (batch,), 0, 10)
 
@@ -98,14 +105,21 @@ def setup(model, opt, batch):
     logp = jax.nn.log_softmax(apply(params, images))
     return -jnp.mean(jnp.take_along_axis(logp, labels[:, None], axis=-1))
 
-  state = jax.jit(opt.init)(params)
-  grads = jax.jit(jax.grad(loss_fn))(params)
-  update = jax.jit(opt.update)
+  if members is None:
+    params, value_and_grad, opt_init, opt_update = init(jax.random.key(0)), jax.value_and_grad(loss_fn), opt.init, \
+        opt.update
+  else:
+    params = jax.vmap(init)(jax.random.split(jax.random.key(0), members))
+    value_and_grad, opt_init = jax.vmap(jax.value_and_grad(loss_fn)), jax.vmap(opt.init)
+    opt_update = lambda g, s, p: map_lanes(opt.update, (0, 0, 0), (g, s, p), chunk)
+  state = jax.jit(opt_init)(params)
+  grads = jax.jit(value_and_grad)(params)[1]
+  update = jax.jit(opt_update)
 
   @jax.jit
   def train_step(params, state):
-    loss, grads = jax.value_and_grad(loss_fn)(params)
-    updates, state = opt.update(grads, state, params)
+    loss, grads = value_and_grad(params)
+    updates, state = opt_update(grads, state, params)
     return optax.apply_updates(params, updates), state, loss
 
   box = {"params": params, "state": state}
@@ -116,7 +130,7 @@ def setup(model, opt, batch):
   def run_step():
     box["params"], box["state"], loss = train_step(box["params"], box["state"])
     jax.block_until_ready(loss)
-  return run_update, run_step, tree_bytes(state) / tree_bytes(params), tree_bytes(params) // 4
+  return run_update, run_step, tree_bytes(state) / tree_bytes(params), tree_bytes(params) // 4 // (members or 1)
 
 
 
@@ -128,6 +142,11 @@ def main():
                       help="the CNN's convolution channels (none: no CNN)")
   parser.add_argument("--batch", type=int, default=128)
   parser.add_argument("--rounds", type=int, default=5, help="timed calls per program (the median is reported)")
+  parser.add_argument("--members", type=int, default=None,
+                      help="train this many models of each kind at once (vmapped, as a sweep or a seed study does)")
+  parser.add_argument("--lane_chunk", type=int, nargs="*", default=[],
+                      help="with --members: also time every optimizer with its update in blocks of this many "
+                           "members in sequence (ratios stay against one-vmap Adam and Muon)")
   parser.add_argument("--learned", nargs="*", default=[],
                       help="registered learned optimizers (with a step_mult) to add at their initial theta, e.g. "
                            "muon_residual_lopt")
@@ -138,18 +157,27 @@ def main():
     parser.error(f"--learned: {', '.join(bad)} is not a registered learned optimizer with a step_mult")
   if args.smoke:
     args.mlp_widths, args.cnn_channels, args.batch, args.rounds = [16], [4, 8, 8], 8, 1
-  if any(w < 1 for w in args.mlp_widths + args.cnn_channels) or args.batch < 1 or args.rounds < 1:
-    parser.error("--mlp_widths, --cnn_channels, --batch and --rounds must be positive")
+  if args.smoke and args.members:
+    args.members, args.lane_chunk = 2, [1]
+  if (any(w < 1 for w in args.mlp_widths + args.cnn_channels + args.lane_chunk) or args.batch < 1
+      or args.rounds < 1 or (args.members is not None and args.members < 1)):
+    parser.error("--mlp_widths, --cnn_channels, --batch, --rounds, --members and --lane_chunk must be positive")
+  if args.lane_chunk and args.members is None:
+    parser.error("--lane_chunk needs --members")
   models = {f"MLP 784-{w}-{w}-10": mlp([w, w]) for w in args.mlp_widths}
   if args.cnn_channels:
     models[f"CNN {'-'.join(map(str, args.cnn_channels))}"] = cnn(args.cnn_channels)
-  opts = optimizers(learned=args.learned)
+  if args.members:
+    models = {f"{name}, {args.members} at once": model for name, model in models.items()}
+  opts = {(name, None): opt for name, opt in optimizers(learned=args.learned).items()}
+  opts.update({(name, k): opt for k in args.lane_chunk for (name, _), opt in list(opts.items())})
   print(f"jax {jax.__version__} on {jax.devices()[0].platform}; batch {args.batch}; median of {args.rounds} "
-        f"interleaved calls; optimizers {', '.join(opts)}")
+        f"interleaved calls; optimizers {', '.join(dict.fromkeys(n for n, _ in opts))}")
   runs, info = {}, {}
   for model_name, model in models.items():
-    for opt_name, opt in opts.items():
-      run_update, run_step, state_ratio, num_params = setup(model, opt, args.batch)
+    for (opt_name, chunk), opt in opts.items():
+      opt_name = opt_name if chunk is None else f"{opt_name}, blocks of {chunk}"
+      run_update, run_step, state_ratio, num_params = setup(model, opt, args.batch, args.members, chunk)
       runs[model_name, opt_name, "update"], runs[model_name, opt_name, "step"] = run_update, run_step
       info[model_name, opt_name] = state_ratio, num_params
   times = bench_common.round_robin(runs, args.rounds)
@@ -158,7 +186,7 @@ def main():
   print("\n" + " | ".join(columns))
   rows = []
   for model_name in models:
-    for opt_name in opts:
+    for opt_name in [name if k is None else f"{name}, blocks of {k}" for name, k in opts]:
       t = {kind: times[model_name, opt_name, kind] for kind in ("update", "step")}
       ref = {(o, kind): times[model_name, o, kind] for o in ("adam", "muon") for kind in ("update", "step")}
       state_ratio, num_params = info[model_name, opt_name]

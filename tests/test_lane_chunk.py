@@ -1,12 +1,18 @@
-"""Updating lanes in blocks (`TruncatedStep(lane_chunk=...)`) computes what one vmap over all lanes computes."""
+"""Updating lanes in blocks (`TruncatedStep(lane_chunk=...)`, `Runner(lane_chunk=...)`) computes what one vmap over
+all lanes computes."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import optax
+
 from metafam.inner import ConstantSchedule, TruncatedStep
-from metafam.optimizers import Adam, LearnableSGD, MLPLOpt
+from metafam.inner.runner import Runner
+from metafam.optimizers import Adam, LearnableSGD, MLPLOpt, newton_schulz
+from metafam.optimizers.muon_lopt import MuonResidualLOpt
+from metafam.tasks.registry import get_task
 from metafam.taskfamilies import QuadraticFamily
 
 FAMILY = QuadraticFamily(6, scale_range=(0.5, 2.0))
@@ -46,6 +52,28 @@ def test_auto_takes_the_learned_optimizers_block_size():
   assert TruncatedStep(FAMILY, Adam(1e-3), 4).lane_chunk is None
   assert TruncatedStep(FAMILY, LearnableSGD(), 4).lane_chunk is None
   assert TruncatedStep(FAMILY, MLPLOpt(), 4, lane_chunk=None).lane_chunk is None
+  # Newton-Schulz optimizers: one lane at a time on a CPU (batched matrix products are slow there), else one vmap
+  assert MuonResidualLOpt().lane_chunk == newton_schulz.lane_chunk() == (1 if jax.default_backend() == "cpu" else None)
   for bad in (0, -1, 2.5, True, "big"):
     with pytest.raises((ValueError, TypeError), match="lane_chunk"):
       TruncatedStep(FAMILY, MLPLOpt(), 4, lane_chunk=bad)
+
+
+def test_runner_blocks_equal_one_vmap_and_check_the_argument():
+  """Muon on 3 members of a small image MLP, updates in blocks of 2 (the last one partial) or one vmap: the same
+  training losses and evaluations up to float32 rounding of differently batched products (Newton-Schulz amplifies
+  it: measured max relative difference 1.1e-7 over 12 steps; bound 1e-4)."""
+  task = get_task("fmnist_mlp_8x8_32")
+  out = []
+  for chunk in (None, 2):
+    runner = Runner(task, optax.contrib.muon(0.02), num_members=3, lane_chunk=chunk, splits=("inner_valid",))
+    keys = runner.keys(jax.random.key(0))
+    cfg, state = runner.init(keys, 12)
+    state, losses = runner.train(state, cfg, keys, 0, 12)
+    out.append((np.asarray(losses), np.asarray(runner.evaluate(state, cfg, keys, 12)["inner_valid"])))
+  for a, b in zip(*out):
+    np.testing.assert_allclose(a, b, rtol=1e-4)
+  assert np.all(out[0][0][-1] < out[0][0][0])  # it trained
+  for bad in (0, 1.5, "big"):
+    with pytest.raises((ValueError, TypeError), match="lane_chunk"):
+      Runner(task, optax.adam(1e-3), num_members=3, lane_chunk=bad)

@@ -53,6 +53,7 @@ from metafam.benchmark.sweep import train_lanes
 from metafam.evaluation import tuning
 from metafam.evaluation.metrics import normalize
 from metafam.io import write_json
+from metafam.optimizers import newton_schulz
 from metafam.optimizers.optax_zoo import OPTAX_FACTORIES
 from metafam.tasks.base import Task
 
@@ -66,6 +67,7 @@ EVAL_BATCHES = 2
 REFERENCE = "adam"
 REFERENCE_FACTOR = 4
 MAX_EXTENSIONS = 3
+NEWTON_SCHULZ = ("muon",)  # baselines whose update is dominated by the Newton-Schulz iteration
 SPLITS = ("inner_valid", "test")
 TAIL_FRACTION = 0.1
 COMMAND = "python benchmarks/heldout_baselines.py --shard_dir heldout_shards"
@@ -207,13 +209,16 @@ class TunedBaseline:
 def _trainer(task: Task, factory, horizon: int, key: jax.Array, name: str, num_seeds: int, eval_batches: int
              ) -> tuning.Trainer:
   """The engine of `tune_baseline` (`metafam.evaluation.tuning.tune`): every (schedule, rate) x seed lane in one
-  vmapped program, the schedule a per-lane number (`scheduled`)."""
+  vmapped program, the schedule a per-lane number (`scheduled`). Muon's updates run in the blocks of
+  `newton_schulz.lane_chunk` (one lane at a time on a CPU; only float rounding differs)."""
+  lane_chunk = newton_schulz.lane_chunk() if name in NEWTON_SCHULZ else None
+
   def train(lrs: np.ndarray, schedules) -> Dict[str, tuning.Lanes]:
     cosine = np.repeat([float(SCHEDULES.index(s)) for s in schedules], len(lrs))
     losses, evals = train_lanes(task, scheduled(factory, horizon),
                                 {"learning_rate": np.tile(lrs, len(schedules)), "cosine": cosine},
                                 num_seeds=num_seeds, points=eval_steps(horizon), eval_batches=eval_batches, key=key,
-                                splits=SPLITS, name=name)
+                                splits=SPLITS, name=name, lane_chunk=lane_chunk)
     n = len(lrs)
     return {s: tuning.Lanes({k: v[i * n:(i + 1) * n] for k, v in evals.items()}, losses[i * n:(i + 1) * n])
             for i, s in enumerate(schedules)}

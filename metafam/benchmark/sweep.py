@@ -130,7 +130,8 @@ def _with_hyperparams(opt_state: OptimizerState, lane_values: Mapping[str, jax.A
 
 def train_lanes(task: Task, factory: Union[Callable[..., optax.GradientTransformation], OptimizerLike],
                 hyperparams: Optional[Mapping[str, Sequence[float]]], *, num_seeds: int, points: np.ndarray,
-                eval_batches: int, key: Optional[jax.Array], splits: Sequence[str], name: str = "optax"):
+                eval_batches: int, key: Optional[jax.Array], splits: Sequence[str], name: str = "optax",
+                lane_chunk: Optional[int] = None):
   """Trains ``H * S`` lanes in one vmapped program; lane ``h * S + s`` runs
   ``inject_hyperparams(factory)(**{k: v[h]})`` from seed ``s`` (key ``jax.random.split(key, S)[s]``).
 
@@ -139,6 +140,7 @@ def train_lanes(task: Task, factory: Union[Callable[..., optax.GradientTransform
       transformation), trained as ``H = 1`` setting.
     hyperparams: ``{argument of factory: H values}``, numeric hyperparameters set per lane.
     points: ascending eval steps starting at 0; training runs to ``points[-1]``.
+    lane_chunk: the lanes' updates run in blocks of this many (`Runner`'s ``lane_chunk``; None: one vmap).
 
   Returns ``(train f32[H, S, T], {split: f32[H, S, E]})`` as numpy.
   """
@@ -153,7 +155,8 @@ def train_lanes(task: Task, factory: Union[Callable[..., optax.GradientTransform
     num_settings = sizes.pop()
     optimizer = OptaxOptimizer(optax.inject_hyperparams(factory)(**{k: float(v[0]) for k, v in values.items()}),
                                name=f"{name}-sweep")
-  runner = Runner(task, optimizer, num_members=num_settings * num_seeds, splits=splits, eval_batches=eval_batches)
+  runner = Runner(task, optimizer, num_members=num_settings * num_seeds, splits=splits, eval_batches=eval_batches,
+                  lane_chunk=lane_chunk)
   seed_keys = as_keys(key, num_seeds)
   keys = runner.keys(seed_keys[np.tile(np.arange(num_seeds), num_settings)])  # lane h * S + s -> seed s
   cfg, opt_state = runner.init(keys, int(points[-1]))

@@ -31,7 +31,8 @@ import optax
 from metafam._checks import check_positive_int
 from metafam._identity import IdentityKey as _ByIdentity
 from metafam.datasets.base import SPLITS, DeviceData
-from metafam.inner.step import draw_train_step, scan_with_draws, train_step_drawn
+from metafam.inner.step import (apply_update, draw_train_step, loss_and_grad_drawn, map_lanes, scan_with_draws,
+                                train_step_drawn)
 from metafam.optimizers.base import OptaxOptimizer, Optimizer
 from metafam.taskfamilies.base import TaskFamily
 from metafam.tasks.base import Task
@@ -144,9 +145,11 @@ def _init_program(obj, opt, vmapped, num_steps, keys):
   return fn(keys.cfg, keys.init, keys.opt)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))
-def _train_program(obj, opt, vmapped, data_kind, shared, opt_state, cfg, keys, steps, host_batches, device_data):
-  """Scans ``len(steps)`` updates. Losses: ``f32[L]`` or ``f32[L, M]``.
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4, 5))
+def _train_program(obj, opt, vmapped, data_kind, shared, lane_chunk, opt_state, cfg, keys, steps, host_batches,
+                   device_data):
+  """Scans ``len(steps)`` updates. Losses: ``f32[L]`` or ``f32[L, M]``. The members' losses and gradients are one
+  vmap; their updates are one too, or blocks of ``lane_chunk`` members in sequence (`map_lanes`).
 
   ``host_batches`` (host mode) has a leading step axis, then a member axis unless shared; ``device_data`` is the
   train `DeviceData` (device mode), sampled per member or, when shared, once per step from ``keys.shared_train``.
@@ -164,17 +167,23 @@ def _train_program(obj, opt, vmapped, data_kind, shared, opt_state, cfg, keys, s
       shared_batch = device_data.indices(jax.random.split(jax.random.fold_in(keys.shared_train, step), 3)[0])
     return (jax.vmap(member_draws) if vmapped else member_draws)(keys.train), shared_batch
 
-  def member(opt_state, cfg, member_draws, batch):
-    return train_step_drawn(_task_of(obj, cfg), opt, opt_state, member_draws, member_data, batch)
+  def member_grad(opt_state, cfg, member_draws, batch):
+    return loss_and_grad_drawn(_task_of(obj, cfg), opt, opt_state, member_draws, member_data, batch)
+
+  def member_update(opt_state, grad, loss, model_state, key):
+    return apply_update(opt, opt_state, grad, loss, model_state, key)
 
   def body(opt_state, xs_and_draws):
     (_, batch), (member_draws, shared_batch) = xs_and_draws
     if shared_batch is not None:
       batch = device_data.take(shared_batch)
     if not vmapped:
-      return member(opt_state, cfg, member_draws, batch)
+      return train_step_drawn(_task_of(obj, cfg), opt, opt_state, member_draws, member_data, batch)
     batch_axis = 0 if data_kind == "host" and not shared else None
-    return jax.vmap(member, in_axes=(0, 0, 0, batch_axis))(opt_state, cfg, member_draws, batch)
+    loss, model_state, grad = jax.vmap(member_grad, in_axes=(0, 0, 0, batch_axis))(opt_state, cfg, member_draws,
+                                                                                   batch)
+    args = (opt_state, grad, loss, model_state, member_draws.keys.opt)
+    return map_lanes(member_update, (0,) * len(args), args, lane_chunk), loss
 
   # The steps' random numbers are drawn before the loop, a block of steps at once (the same numbers).
   return scan_with_draws(body, opt_state, (steps, host_batches), draws)
@@ -258,11 +267,15 @@ class Runner:
       always shared).
     use_device_data: None picks the device path when ``datasets.has_device_data``; True requires it; False forces
       the host iterators (then evaluating ``train`` draws from the training iterator itself).
+    lane_chunk: apply the optimizer's update to blocks of this many members in sequence (`jax.lax.map`) when there
+      are more; None: all members in one vmap. Only float rounding differs. On a CPU, Muon's update (Newton-Schulz
+      matrix products) runs faster member by member (``benchmarks/lane_chunk.py``).
   """
 
   def __init__(self, task_or_family: Union[Task, TaskFamily], optimizer: OptimizerLike, *,
                num_members: Optional[int] = None, splits: Sequence[str] = SPLITS, eval_batches: int = 1,
-               shared_train: bool = False, shared_eval: bool = False, use_device_data: Optional[bool] = None):
+               shared_train: bool = False, shared_eval: bool = False, use_device_data: Optional[bool] = None,
+               lane_chunk: Optional[int] = None):
     if not isinstance(task_or_family, (Task, TaskFamily)):
       raise TypeError(f"task must be a metafam Task or TaskFamily, got {type(task_or_family).__name__}.")
     if isinstance(task_or_family, TaskFamily) and num_members is None:
@@ -273,6 +286,7 @@ class Runner:
     self.splits = check_splits("splits", splits)
     self.eval_batches = check_positive_int("eval_batches", eval_batches)
     self.shared_train, self.shared_eval = bool(shared_train), bool(shared_eval)
+    self.lane_chunk = None if lane_chunk is None else check_positive_int("lane_chunk", lane_chunk)
     self.datasets = task_or_family.datasets
     if self.datasets is None:
       self.data_kind = "none"
@@ -314,8 +328,8 @@ class Runner:
       else:
         host = _stack_host([_stack_host([next(split) for _ in range(per_step)]) for _ in range(length)])
     steps = jnp.arange(start, start + length, dtype=jnp.int32)
-    return _train_program(self._obj, self._opt, self.vmapped, self.data_kind, self.shared_train, opt_state, cfg,
-                          keys, steps, host, self.train_data)
+    return _train_program(self._obj, self._opt, self.vmapped, self.data_kind, self.shared_train, self.lane_chunk,
+                          opt_state, cfg, keys, steps, host, self.train_data)
 
   def evaluate(self, opt_state: Any, cfg: Any, keys: RunKeys, step: int) -> Dict[str, jax.Array]:
     """``{split: mean loss}`` (scalars, or ``[M]``) over ``eval_batches`` batches per split."""

@@ -77,14 +77,39 @@ def train_step(task: Any, opt: Any, opt_state: Any, key: jax.Array, split_data: 
   return train_step_drawn(task, opt, opt_state, draw_train_step(key, split_data), split_data, batch)
 
 
+def loss_and_grad_drawn(task: Any, opt: Any, opt_state: Any, draws: TrainDraws, split_data: Any = None,
+                        batch: Any = None):
+  """The first half of `train_step_drawn`: ``(loss, new model state, grad)`` at the params in ``opt_state``."""
+  if draws.batch is not None:
+    batch = split_data.take(draws.batch)
+  return loss_and_grad(task, opt.get_params(opt_state), opt.get_state(opt_state), draws.keys.loss, batch)
+
+
 def train_step_drawn(task: Any, opt: Any, opt_state: Any, draws: TrainDraws, split_data: Any = None,
                      batch: Any = None):
   """`train_step` with its random draws made already (`draw_train_step`)."""
-  if draws.batch is not None:
-    batch = split_data.take(draws.batch)
-  loss, model_state, grad = loss_and_grad(task, opt.get_params(opt_state), opt.get_state(opt_state),
-                                          draws.keys.loss, batch)
+  loss, model_state, grad = loss_and_grad_drawn(task, opt, opt_state, draws, split_data, batch)
   return apply_update(opt, opt_state, grad, loss, model_state, draws.keys.opt), loss
+
+
+def map_lanes(fn: Callable, in_axes: Any, args: Any, chunk: Optional[int]):
+  """``jax.vmap(fn, in_axes)(*args)``; with ``chunk``, over blocks of ``chunk`` lanes in sequence (`jax.lax.map`
+  with ``batch_size``), so one block's working set stays in cache (an optimizer update made of matrix products, like
+  Muon's Newton-Schulz iteration, runs faster on a CPU lane by lane than as batched products). ``in_axes``: 0 or None per argument, or a tree
+  of them (a prefix of the argument, e.g. `low_rank.lane_axes`)."""
+  is_axis = lambda x: x is None or isinstance(x, int)
+  mapped = jax.tree.map(lambda ax, arg: jax.tree.map(lambda _: ax == 0, arg), tuple(in_axes), tuple(args),
+                        is_leaf=is_axis)
+  leaves, treedef = jax.tree.flatten(tuple(args))
+  flags = jax.tree.leaves(mapped)
+  num = next(x.shape[0] for x, m in zip(leaves, flags) if m)
+  if chunk is None or num <= chunk:
+    return jax.vmap(fn, in_axes=tuple(in_axes))(*args)
+
+  def one(values):
+    it = iter(values)
+    return fn(*jax.tree.unflatten(treedef, [next(it) if m else x for x, m in zip(leaves, flags)]))
+  return jax.lax.map(one, [x for x, m in zip(leaves, flags) if m], batch_size=chunk)
 
 
 DRAW_BLOCK = 50  # steps whose random draws `scan_with_draws` makes together

@@ -113,25 +113,6 @@ class _StepDraws(NamedTuple):
   reset: jax.Array
 
 
-def _map_lanes(fn, in_axes, args, chunk: Optional[int]):
-  """``jax.vmap(fn, in_axes)(*args)``; with ``chunk``, over blocks of ``chunk`` lanes in sequence (`jax.lax.map`
-  with ``batch_size``), so one block's working set stays in cache. ``in_axes``: 0 or None per argument, or a tree
-  of them (a prefix of the argument, e.g. `low_rank.lane_axes`)."""
-  is_axis = lambda x: x is None or isinstance(x, int)
-  mapped = jax.tree.map(lambda ax, arg: jax.tree.map(lambda _: ax == 0, arg), tuple(in_axes), tuple(args),
-                        is_leaf=is_axis)
-  leaves, treedef = jax.tree.flatten(tuple(args))
-  flags = jax.tree.leaves(mapped)
-  num = next(x.shape[0] for x, m in zip(leaves, flags) if m)
-  if chunk is None or num <= chunk:
-    return jax.vmap(fn, in_axes=tuple(in_axes))(*args)
-
-  def one(values):
-    it = iter(values)
-    return fn(*jax.tree.unflatten(treedef, [next(it) if m else x for x, m in zip(leaves, flags)]))
-  return jax.lax.map(one, [x for x, m in zip(leaves, flags) if m], batch_size=chunk)
-
-
 class TruncatedStep(DataPytree):
   """Trains ``num_tasks`` instances of ``family`` with ``learned_opt`` in truncated, vectorized unrolls.
 
@@ -304,7 +285,7 @@ class TruncatedStep(DataPytree):
     # Where the loss or gradient went non-finite the step is masked; under differentiation its update then sees a
     # zero gradient and loss, so that the update's pullback is taken at finite values and sends exact zeros back.
     grad_in, loss_in = masking.zero_unless_ok_in_reverse_mode((grad, loss), grad_ok)
-    opt_state, new_params_and_state = _map_lanes(
+    opt_state, new_params_and_state = step_lib.map_lanes(
         update, (theta_axis, 0, 0, 0, 0, 0, 0), (theta, lanes.opt_state, params, grad_in, loss_in, new_model_state,
                                                   k_opt), self.lane_chunk)
     if self.meta_loss_split is None:

@@ -96,6 +96,11 @@ class MuonResidualLOpt(LearnedOptimizer):
 
   low_rank_weights = True  # its 2-D meta-parameters are read by F.mlp_columns / F.mlp_bias0 only
 
+  @property
+  def lane_chunk(self):
+    """Vectorized training updates its lanes in blocks of `newton_schulz.lane_chunk` (1 on a CPU)."""
+    return newton_schulz.lane_chunk()
+
   def __init__(self, hidden_sizes: Sequence[int] = (8,), residual: str = "after", step_mult: Any = 1e-2,
                beta: float = 0.95, adam_b1: float = 0.9, adam_b2: float = 0.999, eps: float = 1e-8,
                fan_in_power: float = 0.0, base_fan_in: int = 64, norm_eps: float = 1e-12, lr_spread: float = 1.0,
