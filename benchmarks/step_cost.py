@@ -18,7 +18,7 @@ For every (model, optimizer) two jitted programs are timed round-robin, ``--roun
 gradient, update, ``optax.apply_updates``). Printed per model: milliseconds, the ratios to Adam's and Muon's times
 measured in the same run, and the optimizer state's bytes per parameter byte. ``--markdown PATH`` also writes the
 table as Markdown; ``--smoke`` runs every code path on tiny models (width 16, channels 4 8 8, batch 8, one round;
-with ``--members``, 2 members and blocks of 1). With ``--members M`` each model trains M copies at once (vmapped, as
+with ``--members``, 2 members, blocks of 1 and no CNN). With ``--members M`` each model trains M copies at once (vmapped, as
 a learning-rate sweep or a seed study does; times are per call for all M) and ``--lane_chunk K ...`` adds every
 optimizer again with its update applied to blocks of K members in sequence (`metafam.inner.step.map_lanes`, what
 `Runner(lane_chunk=K)` does).
@@ -158,7 +158,7 @@ def main():
   if args.smoke:
     args.mlp_widths, args.cnn_channels, args.batch, args.rounds = [16], [4, 8, 8], 8, 1
   if args.smoke and args.members:
-    args.members, args.lane_chunk = 2, [1]
+    args.members, args.lane_chunk, args.cnn_channels = 2, [1], []
   if (any(w < 1 for w in args.mlp_widths + args.cnn_channels + args.lane_chunk) or args.batch < 1
       or args.rounds < 1 or (args.members is not None and args.members < 1)):
     parser.error("--mlp_widths, --cnn_channels, --batch, --rounds, --members and --lane_chunk must be positive")

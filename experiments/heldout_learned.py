@@ -55,6 +55,10 @@ def main():
   args = p.parse_args()
   if args.suite == "test" and not args.confirm_test:
     p.error("--suite test is the test split, scored once per shipped optimizer: add --confirm_test")
+  if args.pretrained is not None:
+    from metafam import pretrained  # pylint: disable=import-outside-toplevel
+    if args.pretrained not in pretrained.list():
+      p.error(f"--pretrained: {args.pretrained!r} is not a shipped optimizer; choose from {', '.join(pretrained.list())}")
   # What a cached task must have been computed with, beyond what evaluate_suite sees (the factories' construction).
   setting = {k: getattr(args, k) for k in ("optimizer", "kwargs", "step_mult", "tune_step", "pretrained")}
   if args.checkpoint:
@@ -64,8 +68,7 @@ def main():
   grid = args.step_mult * 10 ** (0.5 * np.arange(-args.grid_halfwidth, args.grid_halfwidth + 1))
   start = time.perf_counter()
   if args.pretrained:
-    from metafam.pretrained import optax_transform
-    factory = functools.partial(optax_transform, args.pretrained)
+    factory = functools.partial(pretrained.optax_transform, args.pretrained)
     factory.__name__ = args.pretrained
     evaluation = evaluate_suite(factory, learning_rates=grid, schedules=args.schedules, tasks=args.tasks, **suite)
     return report(evaluation, time.perf_counter() - start, args)

@@ -59,6 +59,22 @@ def test_low_rank_estimates(monkeypatch, capsys):
   assert "1. PES" in out and "2. FullES" in out and "3. XLA memory" in out
 
 
+def test_step_cost_with_many_members_in_blocks(tmp_path, monkeypatch, capsys):
+  """The many-models path (gpu_run.sh's step_cost step, tests/test_gpu_run.py, covers the single-model one): every
+  optimizer vmapped and again in blocks of 1, ratios against the vmapped Adam and Muon."""
+  code, _ = run_script("benchmarks/step_cost.py", ["--smoke", "--members", 3, "--lane_chunk", 1, "--markdown",
+                                                   tmp_path / "cost.md"], monkeypatch, capsys)
+  columns = ["model", "params", "optimizer", "update ms", "step ms", "update / Adam", "update / Muon", "step / Adam",
+             "step / Muon", "state"]
+  rows = {r["optimizer"]: r for r in (dict(zip(columns, (c.strip() for c in line.strip().strip("|").split("|"))))
+                                      for line in _rows(tmp_path / "cost.md"))}
+  assert code == 0 and set(rows) == {"adam", "muon", "generalist_v1", "adam, blocks of 1", "muon, blocks of 1",
+                                     "generalist_v1, blocks of 1"}
+  assert all(r["model"] == "MLP 784-16-16-10, 2 at once" and r["params"] == "13,002" for r in rows.values())
+  assert rows["adam"]["update / Adam"] == "1.00x" and rows["muon"]["update / Muon"] == "1.00x"
+  assert rows["muon, blocks of 1"]["state"] == rows["muon"]["state"] and rows["adam"]["state"] == "2.00"
+
+
 def test_profile_estimate(monkeypatch, capsys):
   # As a child process: the per-kernel trace flag must be set before JAX starts.
   # --top large enough to list every kind of kernel: which kinds lead a smoke-size profile depends on the load.

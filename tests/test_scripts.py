@@ -142,6 +142,17 @@ def test_heldout_learned(tmp_path, monkeypatch, capsys):
   assert code == 0 and report(again) == report(out)
 
 
+def test_heldout_learned_refuses_an_unknown_pretrained_name_before_any_work(tmp_path, monkeypatch, capsys):
+  path = os.path.join(ROOT, "experiments/heldout_learned.py")
+  monkeypatch.setattr(sys, "argv", [path, "--pretrained", "generalist_v9", "--cache_dir", str(tmp_path / "c")])
+  monkeypatch.syspath_prepend(os.path.dirname(path))
+  with pytest.raises(SystemExit) as exit_info:
+    runpy.run_path(path, run_name="__main__")
+  err = capsys.readouterr().err
+  assert exit_info.value.code == 2 and "--pretrained: 'generalist_v9'" in err and "generalist_v1" in err
+  assert not os.path.exists(tmp_path / "c")
+
+
 @pytest.mark.slow
 def test_heldout_learned_tuned(monkeypatch, capsys):
   # The per-task tuning is a baseline sweep of 3 x 2 settings; test_heldout_learned runs the same evaluation path.
@@ -290,8 +301,9 @@ COVERED = {
     **{f"benchmarks/{name}.py": "tests/test_benchmark_scripts.py" for name in (
         "distributed", "heldout_baselines", "inner_training", "low_rank_estimates", "meta_training",
         "outer_training", "profile_estimate", "suite")},
-    # Its documented commands' flags are those of gpu_run.sh's step_cost step, run by tests/test_gpu_run.py.
-    "benchmarks/step_cost.py": "tests/test_gpu_run.py benchmarks/gpu_run.sh",
+    # Its documented commands' flags are those of gpu_run.sh's step_cost step, run by tests/test_gpu_run.py, and of
+    # its many-members smoke run.
+    "benchmarks/step_cost.py": "tests/test_gpu_run.py benchmarks/gpu_run.sh tests/test_benchmark_scripts.py",
     **{f"experiments/{name}.py": "tests/test_scripts.py" for name in (
         "ablation_table", "export_pretrained", "hand_designed_baselines", "heldout_learned", "long_horizon",
         "meta_train_ablation", "suite_noise")},

@@ -269,7 +269,7 @@ class Runner:
       the host iterators (then evaluating ``train`` draws from the training iterator itself).
     lane_chunk: apply the optimizer's update to blocks of this many members in sequence (`jax.lax.map`) when there
       are more; None: all members in one vmap. Only float rounding differs. On a CPU, Muon's update (Newton-Schulz
-      matrix products) runs faster member by member (``benchmarks/lane_chunk.py``).
+      matrix products) runs faster member by member (``benchmarks/step_cost.py --members``).
   """
 
   def __init__(self, task_or_family: Union[Task, TaskFamily], optimizer: OptimizerLike, *,
