@@ -163,6 +163,20 @@ def test_heldout_learned_tuned(monkeypatch, capsys):
   assert code == 0 and "/ 1 tasks" in out
 
 
+def test_user_models(tmp_path, monkeypatch, capsys):
+  # The full run reads the whole Fashion-MNIST; --smoke trains on the embedded slice.
+  code, out = run_script("experiments/user_models.py",
+                         ["--smoke", "--models", "logreg", "--optimizers", "adam", "muon", "--markdown",
+                          tmp_path / "t.md", "--json", tmp_path / "t.json"], monkeypatch, capsys)
+  assert code == 0
+  rows = [line for line in (tmp_path / "t.md").read_text().splitlines()[2:]]
+  assert [r.split(" | ")[1] for r in rows] == ["adam", "muon"] and "| 1.00x |" in rows[0]  # Adam against itself
+  record = json.loads((tmp_path / "t.json").read_text())
+  adam = record["models"]["logreg"]["adam"]
+  assert len(adam["reference_curve"]) == 4 * 20 // 10 + 1 and len(adam["curve"]) == 20 // 10 + 1
+  assert adam["best"] == min(adam["curve"]) and adam["learning_rate"] in record["grid"]
+
+
 def test_long_horizon(monkeypatch, capsys):
   code, out = run_script("experiments/long_horizon.py", ["--steps", 10, "--tasks", HEAVY_TASK], monkeypatch, capsys)
   assert code == 0 and out.count(HEAVY_TASK) == 2  # the pretrained optimizer and Adam
@@ -306,7 +320,7 @@ COVERED = {
     "benchmarks/step_cost.py": "tests/test_gpu_run.py benchmarks/gpu_run.sh tests/test_benchmark_scripts.py",
     **{f"experiments/{name}.py": "tests/test_scripts.py" for name in (
         "ablation_table", "export_pretrained", "hand_designed_baselines", "heldout_learned", "long_horizon",
-        "meta_train_ablation", "suite_noise")},
+        "meta_train_ablation", "suite_noise", "user_models")},
     **{f"tools/{name}.py": "tests/test_scripts.py" for name in (
         "heldout_tables", "lo_surface", "hyperv2_parity", "make_mnist_slice")},
     "tools/lo_test_suite.py": "tests/compat/test_lo_test_suite_tool.py",
