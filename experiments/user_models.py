@@ -19,6 +19,9 @@ steps tuned Adam needs to reach the optimizer's best test loss / the steps the o
 4x the horizon for this; "> x" when it never gets there, x being its 4x horizon over the optimizer's steps). A rate
 at an end of the grid is marked ``*``.
 
+With ``--json PATH`` each finished (model, optimizer) is written at once, and the same command again resumes
+from the file (a file of other settings is refused).
+
 ``--smoke`` runs every code path in seconds on the embedded 8,000-image slice (models ``logreg`` and ``mlp_16x16``,
 20 steps, two rates); its numbers mean nothing.
 """
@@ -161,7 +164,8 @@ def main():
   parser.add_argument("--batch", type=int, default=128)
   parser.add_argument("--data_dir", default=None, help="the four Fashion-MNIST IDX files (default: see above)")
   parser.add_argument("--markdown", metavar="PATH", help="also write the table as Markdown")
-  parser.add_argument("--json", metavar="PATH", help="also write every curve and choice as JSON")
+  parser.add_argument("--json", metavar="PATH", help="write every curve and choice as JSON after each (model, "
+                      "optimizer); the same command again resumes from it")
   parser.add_argument("--smoke", action="store_true", help="every code path in seconds; the numbers mean nothing")
   args = parser.parse_args()
   models = SMOKE_MODELS if args.smoke else MODELS
@@ -180,45 +184,63 @@ def main():
     parser.error("--steps, --eval_every and --batch must be positive, and --eval_every must divide --steps")
   optimizers = [REFERENCE] + [o for o in dict.fromkeys(args.optimizers) if o != REFERENCE]
   data = load_data(args.data_dir, args.smoke)
-  steps = np.arange(0, args.steps + 1, args.eval_every)
-  long_steps = np.arange(0, REFERENCE_FACTOR * args.steps + 1, args.eval_every)
-  rows, record = [], {"grid": list(grid), "steps": args.steps, "batch": args.batch, "models": {}}
+  settings = {"grid": list(grid), "steps": args.steps, "eval_every": args.eval_every, "batch": args.batch,
+              "smoke": args.smoke}
+  record = dict(settings, models={})
+  if args.json and os.path.exists(args.json):  # resume: keep every (model, optimizer) already there
+    with open(args.json) as f:
+      record = json.load(f)
+    if {k: record.get(k) for k in settings} != settings:
+      parser.error(f"--json: {args.json} holds a run with other settings ({ {k: record.get(k) for k in settings} }); "
+                   "choose another path")
+  rows = []
   for model_name in args.models:
     model = models[model_name]()
-    record["models"][model_name] = {}
-    reference_curve = None
+    done = record["models"].setdefault(model_name, {})
     for opt_name in optimizers:
-      start = time.perf_counter()
-      run = trainer(model, optimizer_factory(opt_name), args.steps, args.eval_every, args.batch)
-      lr, at_edge, curve = tune(run, grid, data)
-      entry = {"learning_rate": lr, "at_edge": at_edge, "curve": None if curve is None else curve.tolist()}
-      if opt_name == REFERENCE and lr is not None:  # tuned Adam for 4x the horizon, seeds 0 and 1
-        long = trainer(model, optimizer_factory(opt_name), REFERENCE_FACTOR * args.steps, args.eval_every,
-                       args.batch)
-        reference_curve = np.mean([np.asarray(long(jnp.float32(lr), jax.random.key(s), data)[1]) for s in (0, 1)],
-                                  axis=0)
-        entry["reference_curve"] = reference_curve.tolist()
-      if curve is None:
-        row = [model_name, opt_name, "diverged", "", "", "", f"{time.perf_counter() - start:.0f}"]
-      else:
-        best = float(np.min(curve))
-        own = int(steps[int(np.argmin(curve))])
-        adam = None if reference_curve is None else first_step_at_or_below(reference_curve, long_steps, best)
-        speedup = ("" if reference_curve is None else f"{adam / max(own, 1):.2f}x" if adam is not None
-                   else f"> {long_steps[-1] / max(own, 1):.2f}x")
-        entry.update(best=best, final=float(curve[-1]), best_step=own, adam_steps=adam, speedup=speedup)
-        row = [model_name, opt_name, f"{lr:.2g}{'*' if at_edge else ''}", f"{curve[-1]:.4f}", f"{best:.4f}",
-               speedup, f"{time.perf_counter() - start:.0f}"]
-      record["models"][model_name][opt_name] = entry
-      rows.append(row)
-      print(" | ".join(row), flush=True)
+      if opt_name not in done:
+        reference = done.get(REFERENCE, {}).get("reference_curve")
+        done[opt_name] = evaluate(model, opt_name, grid, data, args, reference)
+        if args.json:
+          _write(args.json, json.dumps(record, indent=1) + "\n")
+      rows.append(row(model_name, opt_name, done[opt_name]))
+      print(" | ".join(rows[-1]), flush=True)
   columns = ["model", "optimizer", "rate", "final test loss", "best test loss", "speedup over tuned Adam", "s"]
   table = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)] + ["| " + " | ".join(r) + " |"
                                                                              for r in rows]
   if args.markdown:
     _write(args.markdown, "\n".join(table) + "\n")
-  if args.json:
-    _write(args.json, json.dumps(record, indent=1) + "\n")
+
+
+def evaluate(model, opt_name, grid, data, args, reference_curve):
+  """One (model, optimizer): its tuned rate, mean test curve and speedup over tuned Adam (whose 4x-horizon curve is
+  ``reference_curve``, or computed here when ``opt_name`` is Adam), as a JSON-able dict."""
+  start = time.perf_counter()
+  run = trainer(model, optimizer_factory(opt_name), args.steps, args.eval_every, args.batch)
+  lr, at_edge, curve = tune(run, grid, data)
+  entry = {"learning_rate": lr, "at_edge": at_edge, "curve": None if curve is None else curve.tolist()}
+  if opt_name == REFERENCE and lr is not None:  # tuned Adam for 4x the horizon, seeds 0 and 1
+    long = trainer(model, optimizer_factory(opt_name), REFERENCE_FACTOR * args.steps, args.eval_every, args.batch)
+    reference_curve = np.mean([np.asarray(long(jnp.float32(lr), jax.random.key(s), data)[1]) for s in (0, 1)],
+                              axis=0).tolist()
+    entry["reference_curve"] = reference_curve
+  if curve is not None:
+    steps = np.arange(0, args.steps + 1, args.eval_every)
+    long_steps = np.arange(0, REFERENCE_FACTOR * args.steps + 1, args.eval_every)
+    best, own = float(np.min(curve)), int(steps[int(np.argmin(curve))])
+    adam = None if reference_curve is None else first_step_at_or_below(reference_curve, long_steps, best)
+    speedup = ("" if reference_curve is None else f"{adam / max(own, 1):.2f}x" if adam is not None
+               else f"> {long_steps[-1] / max(own, 1):.2f}x")
+    entry.update(best=best, final=float(curve[-1]), best_step=own, adam_steps=adam, speedup=speedup)
+  entry["seconds"] = time.perf_counter() - start
+  return entry
+
+
+def row(model_name, opt_name, entry):
+  if entry["curve"] is None:
+    return [model_name, opt_name, "diverged", "", "", "", f"{entry['seconds']:.0f}"]
+  return [model_name, opt_name, f"{entry['learning_rate']:.2g}{'*' if entry['at_edge'] else ''}",
+          f"{entry['final']:.4f}", f"{entry['best']:.4f}", entry["speedup"], f"{entry['seconds']:.0f}"]
 
 
 def _write(path, text):

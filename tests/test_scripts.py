@@ -175,6 +175,16 @@ def test_user_models(tmp_path, monkeypatch, capsys):
   adam = record["models"]["logreg"]["adam"]
   assert len(adam["reference_curve"]) == 4 * 20 // 10 + 1 and len(adam["curve"]) == 20 // 10 + 1
   assert adam["best"] == min(adam["curve"]) and adam["learning_rate"] in record["grid"]
+  # Run again with one more optimizer: the two finished ones are read from the JSON, only the new one trains.
+  (tmp_path / "t.md").unlink()
+  code, again = run_script("experiments/user_models.py",
+                           ["--smoke", "--models", "logreg", "--optimizers", "adam", "muon", "generalist_v1",
+                            "--markdown", tmp_path / "t.md", "--json", tmp_path / "t.json"], monkeypatch, capsys)
+  table_rows = lambda text: [line for line in text.splitlines() if " | " in line]
+  assert code == 0 and table_rows(again)[:2] == table_rows(out)
+  assert json.loads((tmp_path / "t.json").read_text())["models"]["logreg"]["adam"] == adam
+  assert [r.split(" | ")[1] for r in (tmp_path / "t.md").read_text().splitlines()[2:]] == ["adam", "muon",
+                                                                                          "generalist_v1"]
 
 
 def test_long_horizon(monkeypatch, capsys):
