@@ -52,6 +52,9 @@ def main():
   p.add_argument("--out", default=None, help="write the suite report (JSON, CSV, plots) to this directory")
   p.add_argument("--tasks", nargs="+", default=None, help="a subset of the suite's tasks (default: all)")
   p.add_argument("--cache_dir", default=None, help="keep each finished task here; the same command again resumes")
+  p.add_argument("--lane_chunk", type=int, default=None,
+                 help="update the rate x seed lanes in blocks of this many (1: faster on a CPU for Newton-Schulz "
+                      "optimizers; only float rounding differs; default: the optimizer's own choice)")
   args = p.parse_args()
   if args.suite == "test" and not args.confirm_test:
     p.error("--suite test is the test split, scored once per shipped optimizer: add --confirm_test")
@@ -64,7 +67,8 @@ def main():
   if args.checkpoint:
     with open(args.checkpoint, "rb") as f:  # its contents: a resumed meta-training run rewrites the same path
       setting["checkpoint_sha256"] = hashlib.sha256(f.read()).hexdigest()
-  suite = dict(suite=args.suite, confirm_test=args.confirm_test, cache_dir=args.cache_dir, cache_identity=setting)
+  suite = dict(suite=args.suite, confirm_test=args.confirm_test, cache_dir=args.cache_dir, cache_identity=setting,
+               lane_chunk="auto" if args.lane_chunk is None else args.lane_chunk)
   grid = args.step_mult * 10 ** (0.5 * np.arange(-args.grid_halfwidth, args.grid_halfwidth + 1))
   start = time.perf_counter()
   if args.pretrained:

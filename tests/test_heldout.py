@@ -253,6 +253,9 @@ def test_evaluate_suite_refuses_bad_candidates_and_tasks_before_training():
     heldout.evaluate_suite("adamax", data=data)
   with pytest.raises(TypeError, match="candidate must be"):
     heldout.evaluate_suite(3.0, data=data)
+  for bad in (0, 2.5, "fast"):
+    with pytest.raises((ValueError, TypeError), match="lane_chunk"):
+      heldout.evaluate_suite(optax.adam, data=data, lane_chunk=bad)
 
 
 def test_evaluate_suite_cache_resumes_an_interrupted_evaluation_and_refuses_another_candidates_files(

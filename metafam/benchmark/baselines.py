@@ -206,12 +206,16 @@ class TunedBaseline:
     return cls(**d)
 
 
-def _trainer(task: Task, factory, horizon: int, key: jax.Array, name: str, num_seeds: int, eval_batches: int
-             ) -> tuning.Trainer:
+def default_lane_chunk(name: str) -> Optional[int]:
+  """The block size of a baseline's vmapped updates: `newton_schulz.lane_chunk` for Muon (one lane at a time on a
+  CPU), else None (one vmap). Only float rounding depends on it."""
+  return newton_schulz.lane_chunk() if name in NEWTON_SCHULZ else None
+
+
+def _trainer(task: Task, factory, horizon: int, key: jax.Array, name: str, num_seeds: int, eval_batches: int,
+             lane_chunk: Optional[int]) -> tuning.Trainer:
   """The engine of `tune_baseline` (`metafam.evaluation.tuning.tune`): every (schedule, rate) x seed lane in one
-  vmapped program, the schedule a per-lane number (`scheduled`). Muon's updates run in the blocks of
-  `newton_schulz.lane_chunk` (one lane at a time on a CPU; only float rounding differs)."""
-  lane_chunk = newton_schulz.lane_chunk() if name in NEWTON_SCHULZ else None
+  vmapped program, the schedule a per-lane number (`scheduled`), updates in blocks of ``lane_chunk``."""
 
   def train(lrs: np.ndarray, schedules) -> Dict[str, tuning.Lanes]:
     cosine = np.repeat([float(SCHEDULES.index(s)) for s in schedules], len(lrs))
@@ -229,13 +233,16 @@ def tune_baseline(task: Task, name: str, horizon: int, *, task_name: Optional[st
                   factory: Optional[Callable[..., optax.GradientTransformation]] = None,
                   learning_rates: Optional[Sequence[float]] = None, schedules: Sequence[str] = SCHEDULES,
                   num_seeds: int = NUM_SEEDS, max_extensions: int = MAX_EXTENSIONS,
-                  eval_batches: int = EVAL_BATCHES) -> TunedBaseline:
+                  eval_batches: int = EVAL_BATCHES, lane_chunk: Any = "auto") -> TunedBaseline:
   """Tunes optimizer ``name`` (or ``factory`` under that name) on ``task`` by the procedure of the module docstring
   (`metafam.evaluation.tuning.tune` on the lanes of `train_lanes`).
 
   ``learning_rates`` defaults to `grid` (``name`` must then be in `GRIDS`); the grid must be log-spaced by a
   constant ratio for the edge extensions. ``eval_batches``: batches per split and eval point (`SuiteSpec`).
+  ``lane_chunk``: the lanes' updates in blocks of this many (`Runner`); "auto": `default_lane_chunk` of ``name``.
   """
+  if isinstance(lane_chunk, str) and lane_chunk == "auto":
+    lane_chunk = default_lane_chunk(name)
   start = time.perf_counter()
   task_name = task_name or task.name
   factory = factory if factory is not None else OPTAX_FACTORIES[name]
@@ -243,7 +250,7 @@ def tune_baseline(task: Task, name: str, horizon: int, *, task_name: Optional[st
   if bad or not schedules:
     raise ValueError(f"schedules must be a non-empty subset of {SCHEDULES}, got {tuple(schedules)}.")
   points = eval_steps(horizon)
-  train = _trainer(task, factory, horizon, task_key(task_name), name, num_seeds, eval_batches)
+  train = _trainer(task, factory, horizon, task_key(task_name), name, num_seeds, eval_batches, lane_chunk)
   tuned = tuning.tune(train, grid(name) if learning_rates is None else learning_rates, points,
                       schedules=[s for s in SCHEDULES if s in schedules], select_at=horizon,
                       tail_fraction=TAIL_FRACTION, max_extensions=max_extensions)  # ties: constant

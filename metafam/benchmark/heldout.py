@@ -44,6 +44,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import optax
 
+from metafam._checks import check_positive_int
 from metafam.benchmark import baselines as bl
 from metafam.benchmark import paired
 from metafam.evaluation.metrics import (Aggregate, normalize, paired_speedups, performance_profile,
@@ -252,8 +253,8 @@ def evaluate_suite(candidate: Candidate, *, tasks: Optional[Sequence[str]] = Non
                    data: Optional[Mapping[str, Any]] = None, name: Optional[str] = None,
                    learning_rates: Optional[Sequence[float]] = None, schedules: Sequence[str] = ("constant",),
                    progress: bool = True, suite: str = "heldout", confirm_test: bool = False,
-                   cache_dir: Optional[str] = None, cache_identity: Optional[Mapping[str, Any]] = None
-                   ) -> SuiteEvaluation:
+                   cache_dir: Optional[str] = None, cache_identity: Optional[Mapping[str, Any]] = None,
+                   lane_chunk: Any = "auto") -> SuiteEvaluation:
   """Trains ``candidate`` on the suite's tasks that have shipped baselines and scores it (module docstring).
 
   Args:
@@ -276,6 +277,10 @@ def evaluate_suite(candidate: Candidate, *, tasks: Optional[Sequence[str]] = Non
       evaluation is refused with an error naming it, never overwritten.
     cache_identity: JSON-able facts about the candidate that its label does not pin down (e.g. the constructor
       arguments and checkpoint of a factory built around a learned optimizer); part of each cached task's identity.
+    lane_chunk: the candidate's lanes (rates x seeds) update in blocks of this many (`Runner`'s ``lane_chunk``: 1
+      makes Newton-Schulz optimizers faster on a CPU); "auto": a learned optimizer's own ``lane_chunk``, a named
+      baseline's `baselines.default_lane_chunk`, else None (one vmap). Only float rounding depends on it, so it is
+      not part of a cached task's identity.
   """
   from tqdm.auto import tqdm
   from metafam.tasks.registry import get_task
@@ -287,6 +292,12 @@ def evaluate_suite(candidate: Candidate, *, tasks: Optional[Sequence[str]] = Non
   if data.get("suite", "heldout") != suite:
     raise ValueError(f"data holds the {data.get('suite')!r} suite's baselines, not {suite!r}'s.")
   label, opt, tuned = _resolve(candidate)
+  if isinstance(lane_chunk, str) and lane_chunk == "auto":
+    if isinstance(candidate, tuple):
+      lane_chunk = getattr(candidate[0], "lane_chunk", None)
+    else:
+      lane_chunk = bl.default_lane_chunk(candidate) if isinstance(candidate, str) else None
+  chunk = None if lane_chunk is None else check_positive_int("lane_chunk", lane_chunk)
   label = name or label
   available = list(data["tasks"])
   tasks = available if tasks is None else list(tasks)
@@ -313,13 +324,14 @@ def evaluate_suite(candidate: Candidate, *, tasks: Optional[Sequence[str]] = Non
       eval_batches = spec.eval_batches(task)
       if tuned:
         result = bl.tune_baseline(task, label, int(entry["horizon"]), task_name=task_name, factory=opt,
-                                  learning_rates=grid, schedules=schedules, eval_batches=eval_batches)
+                                  learning_rates=grid, schedules=schedules, eval_batches=eval_batches,
+                                  lane_chunk=chunk)
         return np.asarray(result.test_curves, np.float64), {"learning_rate": float(result.learning_rate),
                                                             "schedule": result.schedule,
                                                             "at_edge": bool(result.at_edge)}
       from metafam.benchmark.sweep import train_lanes
       _, evals = train_lanes(task, opt, None, num_seeds=bl.NUM_SEEDS, points=steps, eval_batches=eval_batches,
-                             key=bl.task_key(task_name), splits=bl.SPLITS, name=label)
+                             key=bl.task_key(task_name), splits=bl.SPLITS, name=label, lane_chunk=chunk)
       return normalize(task, evals["test"][0]), None
 
     path = None if cache_dir is None else os.path.join(cache_dir, f"{task_name}.json")
