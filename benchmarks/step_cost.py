@@ -18,10 +18,10 @@ For every (model, optimizer) two jitted programs are timed round-robin, ``--roun
 gradient, update, ``optax.apply_updates``). Printed per model: milliseconds, the ratios to Adam's and Muon's times
 measured in the same run, and the optimizer state's bytes per parameter byte. ``--markdown PATH`` also writes the
 table as Markdown; ``--smoke`` runs every code path on tiny models (width 16, channels 4 8 8, batch 8, one round;
-with ``--members``, 2 members, blocks of 1 and no CNN). With ``--members M`` each model trains M copies at once (vmapped, as
-a learning-rate sweep or a seed study does; times are per call for all M) and ``--lane_chunk K ...`` adds every
-optimizer again with its update applied to blocks of K members in sequence (`metafam.inner.step.map_lanes`, what
-`Runner(lane_chunk=K)` does).
+with ``--members``, 2 members, blocks of 1 and no CNN). With ``--members M`` each model trains M copies at once
+(vmapped, as a learning-rate sweep or a seed study does; times are per call for all M) and ``--lane_chunk K ...``
+adds every optimizer again with its update applied to blocks of K members in sequence
+(`metafam.inner.step.map_lanes`, what `Runner(lane_chunk=K)` does).
 Run it alone: a concurrent job skews timings.
 """
 

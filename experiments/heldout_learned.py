@@ -61,7 +61,8 @@ def main():
   if args.pretrained is not None:
     from metafam import pretrained  # pylint: disable=import-outside-toplevel
     if args.pretrained not in pretrained.list():
-      p.error(f"--pretrained: {args.pretrained!r} is not a shipped optimizer; choose from {', '.join(pretrained.list())}")
+      p.error(f"--pretrained: {args.pretrained!r} is not a shipped optimizer; choose from "
+              f"{', '.join(pretrained.list())}")
   # What a cached task must have been computed with, beyond what evaluate_suite sees (the factories' construction).
   setting = {k: getattr(args, k) for k in ("optimizer", "kwargs", "step_mult", "tune_step", "pretrained")}
   if args.checkpoint:

@@ -122,7 +122,7 @@ def first_step_at_or_below(curve, steps, target):
   return int(steps[hits[0]]) if hits.size else None
 
 
-def tune(run, grid, data, horizon_evals=None):
+def tune(run, grid, data):
   """``(chosen rate, at edge, mean test curve of seeds 0 and 1)``: seed 0 at every rate, chosen by the final
   held-out loss (a non-finite loss is never chosen), then seed 1 at the chosen rate."""
   finals, curves = [], []

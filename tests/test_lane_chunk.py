@@ -4,9 +4,8 @@ all lanes computes."""
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
-
 import optax
+import pytest
 
 from metafam.inner import ConstantSchedule, TruncatedStep
 from metafam.inner.runner import Runner

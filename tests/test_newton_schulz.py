@@ -47,7 +47,7 @@ BOUNDS = {("direct", "gaussian"): 3e-5, ("gram", "gaussian"): 3e-5,
 @pytest.mark.parametrize("form", ["direct", "gram"])
 @pytest.mark.parametrize("shape", [(40, 12), (12, 40), (3, 3, 4, 8), (30, 1), (1, 30), (16, 16)])
 def test_both_forms_compute_the_recurrence(form, shape):
-  for i, (kind, m) in enumerate(_matrices(shape, seed=len(shape) * 100 + shape[-1]).items()):
+  for kind, m in _matrices(shape, seed=len(shape) * 100 + shape[-1]).items():
     out = np.asarray(ns.orthogonalize(jnp.asarray(m, jnp.float32), form), np.float64)
     assert out.shape == shape
     want = _reference(m)

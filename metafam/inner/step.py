@@ -95,8 +95,8 @@ def train_step_drawn(task: Any, opt: Any, opt_state: Any, draws: TrainDraws, spl
 def map_lanes(fn: Callable, in_axes: Any, args: Any, chunk: Optional[int]):
   """``jax.vmap(fn, in_axes)(*args)``; with ``chunk``, over blocks of ``chunk`` lanes in sequence (`jax.lax.map`
   with ``batch_size``), so one block's working set stays in cache (an optimizer update made of matrix products, like
-  Muon's Newton-Schulz iteration, runs faster on a CPU lane by lane than as batched products). ``in_axes``: 0 or None per argument, or a tree
-  of them (a prefix of the argument, e.g. `low_rank.lane_axes`)."""
+  Muon's Newton-Schulz iteration, runs faster on a CPU lane by lane than as batched products). ``in_axes``: 0 or
+  None per argument, or a tree of them (a prefix of the argument, e.g. `low_rank.lane_axes`)."""
   is_axis = lambda x: x is None or isinstance(x, int)
   mapped = jax.tree.map(lambda ax, arg: jax.tree.map(lambda _: ax == 0, arg), tuple(in_axes), tuple(args),
                         is_leaf=is_axis)
