@@ -103,7 +103,8 @@ def report(evaluation, wall, args):
   ratios = [s.loss_ratio for s in evaluation.scores]
   print(f"final loss below tuned Adam's on {sum(r < 1 for r in ratios)} / {len(ratios)} tasks, above 1.5x on "
         f"{sum(r > 1.5 for r in ratios)}; diverged on {sum(bool(s.diverged) for s in evaluation.scores)}; "
-        f"{wall:.0f} s")
+        f"{wall:.0f} s in this run, {evaluation.wall_time:.0f} s of training in all (a cached task counts the time it "
+        "took)")
 
 
 if __name__ == "__main__":

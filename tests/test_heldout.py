@@ -81,6 +81,35 @@ def test_rank_and_beats_count_lower_final_losses():
   assert heldout.score_task("t", entry(others=finals), curves, exclude=("lion",)).rank == 2
 
 
+def test_loss_gains_are_tuned_adams_final_loss_over_each_seeds_best():
+  curves = np.stack([decay(2.0 * STEPS)] * 3)
+  curves[0, -1] = curves[0, -3] * 1.1  # rises at the end: its gain uses the best loss by T, not the last one
+  curves[2, -1] = np.inf  # diverged
+  score = heldout.score_task("t", entry(), curves)
+  adam_final = decay(T)  # tuned Adam's seed-mean final loss (all its seeds are decay(STEPS))
+  np.testing.assert_allclose(score.seed_loss_gains[:2], [adam_final / curves[0, -2], adam_final / decay(2.0 * T)],
+                             rtol=1e-12)
+  assert score.seed_loss_gains[2] == 0.0
+  assert heldout.score_task("t", entry(), np.asarray(entry()["baselines"]["adam"]["test_curves"])).seed_loss_gains \
+      == (1.0, 1.0, 1.0)
+
+
+def test_optimizers_tied_at_the_speedup_cap_are_ranked_by_their_loss_gains():
+  # Both reach losses the 4T reference never reaches: their speedups tie at the cap, their loss gains do not.
+  e = entry()
+  scores = {k: (heldout.score_task("t", e, np.stack([decay(k * STEPS)] * 3)),) for k in (5.0, 6.0)}
+  evaluations = {k: heldout._evaluation(f"x{k:g}", s, {}, (), 0.0, "heldout") for k, s in scores.items()}
+  assert evaluations[5.0].seed_speedups().tolist() == evaluations[6.0].seed_speedups().tolist() == [[4.0]] * 3
+  np.testing.assert_allclose(evaluations[6.0].seed_loss_gains(), decay(T) / decay(6.0 * T), rtol=1e-12)
+  [row] = heldout.paired_rows(evaluations[6.0], {"x5": evaluations[5.0]})
+  row = dict(zip(heldout.PAIRED_HEADERS, row))
+  assert row["P(candidate > baseline) [95% CI]"] == "0.50 [0.50, 0.50]"
+  assert row["P(lower loss) [95% CI]"] == "1.00 [1.00, 1.00]"
+  gain_difference = decay(T) / decay(6.0 * T) - decay(T) / decay(5.0 * T)
+  assert row["IQM loss-gain difference [95% CI]"].startswith(f"{gain_difference:+.2f}")
+  assert evaluations[6.0].aggregates[heldout.LOSS_GAIN_IQM].value == pytest.approx(decay(T) / decay(6.0 * T))
+
+
 def test_score_task_refuses_curves_off_the_eval_points():
   with pytest.raises(ValueError, match=r"curves must be \[seeds, 9\]"):
     heldout.score_task("t", entry(), np.ones((3, 5)))

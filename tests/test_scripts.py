@@ -228,7 +228,9 @@ def test_suite_noise(monkeypatch, capsys):
 
 def test_heldout_tables(monkeypatch, capsys):
   code, out = run_script("tools/heldout_tables.py", ["baselines"], monkeypatch, capsys)
-  assert code == 0 and out.startswith("|") and "Tasks:" in out
+  assert code == 0 and out.startswith("|") and "Tasks:" in out and "IQM loss gain" in out
+  code, out = run_script("tools/heldout_tables.py", ["baselines", "--suite", "test"], monkeypatch, capsys)
+  assert code == 0 and "| muon |" in out and "| `fmnist60k_logreg_28x28_b128` |" in out
   code, out = run_script("tools/heldout_tables.py", ["tasks", "--tasks", HEAVY_TASK], monkeypatch, capsys)
   assert code == 0 and out.count(f"| `{HEAVY_TASK}`") + out.count(f"| {HEAVY_TASK}") == 1, out
   code, _ = run_script("tools/heldout_tables.py", ["tasks", "--tasks", "no_such_task"], monkeypatch, capsys)

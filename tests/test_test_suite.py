@@ -116,6 +116,8 @@ def test_generate_collect_and_score_a_suite(tiny_suite, tmp_path):
   # Compared with its own stored curves: every (seed, seed') pair of equal speedups ties, so P = 0.5, IQM diff 0.
   assert vs_self and vs_self[0]["P(candidate > baseline) [95% CI]"].startswith("0.50")
   assert vs_self[0]["IQM difference [95% CI]"] == "+0.00 [+0.00, +0.00]"
+  assert vs_self[0]["P(lower loss) [95% CI]"].startswith("0.50")
+  assert vs_self[0]["IQM loss-gain difference [95% CI]"] == "+0.00 [+0.00, +0.00]"
 
 
 def test_shipped_test_baselines_cover_the_suite():

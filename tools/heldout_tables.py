@@ -1,7 +1,8 @@
-"""Markdown tables of the heldout suite for docs/results/heldout.md.
+"""Markdown tables of the heldout and test suites for docs/results/heldout.md and docs/results/test.md.
 
     python tools/heldout_tables.py tasks       # params, horizon, batch, data, single-run wall time (trains Adam once)
     python tools/heldout_tables.py baselines   # every shipped baseline's metrics (from the normalizer file)
+    python tools/heldout_tables.py baselines --suite test   # the same for the test suite, plus a table per task
 
 "Single-run wall time": one Adam run (lr 1e-3, one seed, the task's horizon, the suite's evaluation points),
 compilation included, measured with `time.perf_counter` on this machine.
@@ -45,13 +46,13 @@ def tasks_table(only=None) -> str:
   return "\n".join(lines)
 
 
-def baselines_table() -> str:
-  from metafam.benchmark.heldout import baseline_evaluations, load_normalizers
-  data = load_normalizers()
+def baselines_table(suite: str = "heldout") -> str:
+  from metafam.benchmark.heldout import LOSS_GAIN_IQM, baseline_evaluations, load_normalizers
+  data = load_normalizers(suite=suite)
   evaluations = baseline_evaluations(data)
   lines = ["| optimizer | IQM speedup [95% CI] | median speedup [95% CI] | optimality gap [95% CI] | "
-           "best final loss on | mean rank | warmup+cosine chosen |",
-           "|---|---|---|---|---|---:|---:|"]
+           "IQM loss gain [95% CI] | best final loss on | mean rank | warmup+cosine chosen |",
+           "|---|---|---|---|---|---|---:|---:|"]
   finals = {t: {o: e.scores[i].final_loss for o, e in evaluations.items()}
             for i, t in enumerate(data["tasks"])}
   for opt, e in evaluations.items():
@@ -60,10 +61,17 @@ def baselines_table() -> str:
     wins = [t for t, f in finals.items() if min(f, key=f.get) == opt]
     cosine = sum(s.setting["schedule"] == "warmup_cosine" for s in e.scores)
     rank = sum(s.rank for s in e.scores) / len(e.scores)
-    lines.append(f"| {opt} | {ci('iqm')} | {ci('median')} | {ci('optimality_gap')} | "
+    lines.append(f"| {opt} | {ci('iqm')} | {ci('median')} | {ci('optimality_gap')} | {ci(LOSS_GAIN_IQM)} | "
                  f"{', '.join(f'`{w}`' for w in wins) or '-'} | {rank:.1f} | {cosine}/{len(e.scores)} |")
   lines.append("")
   lines.append(f"Tasks: {len(data['tasks'])} complete; pending: {', '.join(data['pending']) or 'none'}.")
+  lines += ["", "Per task: speedup (capped at 4), then in brackets the final loss over tuned Adam's and the seeds' "
+            "mean loss gain.", "", "| task | " + " | ".join(evaluations) + " |",
+            "|---|" + "---|" * len(evaluations)]
+  for i, task in enumerate(data["tasks"]):
+    cells = [f"{s.speedup:.2f} ({s.loss_ratio:.3f}, {sum(s.seed_loss_gains) / len(s.seed_loss_gains):.3f})"
+             for s in (e.scores[i] for e in evaluations.values())]
+    lines.append(f"| `{task}` | " + " | ".join(cells) + " |")
   return "\n".join(lines)
 
 
@@ -71,8 +79,12 @@ def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("table", choices=["tasks", "baselines"])
   parser.add_argument("--tasks", nargs="+", default=None, help="with `tasks`: only these heldout tasks (default all)")
+  parser.add_argument("--suite", choices=["heldout", "test"], default="heldout",
+                      help="with `baselines`: the suite whose shipped baselines are tabulated")
   args = parser.parse_args(argv)
-  print(tasks_table(args.tasks) if args.table == "tasks" else baselines_table())
+  if args.table == "tasks" and args.suite != "heldout":
+    parser.error("--suite applies to the `baselines` table; `tasks` lists the heldout suite's tasks")
+  print(tasks_table(args.tasks) if args.table == "tasks" else baselines_table(args.suite))
 
 
 if __name__ == "__main__":

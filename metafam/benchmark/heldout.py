@@ -18,18 +18,25 @@ Per task (`score_task`), on the seed-mean normalized ``test`` loss:
   seed s of the candidate is compared with seed s of the reference (same initialization and batches); a seed whose
   final loss is not finite scores 0.
 * ``loss_ratio``: the candidate's final loss over tuned Adam's (its best rate and schedule at T).
+* ``seed_loss_gains``: per seed, tuned Adam's final loss (seed mean) over the seed's best loss by T (the running
+  minimum the speedup's target is; 0 for a seed whose final loss is not finite). Higher is better and it has no cap:
+  where a strong optimizer reaches losses the reference never reaches, every such seed scores the speedup's cap of
+  4 and speedups cannot rank it against another such optimizer (tuned Muon on the test suite), but its loss gains
+  still can. Tuned Adam divides every candidate's losses on a task alike, so the gains compare seeds directly.
 * ``rank``: 1 + the number of the nine baselines whose final loss is lower (1 = best of ten).
 
 Across tasks (`aggregate_scores`): median, IQM and optimality gap (target 1: as fast as tuned Adam) of the per-seed
-speedups, with stratified-bootstrap 95% intervals (`metafam.evaluation.metrics.stratified_aggregate`); the fraction
-of tasks on which the candidate's final loss beats each baseline; the number of tasks where it diverged.
+speedups and the IQM of the per-seed loss gains (``loss_gain_iqm``), with stratified-bootstrap 95% intervals
+(`metafam.evaluation.metrics.stratified_aggregate`); the fraction of tasks on which the candidate's final loss beats
+each baseline; the number of tasks where it diverged.
 `baseline_evaluations` scores every shipped baseline the same way (rank among the others).
 
 Dev and test: ``heldout`` is where design choices are made and may be run freely. ``test`` (`metafam.benchmark.suites`)
 is scored once per shipped optimizer: `evaluate_suite` refuses it unless ``confirm_test=True``, and every
 `SuiteEvaluation` records its suite and when it ran (UTC), as do the files `write_suite_report` writes.
 `format_suite` adds the paired comparisons of `metafam.benchmark.paired` against each baseline it is given:
-P(candidate > baseline) and the IQM difference, each with its bootstrap interval.
+P(candidate > baseline) and the IQM difference, each with its bootstrap interval, of the per-seed speedups and of the
+per-seed loss gains.
 """
 
 from __future__ import annotations
@@ -53,6 +60,7 @@ from metafam.optimizers.base import Optimizer
 from metafam.optimizers.learned import LearnedOptimizer
 
 STATISTICS = ("median", "iqm", "optimality_gap")
+LOSS_GAIN_IQM = "loss_gain_iqm"  # the aggregates' key of the loss gains' IQM
 Candidate = Union[Optimizer, optax.GradientTransformation, Callable[..., optax.GradientTransformation],
                   Tuple[LearnedOptimizer, Any]]
 
@@ -94,6 +102,8 @@ class TaskScore:
     task, horizon: the task and its T.
     speedup: VeLO metric of the seed-mean curve; ``speedup_capped`` if the reference never reached it.
     seed_speedups: the same per seed (0 for a seed whose final loss is not finite).
+    seed_loss_gains: per seed, tuned Adam's final loss over the seed's best loss by T (0 if its final loss is not
+      finite); uncapped.
     final_loss: seed-mean normalized test loss at T (NaN if not finite).
     loss_ratio: ``final_loss`` over tuned Adam's.
     rank: 1 + baselines with a lower final loss (of ``num_ranked``).
@@ -113,6 +123,7 @@ class TaskScore:
   beats: Dict[str, bool]
   diverged: bool
   setting: Optional[Dict[str, Any]] = None
+  seed_loss_gains: Tuple[float, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,7 +134,8 @@ class SuiteEvaluation:
     name: the candidate's label.
     scores: one `TaskScore` per evaluated task.
     curves: ``{task: (eval_steps [E], seed curves [S, E])}`` normalized test losses.
-    aggregates: ``{statistic: Aggregate}`` of the per-seed speedups (`STATISTICS`).
+    aggregates: ``{statistic: Aggregate}`` of the per-seed speedups (`STATISTICS`), and the IQM of the per-seed loss
+      gains under `LOSS_GAIN_IQM`.
     win_fraction: ``{baseline: fraction of tasks whose final loss the candidate beats}``.
     num_diverged: tasks on which the candidate diverged.
     pending: the suite's tasks without shipped baselines (not evaluated).
@@ -147,7 +159,14 @@ class SuiteEvaluation:
   def seed_speedups(self, tasks: Optional[Sequence[str]] = None) -> np.ndarray:
     """``f64[S, N]``: the per-seed speedups (rows: seeds; columns: ``tasks``, default every scored task in order),
     the score matrix of the aggregates and of `metafam.benchmark.paired`."""
-    by_task = {s.task: s.seed_speedups for s in self.scores}
+    return self._seed_matrix("seed_speedups", tasks)
+
+  def seed_loss_gains(self, tasks: Optional[Sequence[str]] = None) -> np.ndarray:
+    """``f64[S, N]``: the per-seed loss gains, laid out like `seed_speedups`."""
+    return self._seed_matrix("seed_loss_gains", tasks)
+
+  def _seed_matrix(self, field: str, tasks: Optional[Sequence[str]]) -> np.ndarray:
+    by_task = {s.task: getattr(s, field) for s in self.scores}
     tasks = list(by_task) if tasks is None else list(tasks)
     missing = [t for t in tasks if t not in by_task]
     if missing:
@@ -178,6 +197,14 @@ def score_task(task: str, entry: Mapping[str, Any], curves: np.ndarray, exclude:
   def speedup(curve, s):  # a curve that ends non-finite scores 0
     return (s.value, not s.reached) if np.isfinite(curve[-1]) else (0.0, False)
 
+  def loss_gain(curve):
+    """Tuned Adam's final loss over the curve's best by T; 0 if it ends non-finite; NaN (the task is then left out
+    of paired comparisons) if either loss is not positive."""
+    if not np.isfinite(curve[-1]):
+      return 0.0
+    best = float(np.min(curve[np.isfinite(curve)]))
+    return adam / best if adam > 0 and best > 0 else float("nan")
+
   value, capped = speedup(mean, of_mean)
   final = _final(mean)
   finals = {o: _final(np.mean(np.asarray(b["test_curves"], np.float64), axis=0))
@@ -190,7 +217,7 @@ def score_task(task: str, entry: Mapping[str, Any], curves: np.ndarray, exclude:
                    final_loss=final,
                    loss_ratio=final / adam if np.isfinite(adam) and adam > 0 else float("nan"), rank=rank,
                    num_ranked=len(finals) + 1, beats=beats, diverged=not bool(np.all(np.isfinite(curves))),
-                   setting=setting)
+                   setting=setting, seed_loss_gains=tuple(loss_gain(c) for c in curves))
 
 
 def aggregate_scores(scores: Sequence[TaskScore], num_resamples: int = 2000, confidence: float = 0.95,
@@ -198,6 +225,8 @@ def aggregate_scores(scores: Sequence[TaskScore], num_resamples: int = 2000, con
   """``(aggregates, win_fraction, num_diverged)`` over tasks (see the module docstring)."""
   matrix = np.array([s.seed_speedups for s in scores], np.float64).T if scores else np.zeros((1, 0))
   aggregates = {stat: stratified_aggregate(matrix, stat, num_resamples, confidence, seed) for stat in STATISTICS}
+  gains = np.array([s.seed_loss_gains for s in scores], np.float64).T if scores else np.zeros((1, 0))
+  aggregates[LOSS_GAIN_IQM] = stratified_aggregate(gains, "iqm", num_resamples, confidence, seed)
   names = sorted({o for s in scores for o in s.beats})
   wins = {o: float(np.mean([s.beats[o] for s in scores if o in s.beats])) for o in names}
   return aggregates, wins, sum(s.diverged for s in scores)
@@ -399,14 +428,15 @@ def _interval(a: Aggregate) -> str:
 
 
 def summary_row(evaluation: SuiteEvaluation) -> List[Any]:
-  """``[name, median, IQM, optimality gap (with intervals), tasks, diverged]``."""
+  """``[name, median, IQM, optimality gap of the speedups, IQM of the loss gains (with intervals), tasks,
+  diverged]``."""
   a = evaluation.aggregates
   return [evaluation.name, _interval(a["median"]), _interval(a["iqm"]), _interval(a["optimality_gap"]),
-          a["iqm"].num_tasks, evaluation.num_diverged]
+          _interval(a[LOSS_GAIN_IQM]), a["iqm"].num_tasks, evaluation.num_diverged]
 
 
 SUMMARY_HEADERS = ["optimizer", "median speedup [95% CI]", "IQM speedup [95% CI]", "optimality gap [95% CI]",
-                   "tasks", "diverged"]
+                   "IQM loss gain [95% CI]", "tasks", "diverged"]
 TASK_HEADERS = ["task", "T", "speedup", "capped", "loss ratio", "rank", "diverged", "setting"]
 
 
@@ -419,22 +449,27 @@ def task_rows(evaluation: SuiteEvaluation) -> List[List[Any]]:
   return rows
 
 
-PAIRED_HEADERS = ["baseline", "P(candidate > baseline) [95% CI]", "IQM difference [95% CI]", "tasks"]
+PAIRED_HEADERS = ["baseline", "P(candidate > baseline) [95% CI]", "IQM difference [95% CI]",
+                  "P(lower loss) [95% CI]", "IQM loss-gain difference [95% CI]", "tasks"]
 
 
 def paired_rows(evaluation: SuiteEvaluation, baselines: Mapping[str, SuiteEvaluation]) -> List[List[Any]]:
   """Per baseline: `metafam.benchmark.paired.probability_of_improvement` and the paired IQM `difference` of the
-  candidate's per-seed speedups against the baseline's, on the tasks both were scored on."""
+  candidate's per-seed speedups against the baseline's, then the same of the per-seed loss gains, on the tasks both
+  were scored on. ``tasks`` counts the tasks of the speedups' comparison."""
   rows = []
   for b in baselines.values():
     if b is evaluation:
       continue
     common = [s.task for s in evaluation.scores if s.task in {t.task for t in b.scores}]
-    a_scores, b_scores = evaluation.seed_speedups(common), b.seed_speedups(common)
-    p = paired.probability_of_improvement(a_scores, b_scores)
-    d = paired.difference(a_scores, b_scores)
-    rows.append([b.name, f"{p.value:.2f} [{p.low:.2f}, {p.high:.2f}]", f"{d.value:+.2f} [{d.low:+.2f}, {d.high:+.2f}]",
-                 p.num_tasks])
+    row, tasks = [b.name], []
+    for scores in (SuiteEvaluation.seed_speedups, SuiteEvaluation.seed_loss_gains):
+      a_scores, b_scores = scores(evaluation, common), scores(b, common)
+      p = paired.probability_of_improvement(a_scores, b_scores)
+      d = paired.difference(a_scores, b_scores)
+      row += [f"{p.value:.2f} [{p.low:.2f}, {p.high:.2f}]", f"{d.value:+.2f} [{d.low:+.2f}, {d.high:+.2f}]"]
+      tasks.append(p.num_tasks)
+    rows.append(row + [tasks[0]])
   return rows
 
 
