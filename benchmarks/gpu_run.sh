@@ -11,6 +11,13 @@
 # receives gpu_run.log (everything printed), tests.md, inner_training.md, outer_training.md and step_cost.md, each
 # headed by the device, the JAX version and the date.
 #
+# The optional step meta_train (issue 39: METAFAM_GPU_RUN_STEPS=meta_train) meta-trains a recipe
+# (experiments/generalist_v2/recipe.json by default) from scratch until its time limit, when `timeout` sends SIGTERM
+# and the run checkpoints the step in flight and stops. The checkpoint holds every lane's task state, too large to
+# come back from the device, so $OUT receives the run's theta alone (meta_train_theta.npz, from
+# experiments/export_pretrained.py --candidate) and its metrics (meta_train_metrics.jsonl). Its families read the full
+# Fashion-MNIST from $METAFAM_FASHION_MNIST_DIR (default .device/fashion-mnist when that folder exists).
+#
 # Environment (defaults in brackets):
 #   OUT                        where results go [./gpu_run_out]
 #   METAFAM_WHEELS             wheels installed when `import haiku` fails [.device/wheels]
@@ -18,7 +25,10 @@
 #   METAFAM_GPU_RUN_SMOKE      1: every benchmark with --smoke (the CPU test of this script) [0]
 #   METAFAM_GPU_RUN_TESTS      what pytest runs [tests]
 #   METAFAM_GPU_RUN_WORKERS    pytest-xdist workers [8]
-#   METAFAM_GPU_RUN_LIMITS     seconds for tests, inner, outer, step_cost ["230 75 90 60"]
+#   METAFAM_GPU_RUN_LIMITS     seconds for tests, inner, outer, step_cost, meta_train ["230 75 90 60 420"]
+#   METAFAM_GPU_RUN_STEPS      the steps run, of tests inner_training outer_training step_cost meta_train
+#                              ["tests inner_training outer_training step_cost"]
+#   METAFAM_GPU_RUN_RECIPE     meta_train's recipe [experiments/generalist_v2/recipe.json]
 #   PYTHON                     the interpreter [python3]
 set -u
 cd "$(dirname "$0")/.."
@@ -29,7 +39,13 @@ LO_SRC=${METAFAM_LO_SRC:-.device/lo/learned_optimization-0.0.1}
 SMOKE=${METAFAM_GPU_RUN_SMOKE:-0}
 TESTS=${METAFAM_GPU_RUN_TESTS:-tests}
 WORKERS=${METAFAM_GPU_RUN_WORKERS:-8}
-read -r LIMIT_TESTS LIMIT_INNER LIMIT_OUTER LIMIT_STEP <<< "${METAFAM_GPU_RUN_LIMITS:-230 75 90 60}"
+read -r LIMIT_TESTS LIMIT_INNER LIMIT_OUTER LIMIT_STEP LIMIT_META <<< "${METAFAM_GPU_RUN_LIMITS:-230 75 90 60 420}"
+LIMIT_META=${LIMIT_META:-420}
+STEPS=" ${METAFAM_GPU_RUN_STEPS:-tests inner_training outer_training step_cost} "
+RECIPE=${METAFAM_GPU_RUN_RECIPE:-experiments/generalist_v2/recipe.json}
+if [ -z "${METAFAM_FASHION_MNIST_DIR:-}" ] && [ -d .device/fashion-mnist ]; then
+  export METAFAM_FASHION_MNIST_DIR=$PWD/.device/fashion-mnist
+fi
 mkdir -p "$OUT"
 LOG=$OUT/gpu_run.log
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -39,18 +55,22 @@ failures=0
 
 say() { echo "$*" | tee -a "$LOG"; }
 
-# step NAME SECONDS COMMAND...: runs COMMAND under `timeout`, its output appended to the log.
+# step NAME SECONDS COMMAND...: runs COMMAND under `timeout` (SIGTERM at the limit, SIGKILL $GRACE s later), its
+# output appended to the log; a step that ends at its limit fails unless $LIMIT_IS_OK is 1.
+GRACE=10
+LIMIT_IS_OK=0
 step() {
   local name=$1 limit=$2 start rc
   shift 2
   start=$(date +%s)
   say "== $name (limit ${limit} s): $*"
-  timeout -k 10 "$limit" "$@" >> "$LOG" 2>&1
+  timeout -k "$GRACE" "$limit" "$@" >> "$LOG" 2>&1
   rc=$?
   say "== $name: exit $rc after $(( $(date +%s) - start )) s$([ "$rc" = 124 ] && echo ' (timed out)')"
-  [ "$rc" = 0 ] || failures=$((failures + 1))
+  [ "$rc" = 0 ] || { [ "$rc" = 124 ] && [ "$LIMIT_IS_OK" = 1 ]; } || failures=$((failures + 1))
   return "$rc"
 }
+wants() { [[ "$STEPS" == *" $1 "* ]]; }
 
 : > "$LOG"
 if ! "$PYTHON" -c "import haiku" 2> /dev/null; then
@@ -75,6 +95,7 @@ else
   say "learned_optimization not carried (or gin-config missing): outer_training.py runs without it"
 fi
 
+if wants tests; then
 # shellcheck disable=SC2086  # $TESTS is a list of pytest arguments
 step tests "$LIMIT_TESTS" "$PYTHON" -m pytest -q -p no:cacheprovider -n "$WORKERS" -m "not slow" \
   --ignore=tests/test_docs.py --ignore=tests/test_wheel.py $TESTS
@@ -92,14 +113,24 @@ tests_rc=$?
   echo '```'
 } > "$OUT/tests.md"
 cat "$OUT/tests.md"
+fi
 
-step inner_training "$LIMIT_INNER" "$PYTHON" benchmarks/inner_training.py --lanes 1 64 1024 4096 --devices 1 \
-  --skip naive ref_style --rounds 5 --markdown "$OUT/inner_training.md" "${smoke[@]}"
+wants inner_training && step inner_training "$LIMIT_INNER" "$PYTHON" benchmarks/inner_training.py \
+  --lanes 1 64 1024 4096 --devices 1 --skip naive ref_style --rounds 5 --markdown "$OUT/inner_training.md" \
+  "${smoke[@]}"
 # (the default --perturbations: full, low_rank:1, low_rank:4)
-step outer_training "$LIMIT_OUTER" "$PYTHON" benchmarks/outer_training.py --estimators pes --devices 1 --steps 10 \
-  --markdown "$OUT/outer_training.md" "${reference[@]}" "${smoke[@]}"
-step step_cost "$LIMIT_STEP" "$PYTHON" benchmarks/step_cost.py --mlp_widths 1024 3200 --cnn_channels 128 256 512 \
-  --learned muon_residual_lopt --markdown "$OUT/step_cost.md" "${smoke[@]}"
+wants outer_training && step outer_training "$LIMIT_OUTER" "$PYTHON" benchmarks/outer_training.py --estimators pes \
+  --devices 1 --steps 10 --markdown "$OUT/outer_training.md" "${reference[@]}" "${smoke[@]}"
+wants step_cost && step step_cost "$LIMIT_STEP" "$PYTHON" benchmarks/step_cost.py --mlp_widths 1024 3200 \
+  --cnn_channels 128 256 512 --learned muon_residual_lopt --markdown "$OUT/step_cost.md" "${smoke[@]}"
+if wants meta_train; then
+  run_dir=$(mktemp -d)/run  # not under $OUT: the checkpoint is too large to come back
+  GRACE=120 LIMIT_IS_OK=1 step meta_train "$LIMIT_META" "$PYTHON" -m metafam meta-train --recipe "$RECIPE" \
+    --output_dir "$run_dir" --checkpoint_every 25 --progress=false
+  step export_theta 120 "$PYTHON" experiments/export_pretrained.py "$run_dir/checkpoint.npz" --candidate \
+    --out "$OUT/meta_train_theta.npz"
+  cp "$run_dir/metrics.jsonl" "$OUT/meta_train_metrics.jsonl" 2>> "$LOG" || failures=$((failures + 1))
+fi
 
 say "gpu_run: $failures step(s) failed; results in $OUT"
 [ "$failures" = 0 ]

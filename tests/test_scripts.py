@@ -120,6 +120,13 @@ def test_export_pretrained_writes_a_loadable_file(tmp_path, monkeypatch, capsys)
   other = _theta_checkpoint(tmp_path / "other.npz", entry.optimizer, "not_" + entry.recipe)
   code, _ = run_script("experiments/export_pretrained.py", [other, "--out", tmp_path / "x.npz"], monkeypatch, capsys)
   assert code != 0 and not (tmp_path / "x.npz").exists()
+  # As a candidate (no registry entry needed, e.g. a run on a lent GPU), any run's theta is written to --out.
+  code, out = run_script("experiments/export_pretrained.py", [other, "--candidate", "--out", tmp_path / "x.npz"],
+                         monkeypatch, capsys)
+  assert code == 0 and f"wrote {tmp_path / 'x.npz'}" in out
+  jax.tree.map(np.testing.assert_array_equal, load_theta(str(tmp_path / "x.npz")), load_theta(other))
+  code, _ = run_script("experiments/export_pretrained.py", [other, "--candidate"], monkeypatch, capsys)
+  assert code == 2  # --candidate needs --out
 
 
 def test_hand_designed_baselines(monkeypatch, capsys):
