@@ -18,11 +18,17 @@ suite, which needs ``--confirm_test`` (it is run once per shipped optimizer). ``
 task's curves there, so that running the same command again resumes an interrupted evaluation (at about 10 minutes
 per task on 2 cores for a tuned candidate, a whole suite takes hours); the files record the command's settings and
 a directory of another setting is refused.
+
+``--vs_init`` (with ``--checkpoint``) also scores the optimizer at its initial theta, with the same settings (its
+tasks cached under ``CACHE_DIR/initial_theta``), and prints the paired comparison of the trained theta with it:
+P(trained > initial) and the IQM differences of the per-seed speedups and loss gains, i.e. whether meta-training
+paid on this suite.
 """
 import argparse
 import functools
 import hashlib
 import json
+import os
 import time
 
 import jax
@@ -30,6 +36,8 @@ import numpy as np
 import optax
 
 from metafam.benchmark import baseline_evaluations, evaluate_suite, format_suite, load_normalizers, write_suite_report
+from metafam.benchmark.heldout import PAIRED_HEADERS, paired_rows
+from metafam.benchmark.report import format_table
 from metafam.benchmark.runner import load_theta
 from metafam.optimizers.registry import get_learned_optimizer
 
@@ -52,12 +60,17 @@ def main():
   p.add_argument("--out", default=None, help="write the suite report (JSON, CSV, plots) to this directory")
   p.add_argument("--tasks", nargs="+", default=None, help="a subset of the suite's tasks (default: all)")
   p.add_argument("--cache_dir", default=None, help="keep each finished task here; the same command again resumes")
+  p.add_argument("--vs_init", action="store_true",
+                 help="with --checkpoint: also score the initial theta and compare the two, paired")
   p.add_argument("--lane_chunk", type=int, default=None,
                  help="update the rate x seed lanes in blocks of this many (1: faster on a CPU for Newton-Schulz "
                       "optimizers; only float rounding differs; default: the optimizer's own choice)")
   args = p.parse_args()
   if args.suite == "test" and not args.confirm_test:
     p.error("--suite test is the test split, scored once per shipped optimizer: add --confirm_test")
+  if args.vs_init and (args.checkpoint is None or args.pretrained is not None):
+    p.error("--vs_init compares a --checkpoint's theta with the optimizer's initial theta: give --checkpoint "
+            "(and no --pretrained)")
   if args.pretrained is not None:
     from metafam import pretrained  # pylint: disable=import-outside-toplevel
     if args.pretrained not in pretrained.list():
@@ -78,8 +91,10 @@ def main():
     evaluation = evaluate_suite(factory, learning_rates=grid, schedules=args.schedules, tasks=args.tasks, **suite)
     return report(evaluation, time.perf_counter() - start, args)
   lopt = get_learned_optimizer(args.optimizer, **{"step_mult": args.step_mult, **json.loads(args.kwargs)})
-  theta = lopt.init(jax.random.key(0)) if args.checkpoint is None else load_theta(args.checkpoint)
-  if args.tune_step:
+
+  def score(theta, **changes):
+    if not args.tune_step:
+      return evaluate_suite((lopt, theta), tasks=args.tasks, **{**suite, **changes})
     base = lopt.as_optax(theta)
 
     def scaled(learning_rate):  # the learned update times rate / step_mult (a schedule or a number)
@@ -87,10 +102,17 @@ def main():
       return optax.chain(base, optax.scale_by_schedule(lambda count: rate(count) / args.step_mult))
 
     scaled.__name__ = f"{args.optimizer}_tuned_step"
-    evaluation = evaluate_suite(scaled, learning_rates=grid, schedules=args.schedules, tasks=args.tasks, **suite)
-  else:
-    evaluation = evaluate_suite((lopt, theta), tasks=args.tasks, **suite)
+    return evaluate_suite(scaled, learning_rates=grid, schedules=args.schedules, tasks=args.tasks,
+                          **{**suite, **changes})
+
+  initial = lopt.init(jax.random.key(0))
+  evaluation = score(initial if args.checkpoint is None else load_theta(args.checkpoint))
   report(evaluation, time.perf_counter() - start, args)
+  if args.vs_init:
+    untrained = {k: v for k, v in setting.items() if k != "checkpoint_sha256"}
+    init_evaluation = score(initial, name=f"{evaluation.name} (initial theta)", cache_identity=untrained,
+                            cache_dir=args.cache_dir and os.path.join(args.cache_dir, "initial_theta"))
+    print(format_table(PAIRED_HEADERS, paired_rows(evaluation, {"initial theta": init_evaluation})))
 
 
 def report(evaluation, wall, args):

@@ -147,6 +147,12 @@ def test_heldout_learned(tmp_path, monkeypatch, capsys):
   code, again = run_script("experiments/heldout_learned.py", args, monkeypatch, capsys)
   report = lambda text: [line.rsplit(";", 1)[0] for line in text.splitlines()]  # the last part is the wall time
   assert code == 0 and report(again) == report(out)
+  # --vs_init: the initial theta too (cached beside), compared paired with the trained one.
+  code, out = run_script("experiments/heldout_learned.py", args + ["--vs_init"], monkeypatch, capsys)
+  assert code == 0 and "(initial theta)  0.50" in out.splitlines()[-1], out  # the fixture theta is the initial one
+  assert "P(lower loss)" in out and os.listdir(tmp_path / "cache" / "initial_theta") == [f"{HEAVY_TASK}.json"]
+  code, _ = run_script("experiments/heldout_learned.py", ["--vs_init", "--tasks", HEAVY_TASK], monkeypatch, capsys)
+  assert code == 2  # nothing trained to compare with
 
 
 def test_heldout_learned_refuses_an_unknown_pretrained_name_before_any_work(tmp_path, monkeypatch, capsys):
