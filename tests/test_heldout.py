@@ -318,12 +318,15 @@ def test_evaluate_suite_cache_resumes_an_interrupted_evaluation_and_refuses_anot
   assert trained == ["t1", "t2"]  # nothing retrained
   same = lambda a, b: repr(a.scores) == repr(b.scores)  # exact floats; NaN (a diverged task's loss) equals NaN
   assert same(again, first) and again.wall_time == first.wall_time
+  assert again.evaluated_at == first.evaluated_at  # when the tasks were trained, not when they were read back
   for t in ("t1", "t2"):
     np.testing.assert_array_equal(again.curves[t][1], raw[t])  # NaN where it was NaN
   assert first.scores[1].diverged and not first.scores[0].diverged
   os.remove(cache / "t2.json")  # an evaluation interrupted during its second task
   resumed = run()
   assert trained == ["t1", "t2", "t2"] and same(resumed, first)
+  with open(cache / "t2.json") as f:
+    assert resumed.evaluated_at == json.load(f)["trained_at"] >= first.evaluated_at  # its last task's finish
 
   before = (cache / "t1.json").read_bytes()
   other = jax.tree.map(lambda a: a + 1.0, theta)

@@ -142,8 +142,10 @@ class SuiteEvaluation:
     wall_time: seconds spent training the candidate, summed over tasks (a task read from ``cache_dir`` counts the
       time it took when it was trained); 0 for shipped baselines.
     suite: ``"heldout"`` (development) or ``"test"``.
-    evaluated_at: when the candidate was trained (UTC, ISO 8601); for shipped baselines, the data file's generation
-      is recorded in it instead, and this is empty.
+    evaluated_at: when the candidate was trained (UTC, ISO 8601): the time its last task finished training, also
+      when tasks are read from a ``cache_dir`` (each cached task records it; a task cached before it did counts as
+      trained at the call); for shipped baselines, the data file's generation is recorded in it instead, and this is
+      empty.
   """
   name: str
   scores: Tuple[TaskScore, ...]
@@ -342,8 +344,7 @@ def evaluate_suite(candidate: Candidate, *, tasks: Optional[Sequence[str]] = Non
                     schedules=list(schedules) if tuned else None, theta=_theta_fingerprint(candidate),
                     extra=json.loads(json.dumps(cache_identity)) if cache_identity is not None else None)
     os.makedirs(cache_dir, exist_ok=True)
-  evaluated_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-  scores, curves, seconds = [], {}, 0.0
+  scores, curves, seconds, trained_at = [], {}, 0.0, []
   for task_name in tqdm(tasks, desc=f"{suite}: {label}", unit="task", disable=not progress):
     entry = data["tasks"][task_name]
     steps = np.asarray(entry["eval_steps"], np.int32)
@@ -364,12 +365,17 @@ def evaluate_suite(candidate: Candidate, *, tasks: Optional[Sequence[str]] = Non
       return normalize(task, evals["test"][0]), None
 
     path = None if cache_dir is None else os.path.join(cache_dir, f"{task_name}.json")
-    seed_curves, setting, took = _cached_task(
+    seed_curves, setting, took, finished = _cached_task(
         path, None if path is None else {**identity, "task": task_name, "eval_steps": steps.tolist()}, train)
     seconds += took
+    trained_at.append(finished or _utc_now())
     scores.append(score_task(task_name, entry, seed_curves, setting=setting))
     curves[task_name] = (steps, seed_curves)
-  return _evaluation(label, scores, curves, data.get("pending", ()), seconds, suite, evaluated_at)
+  return _evaluation(label, scores, curves, data.get("pending", ()), seconds, suite, max(trained_at))
+
+
+def _utc_now() -> str:
+  return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 def _theta_fingerprint(candidate: Any) -> Optional[str]:
@@ -393,9 +399,10 @@ def _theta_fingerprint(candidate: Any) -> Optional[str]:
 
 
 def _cached_task(path: Optional[str], identity: Optional[Dict[str, Any]],
-                 train: Callable[[], Tuple[np.ndarray, Any]]) -> Tuple[np.ndarray, Any, float]:
-  """``(seed curves, setting, seconds it took to train)`` of one task: read from ``path`` when that file was written
-  by the same evaluation (``identity``), else trained (and written there unless ``path`` is None)."""
+                 train: Callable[[], Tuple[np.ndarray, Any]]) -> Tuple[np.ndarray, Any, float, Optional[str]]:
+  """``(seed curves, setting, seconds it took to train, when it finished training (UTC; None if the cached file
+  predates that record))`` of one task: read from ``path`` when that file was written by the same evaluation
+  (``identity``), else trained (and written there unless ``path`` is None)."""
   from metafam.io import write_json
   if path is not None and os.path.exists(path):
     try:
@@ -403,7 +410,7 @@ def _cached_task(path: Optional[str], identity: Optional[Dict[str, Any]],
         record = json.load(f)
       stored = record["identity"]
       seed_curves = np.asarray([[np.nan if v is None else v for v in row] for row in record["curves"]], np.float64)
-      setting, seconds = record["setting"], float(record["seconds"])
+      setting, seconds, finished = record["setting"], float(record["seconds"]), record.get("trained_at")
     except (OSError, ValueError, KeyError, TypeError) as e:
       raise ValueError(f"cache_dir: {path} is not a cached task of evaluate_suite ({e}); remove it to retrain the "
                        "task.") from None
@@ -411,15 +418,16 @@ def _cached_task(path: Optional[str], identity: Optional[Dict[str, Any]],
       differ = sorted(k for k in set(stored) | set(identity) if stored.get(k) != identity.get(k))
       raise ValueError(f"cache_dir: {path} was written by another evaluation (it differs in {differ}); use another "
                        "cache directory for this candidate or setting.")
-    return seed_curves, setting, seconds
+    return seed_curves, setting, seconds, finished
   start = time.perf_counter()
   seed_curves, setting = train()
-  seconds = time.perf_counter() - start
+  seconds, finished = time.perf_counter() - start, _utc_now()
   if path is None:
-    return np.asarray(seed_curves, np.float64), setting, seconds
+    return np.asarray(seed_curves, np.float64), setting, seconds, finished
   rows = [[float(v) if np.isfinite(v) else None for v in row] for row in np.asarray(seed_curves, np.float64)]
-  write_json(path, {"identity": identity, "curves": rows, "setting": setting, "seconds": seconds})
-  return np.asarray(seed_curves, np.float64), setting, seconds
+  write_json(path, {"identity": identity, "curves": rows, "setting": setting, "seconds": seconds,
+                    "trained_at": finished})
+  return np.asarray(seed_curves, np.float64), setting, seconds, finished
 
 
 # -- tables and figures ---------------------------------------------------------------------------------------------
