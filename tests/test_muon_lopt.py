@@ -75,13 +75,15 @@ def _unit_rms(x):
   return x / np.sqrt(np.mean(np.square(x)) + 1e-12)
 
 
-@pytest.mark.parametrize("residual", ["after", "before"])
-def test_first_step_with_a_residual_matches_its_definition(residual):
+@pytest.mark.parametrize("residual, center", [("after", True), ("before", True), ("after", False), ("before", False)])
+def test_first_step_with_a_residual_matches_its_definition(residual, center):
   """One update from zero state, recomputed from the formulas: momentum after one step ``mu = (1 - b) g``, Nesterov
   ``mu_hat = b mu / (1 - b^2) + (1 - b) g / (1 - b) = g (b(1 - b)/(1 - b^2) + 1)``, Adam's Nesterov direction at
-  step 1 ``(b1 m / (1 - b1^2) + (1 - b1) g / (1 - b1)) / (sqrt(v / (1 - b2)) + eps)``."""
+  step 1 ``(b1 m / (1 - b1^2) + (1 - b1) g / (1 - b1)) / (sqrt(v / (1 - b2)) + eps)``; the residual centred over each
+  tensor or not."""
   rng = np.random.default_rng(3)
-  lopt = MuonResidualLOpt(residual=residual, step_mult=LR)
+  lopt = MuonResidualLOpt(residual=residual, step_mult=LR, center_residual=center)
+  mlp = lambda x: _mlp(theta, x) - (np.mean(_mlp(theta, x)) if center else 0.0)
   theta = lopt.init(jax.random.key(0))
   theta["mlp"]["w1"] = jnp.asarray(rng.standard_normal(theta["mlp"]["w1"].shape), jnp.float32)
   theta["mlp"]["b1"] = jnp.asarray([0.3], jnp.float32)
@@ -100,19 +102,20 @@ def test_first_step_with_a_residual_matches_its_definition(residual):
   scale = np.sqrt(7 / 5)
   if residual == "after":
     d = np.asarray(orthogonalize(jnp.asarray(m, jnp.float32)), np.float64) * scale
-    r = _mlp(theta, feats([gw, pw, m, d], 1.0)).reshape(m.shape)
+    r = mlp(feats([gw, pw, m, d], 1.0)).reshape(m.shape)
     want_w = 2.0 * (d + rms(d) * r)
   else:
-    r = _mlp(theta, feats([gw, pw, m], 1.0)).reshape(m.shape)
+    r = mlp(feats([gw, pw, m], 1.0)).reshape(m.shape)
     want_w = 2.0 * np.asarray(orthogonalize(jnp.asarray(m + rms(m) * r, jnp.float32)), np.float64) * scale
   np.testing.assert_allclose(-np.asarray(u["w"]) / LR, want_w, rtol=2e-4, atol=1e-5)  # float32 NS vs float64 rest
   gb, pb = np.asarray(g["b"], np.float64), np.asarray(params["b"], np.float64)
   mom, v = (1 - b1) * gb, (1 - b2) * gb ** 2
   a = (b1 * mom / (1 - b1 ** 2) + (1 - b1) * gb / (1 - b1)) / (np.sqrt(v / (1 - b2)) + 1e-8)
   fs = [gb, pb, mom] + ([a] if residual == "after" else [])
-  want_b = 0.5 * (a + rms(a) * _mlp(theta, feats(fs, -1.0)))
+  want_b = 0.5 * (a + rms(a) * mlp(feats(fs, -1.0)))
   np.testing.assert_allclose(-np.asarray(u["b"]) / LR, want_b, rtol=1e-4, atol=1e-6)
   assert np.max(np.abs(r)) > 0.1  # the residual was not negligible
+  assert abs(np.mean(r)) < 1e-9 if center else abs(np.mean(r)) > 0.1  # b1 = 0.3 shifts an uncentred residual
 
 
 def test_gains_scale_each_kind_exactly():
@@ -142,15 +145,17 @@ def test_fan_in_power_scales_matrices_by_their_fan_in():
     np.testing.assert_allclose(np.asarray(scaled[k]), factor * np.asarray(plain[k]), rtol=1e-6)
 
 
-def test_meta_gradient_reaches_the_zero_output_layer_and_the_gains_at_init():
-  """At init only the output layer and the gains (per kind, per layer shape) can move the steps (the hidden layers' effect passes through a zero
-  output layer), so exactly those get nonzero meta-gradients: meta-training can leave Muon wherever it pays."""
+@pytest.mark.parametrize("center", [True, False])
+def test_meta_gradient_reaches_the_zero_output_layer_and_the_gains_at_init(center):
+  """At init only the output layer and the gains (per kind, per layer shape) can move the steps (the hidden layers'
+  effect passes through a zero output layer), so exactly those get nonzero meta-gradients: meta-training can leave
+  Muon wherever it pays. A centred residual cannot use the output bias (a uniform shift, removed): its gradient is 0."""
   rng = np.random.default_rng(7)
   target = jnp.asarray(rng.standard_normal((8, 6)), jnp.float32)
   loss = lambda p: jnp.mean(jnp.square(p["w"] - target)) + jnp.mean(jnp.square(p["b"] - 1.0))
   params = {"w": jnp.zeros((8, 6), jnp.float32), "b": jnp.zeros((6,), jnp.float32)}
   for name in ("muon_residual_lopt", "muon_celo_lopt"):
-    lopt = get_learned_optimizer(name, step_mult=0.05)
+    lopt = get_learned_optimizer(name, step_mult=0.05, center_residual=center)
 
     def meta_loss(theta):
       opt = lopt.opt_fn(theta)
@@ -161,7 +166,10 @@ def test_meta_gradient_reaches_the_zero_output_layer_and_the_gains_at_init():
     grad = jax.grad(meta_loss)(lopt.init(jax.random.key(0)))
     for k in ("log_gain", "shape_power"):
       assert np.all(np.isfinite(np.asarray(grad[k]))) and np.all(np.asarray(grad[k]) != 0), (name, k)
-    assert float(jnp.sum(jnp.abs(grad["mlp"]["w1"]))) > 0 and float(jnp.abs(grad["mlp"]["b1"][0])) > 0, name
+    assert float(jnp.sum(jnp.abs(grad["mlp"]["w1"]))) > 0, name
+    b1, w1 = float(jnp.abs(grad["mlp"]["b1"][0])), float(jnp.max(jnp.abs(grad["mlp"]["w1"])))
+    # Centred, the bias's gradient is 1 - n * (1/n) per entry: zero up to float32 rounding of the mean.
+    assert (b1 < 1e-5 * w1) if center else b1 > 1e-3 * w1, (name, b1, w1)
     assert float(jnp.sum(jnp.abs(grad["mlp"]["w0"]))) == 0.0, name
 
 
@@ -173,6 +181,7 @@ def test_meta_gradient_reaches_the_zero_output_layer_and_the_gains_at_init():
     (dict(fan_in_power=float("inf")), "fan_in_power must be a finite number >= 0"),
     (dict(lr_spread=0.5), "lr_spread must be a finite number >= 1"),
     (dict(lr_spread=float("nan")), "lr_spread must be a finite number >= 1"),
+    (dict(center_residual="yes"), "center_residual must be True or False, got 'yes'"),
 ])
 def test_bad_arguments_are_named(kwargs, message):
   with pytest.raises(ValueError, match=message):

@@ -19,8 +19,13 @@ checks it on matrices, vectors, conv kernels and scalars, to the rounding that f
 The learned part, per tensor: a per-element ReLU MLP reads features normalized to unit RMS over the tensor (the
 gradient, the parameter, the momentum, and with ``residual="after"`` the rule's direction) plus a static +-1 flag
 "is a matrix" (folded into the first layer's bias), and outputs ``r``; its output layer starts at zero, so ``r = 0``
-at initialization and every other weight still receives a meta-gradient through the output layer. Where ``r`` enters
-is the design option the dev suite chooses between:
+at initialization and every other weight still receives a meta-gradient through the output layer. With
+``center_residual`` (the default) ``r`` is centred over the tensor, ``r - mean(r)``: a residual can then reshape a
+tensor's step but never push all of its entries the same way. Uncentred, the first generalist_v2 candidate learned
+exactly that within 96 meta-steps, a mean residual of +0.14 (matrices) and +0.26 (other tensors) times the
+direction's RMS on every entry, i.e. a steady drift of every parameter; on the dev suite its trained residual alone
+made the optimizer worse than its initialization (paired IQM loss-gain difference -0.15 [-0.19, -0.12]; see
+experiments/generalist_v2/README.md). Where ``r`` enters is the design option the dev suite chooses between:
 
   * ``residual="after"``: ``u = gain * (d + rms(d) * r)`` with ``d`` the rule's direction: the residual is in units
     of the direction's own RMS, so ``r`` of order 1 is a change of order 1 whatever the tensor's shape;
@@ -92,6 +97,8 @@ class MuonResidualLOpt(LearnedOptimizer):
       each trajectory's steps are multiplied by one factor drawn log-uniformly in ``[1/s, s]`` at its start, so that
       theta is trained for the learning rates around ``step_mult`` a user's tuning grid tries (s = sqrt(10) spans
       one point of the half-decade grid each way). Evaluation and the optax face are unaffected. 1: off.
+    center_residual: subtract the residual's mean over each tensor (see the module docstring; the output layer's
+      bias then has no effect); False is the first candidate's uncentred residual.
   """
 
   low_rank_weights = True  # its 2-D meta-parameters are read by F.mlp_columns / F.mlp_bias0 only
@@ -104,7 +111,7 @@ class MuonResidualLOpt(LearnedOptimizer):
   def __init__(self, hidden_sizes: Sequence[int] = (8,), residual: str = "after", step_mult: Any = 1e-2,
                beta: float = 0.95, adam_b1: float = 0.9, adam_b2: float = 0.999, eps: float = 1e-8,
                fan_in_power: float = 0.0, base_fan_in: int = 64, norm_eps: float = 1e-12, lr_spread: float = 1.0,
-               orthogonalization: str = "auto"):
+               orthogonalization: str = "auto", center_residual: bool = True):
     self.hidden_sizes = F.check_sizes("hidden_sizes", hidden_sizes)
     self.residual = check_choice("residual", residual, RESIDUALS)
     self.step_mult = step_mult if callable(step_mult) else F.check_positive("step_mult", step_mult)
@@ -117,6 +124,9 @@ class MuonResidualLOpt(LearnedOptimizer):
     self.norm_eps = F.check_positive("norm_eps", norm_eps)
     self.lr_spread = float(check_number("lr_spread", lr_spread, low=1.0))
     self.orthogonalization = check_choice("orthogonalization", orthogonalization, newton_schulz.FORMS)
+    if not isinstance(center_residual, bool):
+      raise ValueError(f"center_residual must be True or False, got {center_residual!r}.")
+    self.center_residual = center_residual
 
   @property
   def name(self) -> str:
@@ -127,6 +137,8 @@ class MuonResidualLOpt(LearnedOptimizer):
       options += f", lr spread {self.lr_spread:g}"
     if self.orthogonalization != "auto":
       options += f", {self.orthogonalization} Newton-Schulz"
+    if not self.center_residual:
+      options += ", uncentred"
     return f"MuonResidualLOpt({'x'.join(map(str, self.hidden_sizes))}{options})"
 
   @property
@@ -208,8 +220,10 @@ class MuonResidualLOpt(LearnedOptimizer):
     x = rms_normalize(x, range(1, x.ndim), self.norm_eps)
     flag = jnp.asarray([1.0 if matrix else -1.0], x.dtype)
     bias0 = F.mlp_bias0(theta["mlp"], flag, self.num_leaf_features)
-    out = F.mlp_columns(theta["mlp"], x.reshape(x.shape[0], -1), bias0, len(self.hidden_sizes) + 1)
-    return out[0].reshape(jnp.shape(features[0])).astype(features[0].dtype)
+    r = F.mlp_columns(theta["mlp"], x.reshape(x.shape[0], -1), bias0, len(self.hidden_sizes) + 1)[0]
+    if self.center_residual:
+      r = r - jnp.mean(r)
+    return r.reshape(jnp.shape(features[0])).astype(features[0].dtype)
 
 
 def _rms(x: jax.Array, eps: float) -> jax.Array:
