@@ -102,6 +102,8 @@ def main():
       return optax.chain(base, optax.scale_by_schedule(lambda count: rate(count) / args.step_mult))
 
     scaled.__name__ = f"{args.optimizer}_tuned_step"
+    if args.lane_chunk is None:  # a factory has no lane_chunk of its own: the learned optimizer's
+      changes = {"lane_chunk": getattr(lopt, "lane_chunk", None), **changes}
     return evaluate_suite(scaled, learning_rates=grid, schedules=args.schedules, tasks=args.tasks,
                           **{**suite, **changes})
 
