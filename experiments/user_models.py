@@ -22,6 +22,11 @@ at an end of the grid is marked ``*``.
 With ``--json PATH`` each finished (model, optimizer) is written at once, and the same command again resumes
 from the file (a file of other settings is refused).
 
+``--candidate THETA...`` adds learned optimizers that are not shipped: theta files written by
+``experiments/export_pretrained.py --candidate`` (e.g. a generalist_v2 candidate), each built from the optimizer and
+the recipe's ``optimizer_kwargs`` its header names, its step ``learning_rate * u`` (``step_mult`` 1, then scaled),
+its rate tuned like the others'. Its row is named after the file.
+
 ``--smoke`` runs every code path in seconds on the embedded 8,000-image slice (models ``logreg`` and ``mlp_16x16``,
 20 steps, two rates); its numbers mean nothing.
 """
@@ -73,13 +78,32 @@ MODELS = {
 SMOKE_MODELS = {"logreg": lambda: mlp([]), "mlp_16x16": lambda: mlp([16, 16])}
 
 
-def optimizer_factory(name: str):
-  """``learning_rate -> optax transformation`` for ``name``: adam, muon, or a shipped learned optimizer."""
+def optimizer_factory(name: str, candidates=None):
+  """``learning_rate -> optax transformation`` for ``name``: adam, muon, a shipped learned optimizer, or a key of
+  ``candidates`` (``{name: theta file}``, see `candidate_factory`)."""
+  if name in (candidates or {}):
+    return candidate_factory(candidates[name])
   if name == "adam":
     return optax.adam
   if name == "muon":
     return optax.contrib.muon
   return lambda learning_rate: pretrained.optax_transform(name, learning_rate)
+
+
+def candidate_factory(path: str):
+  """``learning_rate -> optax transformation`` of a theta file of `experiments/export_pretrained.py --candidate`:
+  the learned optimizer its header names, built with ``step_mult`` 1 and the recipe's ``optimizer_kwargs``, then
+  scaled by the rate (its step is linear in ``step_mult``)."""
+  from metafam.benchmark.runner import load_theta  # pylint: disable=import-outside-toplevel
+  from metafam.optimizers.registry import get_learned_optimizer  # pylint: disable=import-outside-toplevel
+  from metafam.outer_trainers import checkpoint  # pylint: disable=import-outside-toplevel
+  meta = checkpoint.read_metadata(path)
+  if not meta.get("optimizer"):
+    raise ValueError(f"--candidate {path}: its header names no learned optimizer; write it with "
+                     "experiments/export_pretrained.py --candidate")
+  kwargs = (meta.get("recipe") or {}).get("optimizer_kwargs") or {}
+  base = get_learned_optimizer(meta["optimizer"], step_mult=1.0, **kwargs).as_optax(load_theta(path))
+  return lambda learning_rate: optax.chain(base, optax.scale(learning_rate))
 
 
 # -- training -----------------------------------------------------------------------------------------------------
@@ -159,6 +183,8 @@ def main():
   parser.add_argument("--models", nargs="+", default=None, help=f"any of {', '.join(MODELS)} (default: all)")
   parser.add_argument("--optimizers", nargs="+", default=["adam", "muon", *pretrained.list()],
                       help="adam, muon and shipped learned optimizers (metafam.pretrained.list())")
+  parser.add_argument("--candidate", nargs="+", default=[], metavar="THETA",
+                      help="theta files of learned optimizers that are not shipped (export_pretrained.py --candidate)")
   parser.add_argument("--steps", type=int, default=1000)
   parser.add_argument("--eval_every", type=int, default=50, help="test and held-out losses every this many steps")
   parser.add_argument("--batch", type=int, default=128)
@@ -182,7 +208,20 @@ def main():
     parser.error(f"--optimizers: unknown {', '.join(bad)}; choose from {', '.join(known)}")
   if min(args.steps, args.eval_every, args.batch) < 1 or args.steps % args.eval_every:
     parser.error("--steps, --eval_every and --batch must be positive, and --eval_every must divide --steps")
-  optimizers = [REFERENCE] + [o for o in dict.fromkeys(args.optimizers) if o != REFERENCE]
+  candidates = {os.path.splitext(os.path.basename(p))[0]: p for p in args.candidate}
+  clash = [c for c in candidates if c in known]
+  missing = [p for p in args.candidate if not os.path.isfile(p)]
+  if missing:
+    parser.error(f"--candidate: no such file: {', '.join(missing)}")
+  if clash or len(candidates) < len(args.candidate):
+    parser.error("--candidate: a file's name without its extension names its row; it must differ from the other "
+                 f"files' and from {', '.join(known)}")
+  for path in candidates.values():  # a bad file is refused before any training
+    try:
+      candidate_factory(path)
+    except (ValueError, OSError) as e:
+      parser.error(str(e))
+  optimizers = [REFERENCE] + [o for o in dict.fromkeys(args.optimizers) if o != REFERENCE] + list(candidates)
   data = load_data(args.data_dir, args.smoke)
   settings = {"grid": list(grid), "steps": args.steps, "eval_every": args.eval_every, "batch": args.batch,
               "smoke": args.smoke}
@@ -200,7 +239,7 @@ def main():
     for opt_name in optimizers:
       if opt_name not in done:
         reference = done.get(REFERENCE, {}).get("reference_curve")
-        done[opt_name] = evaluate(model, opt_name, grid, data, args, reference)
+        done[opt_name] = evaluate(model, opt_name, grid, data, args, reference, candidates)
         if args.json:
           _write(args.json, json.dumps(record, indent=1) + "\n")
       rows.append(row(model_name, opt_name, done[opt_name]))
@@ -212,11 +251,11 @@ def main():
     _write(args.markdown, "\n".join(table) + "\n")
 
 
-def evaluate(model, opt_name, grid, data, args, reference_curve):
+def evaluate(model, opt_name, grid, data, args, reference_curve, candidates=None):
   """One (model, optimizer): its tuned rate, mean test curve and speedup over tuned Adam (whose 4x-horizon curve is
   ``reference_curve``, or computed here when ``opt_name`` is Adam), as a JSON-able dict."""
   start = time.perf_counter()
-  run = trainer(model, optimizer_factory(opt_name), args.steps, args.eval_every, args.batch)
+  run = trainer(model, optimizer_factory(opt_name, candidates), args.steps, args.eval_every, args.batch)
   lr, at_edge, curve = tune(run, grid, data)
   entry = {"learning_rate": lr, "at_edge": at_edge, "curve": None if curve is None else curve.tolist()}
   if opt_name == REFERENCE and lr is not None:  # tuned Adam for 4x the horizon, seeds 0 and 1

@@ -198,6 +198,22 @@ def test_user_models(tmp_path, monkeypatch, capsys):
   assert json.loads((tmp_path / "t.json").read_text())["models"]["logreg"]["adam"] == adam
   assert [r.split(" | ")[1] for r in (tmp_path / "t.md").read_text().splitlines()[2:]] == ["adam", "muon",
                                                                                           "generalist_v1"]
+  # A candidate theta file (not shipped): muon_residual_lopt at its initial theta is Muon, so it retraces Muon's row.
+  import jax
+  from metafam.optimizers.muon_lopt import MuonResidualLOpt
+  from metafam.outer_trainers import checkpoint
+  checkpoint.save(str(tmp_path / "v2_init.npz"), MuonResidualLOpt().init(jax.random.key(0)),
+                  {"optimizer": "muon_residual_lopt", "recipe": {"optimizer_kwargs": {"lr_spread": 3.0}}})
+  code, _ = run_script("experiments/user_models.py",
+                       ["--smoke", "--models", "logreg", "--optimizers", "adam", "muon", "--candidate",
+                        tmp_path / "v2_init.npz", "--json", tmp_path / "t.json"], monkeypatch, capsys)
+  done = json.loads((tmp_path / "t.json").read_text())["models"]["logreg"]
+  assert code == 0 and done["v2_init"]["learning_rate"] == done["muon"]["learning_rate"]
+  np.testing.assert_allclose(done["v2_init"]["curve"], done["muon"]["curve"], rtol=1e-3)  # Newton-Schulz rounding
+  checkpoint.save(str(tmp_path / "bare.npz"), MuonResidualLOpt().init(jax.random.key(0)), {})
+  code, _ = run_script("experiments/user_models.py", ["--smoke", "--candidate", tmp_path / "bare.npz"], monkeypatch,
+                       capsys)
+  assert code == 2  # its header names no optimizer: refused before any training
 
 
 def test_long_horizon(monkeypatch, capsys):
