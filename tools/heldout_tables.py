@@ -69,7 +69,7 @@ def baselines_table(suite: str = "heldout") -> str:
             "mean loss gain.", "", "| task | " + " | ".join(evaluations) + " |",
             "|---|" + "---|" * len(evaluations)]
   for i, task in enumerate(data["tasks"]):
-    cells = [f"{s.speedup:.2f} ({s.loss_ratio:.3f}, {sum(s.seed_loss_gains) / len(s.seed_loss_gains):.3f})"
+    cells = [f"{s.speedup:.2f} ({s.loss_ratio:.3f}, {s.loss_gain:.3f})"
              for s in (e.scores[i] for e in evaluations.values())]
     lines.append(f"| `{task}` | " + " | ".join(cells) + " |")
   return "\n".join(lines)

@@ -125,6 +125,11 @@ class TaskScore:
   setting: Optional[Dict[str, Any]] = None
   seed_loss_gains: Tuple[float, ...] = ()
 
+  @property
+  def loss_gain(self) -> float:
+    """The seeds' mean loss gain (NaN without any)."""
+    return float(np.mean(self.seed_loss_gains)) if self.seed_loss_gains else float("nan")
+
 
 @dataclasses.dataclass(frozen=True)
 class SuiteEvaluation:
@@ -449,13 +454,12 @@ TASK_HEADERS = ["task", "T", "speedup", "capped", "loss ratio", "loss gain", "ra
 
 
 def task_rows(evaluation: SuiteEvaluation) -> List[List[Any]]:
-  """Per task: `TASK_HEADERS` (the loss gain is the seeds' mean)."""
+  """Per task: `TASK_HEADERS` (the loss gain is `TaskScore.loss_gain`, the seeds' mean)."""
   rows = []
   for s in evaluation.scores:
     setting = "-" if s.setting is None else f"{s.setting['schedule']} lr={s.setting['learning_rate']:.3g}"
-    gain = float(np.mean(s.seed_loss_gains)) if s.seed_loss_gains else float("nan")
-    rows.append([s.task, s.horizon, s.speedup, s.speedup_capped, s.loss_ratio, gain, f"{s.rank}/{s.num_ranked}",
-                 s.diverged, setting])
+    rows.append([s.task, s.horizon, s.speedup, s.speedup_capped, s.loss_ratio, s.loss_gain,
+                 f"{s.rank}/{s.num_ranked}", s.diverged, setting])
   return rows
 
 
