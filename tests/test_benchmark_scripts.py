@@ -120,3 +120,12 @@ def test_heldout_baselines_generates_one_task(tmp_path, monkeypatch, capsys):
   code, out = run_script("benchmarks/heldout_baselines.py", ["--shard_dir", tmp_path / "shards", "--tasks",
                                                              HEAVY_TASK, "--out", data], monkeypatch, capsys)
   assert code == 0 and out.startswith("1 tasks complete")
+
+
+def test_conv_in_loop(tmp_path, monkeypatch, capsys):
+  md = tmp_path / "conv.md"
+  code, out = run_script("benchmarks/conv_in_loop.py", ["--smoke", "--lanes", 1, 3, "--markdown", md], monkeypatch,
+                         capsys)
+  assert code == 0 and len(_rows(md)) == 2 and "agree to 1e-3" in out  # one row per lane count; the curves checked
+  code, _ = run_script("benchmarks/conv_in_loop.py", ["--lanes", 0], monkeypatch, capsys)
+  assert code == 2  # a bad value is an argparse error, before any work

@@ -189,6 +189,45 @@ def test_cross_entropy_helpers_match_definitions():
   assert autoencoder.mlp_num_params((64, 32, 8, 32, 64)) == 4744
 
 
+@pytest.mark.parametrize("shape,kernel,stride", [((2, 28, 28, 1), 3, 2), ((2, 7, 9, 3), 3, 1), ((1, 8, 8, 4), 5, 2),
+                                                ((3, 5, 6, 2), 1, 1), ((2, 11, 10, 2), 3, 3)])
+def test_conv2d_same_is_the_lax_convolution(shape, kernel, stride):
+  # The same sums of products in another order: float32 rounding of sums of at most k*k*C = 100 terms is below
+  # 1e-5 of the output's scale (checked on values, on the input's gradient and on the kernel's gradient).
+  kx, kw, kc = jax.random.split(jax.random.key(3), 3)
+  x = jax.random.normal(kx, shape)
+  w = jax.random.normal(kw, (kernel, kernel, shape[-1], 5))
+  cot = jax.random.normal(kc, (shape[0], -(-shape[1] // stride), -(-shape[2] // stride), 5))
+
+  def reference(x, w):
+    return jax.lax.conv_general_dilated(x, w, (stride, stride), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"),
+                                        precision="highest")
+
+  def ours(x, w):
+    with jax.default_matmul_precision("highest"):
+      return conv.conv2d_same(x, w, stride)
+
+  want, got = reference(x, w), ours(x, w)
+  assert got.shape == want.shape == cot.shape
+  np.testing.assert_allclose(got, want, atol=1e-5 * float(jnp.max(jnp.abs(want))))
+  for g_want, g_got in zip(jax.grad(lambda *a: jnp.sum(reference(*a) * cot), (0, 1))(x, w),
+                           jax.grad(lambda *a: jnp.sum(ours(*a) * cot), (0, 1))(x, w)):
+    np.testing.assert_allclose(g_got, g_want, atol=1e-5 * float(jnp.max(jnp.abs(g_want))))
+  with pytest.raises(ValueError, match="w must be"):
+    conv.conv2d_same(x, w[:, :-1], stride)
+
+
+def test_conv2d_module_keeps_haikus_parameters():
+  x = jax.random.normal(jax.random.key(0), (2, 9, 9, 3))
+  ours = hk.without_apply_rng(hk.transform(lambda x: conv.Conv2D(4, 3, stride=2, name="c")(x)))
+  haikus = hk.without_apply_rng(hk.transform(lambda x: hk.Conv2D(4, 3, stride=2, padding="SAME", name="c")(x)))
+  params = ours.init(jax.random.key(1), x)
+  jax.tree.map(np.testing.assert_array_equal, params, haikus.init(jax.random.key(1), x))
+  params = jax.tree.map(lambda p: p + 0.1, params)  # a nonzero bias too
+  with jax.default_matmul_precision("highest"):
+    np.testing.assert_allclose(ours.apply(params, x), haikus.apply(params, x), rtol=1e-5, atol=1e-5)
+
+
 # -- families ------------------------------------------------------------------------------------------------------
 
 NEW_FAMILIES = ["fmnist_conv_family_16x16_16x32", "fmnist_ae_family_8x8_32x8x32", "shakespeare_lstm_family_32",

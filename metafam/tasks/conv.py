@@ -25,6 +25,7 @@ from typing import Callable, Optional, Sequence
 import haiku as hk
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from metafam.datasets.base import Datasets
 from metafam.datasets.cifar import cifar10_datasets
@@ -53,12 +54,59 @@ def smoothed_cross_entropy(logits: jax.Array, labels: jax.Array, smoothing=0.0) 
   return jnp.mean((1.0 - smoothing) * nll - smoothing * jnp.mean(logp, axis=-1))
 
 
+def conv2d_same(x: jax.Array, w: jax.Array, stride: int = 1) -> jax.Array:
+  """A 2-D convolution with SAME padding as one matrix product: ``x f32[B, H, W, C]``, ``w f32[k, k, C, O]`` ->
+  ``f32[B, ceil(H / stride), ceil(W / stride), O]``.
+
+  The same function as ``jax.lax.conv_general_dilated(x, w, (stride, stride), "SAME", ("NHWC", "HWIO", "NHWC"))``
+  (padding split as XLA splits it, the odd pixel after), written as the ``k * k`` strided slices of the padded input
+  concatenated along the channels (im2col) times ``w`` reshaped to ``[k * k * C, O]``. Why: XLA's CPU backend runs a
+  convolution inside a loop (``lax.scan``, so every training run) about 5x slower than called alone; in this form the
+  test suite's conv net trains 10-12x faster in a loop, one model or 21 vmapped (``benchmarks/conv_in_loop.py``,
+  ``docs/performance/inner-loop.md``). Only float rounding differs from the convolution.
+  """
+  k = w.shape[0]
+  if w.ndim != 4 or w.shape[1] != k or w.shape[2] != x.shape[-1]:
+    raise ValueError(f"w must be [k, k, {x.shape[-1]}, out] for x of shape {x.shape}, got {w.shape}.")
+  _, height, width, channels = x.shape
+  out_h, out_w = -(-height // stride), -(-width // stride)
+  pad_h = max((out_h - 1) * stride + k - height, 0)
+  pad_w = max((out_w - 1) * stride + k - width, 0)
+  padded = jnp.pad(x, ((0, 0), (pad_h // 2, pad_h - pad_h // 2), (pad_w // 2, pad_w - pad_w // 2), (0, 0)))
+  span_h, span_w = (out_h - 1) * stride + 1, (out_w - 1) * stride + 1
+  patches = jnp.concatenate([padded[:, i:i + span_h:stride, j:j + span_w:stride, :]
+                             for i in range(k) for j in range(k)], axis=-1)
+  return patches @ w.reshape(k * k * channels, w.shape[-1])
+
+
+class Conv2D(hk.Module):
+  """``hk.Conv2D`` with SAME padding and a square kernel, computed by `conv2d_same`.
+
+  Its parameters are ``hk.Conv2D``'s: the same names, shapes and initializers (``w``: truncated normal with standard
+  deviation ``1 / sqrt(k * k * C)`` unless ``w_init``; ``b``: zeros), so a model keeps its parameters when it
+  switches.
+  """
+
+  def __init__(self, output_channels: int, kernel_size: int, stride: int = 1, w_init=None,
+               name: Optional[str] = None):
+    super().__init__(name=name)
+    self.output_channels, self.kernel_size, self.stride, self.w_init = output_channels, kernel_size, stride, w_init
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    k, channels = self.kernel_size, x.shape[-1]
+    w_init = self.w_init or hk.initializers.TruncatedNormal(stddev=1.0 / np.sqrt(k * k * channels))
+    w = hk.get_parameter("w", (k, k, channels, self.output_channels), x.dtype, init=w_init)
+    b = hk.get_parameter("b", (self.output_channels,), x.dtype, init=jnp.zeros)
+    return conv2d_same(x, w, self.stride) + b
+
+
 def conv_forward(channels: Sequence[int], num_classes: int, activations: Sequence[Activation],
                  kernel_size=3, strides: Optional[Sequence[int]] = None, norm: Optional[str] = None,
                  pool: str = "avg", w_init=None, norm_before_activation: bool = False) -> hk.Transformed:
   """A haiku conv net ``forward(images f32[B, H, W, C], activation_index=0) -> logits f32[B, num_classes]``.
 
-  Each layer is ``Conv2D(SAME padding) -> activation -> norm``; then a global ``pool`` ("avg" or "max") and a
+  Each layer is ``Conv2D(SAME padding) -> activation -> norm`` (`Conv2D`: haiku's parameters, `conv2d_same`'s
+  arithmetic); then a global ``pool`` ("avg" or "max") and a
   Linear. ``strides`` (default: 2 for every layer) sets each conv's stride; a side shrinks as ``ceil(side /
   stride)``. ``norm`` is one of `metafam.tasks.image_mlp.NORMS` (with "batch_norm" the result is an
   ``hk.TransformedWithState``); norms add ``2 * c`` parameters per layer. With several ``activations`` the int32
@@ -83,7 +131,7 @@ def conv_forward(channels: Sequence[int], num_classes: int, activations: Sequenc
     act = select_activation(activations, activation_index)
     x = images
     for i, (c, k, s) in enumerate(zip(channels, kernels, strides)):
-      x = hk.Conv2D(c, k, stride=s, padding="SAME", w_init=w_init, name=f"conv_{i}")(x)
+      x = Conv2D(c, k, stride=s, w_init=w_init, name=f"conv_{i}")(x)
       norm_layer = normalization_layer(norm, f"norm_{i}")
       x = act(norm_layer(x)) if norm_before_activation else norm_layer(act(x))
     x = jnp.mean(x, axis=(1, 2)) if pool == "avg" else jnp.max(x, axis=(1, 2))
