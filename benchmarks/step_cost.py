@@ -77,10 +77,12 @@ def cnn(channels):
   return init, apply
 
 
-def optimizers(learning_rate=1e-3, learned=()):
-  """Name -> optax transformation: Adam, Muon, every shipped pretrained optimizer and the registered learned
-  optimizers ``learned`` at their initial meta-parameters (named ``NAME (init)``)."""
+def optimizers(learning_rate=1e-3, learned=(), muon_ns_steps=()):
+  """Name -> optax transformation: Adam, Muon, Muon with each of ``muon_ns_steps`` Newton-Schulz iterations (named
+  ``muon, N NS steps``), every shipped pretrained optimizer and the registered learned optimizers ``learned`` at
+  their initial meta-parameters (named ``NAME (init)``)."""
   opts = {"adam": optax.adam(learning_rate), "muon": optax.contrib.muon(learning_rate)}
+  opts.update({f"muon, {n} NS steps": optax.contrib.muon(learning_rate, ns_steps=n) for n in muon_ns_steps})
   for name in metafam.pretrained.list():
     opts[name] = metafam.pretrained.optax_transform(name, learning_rate)
   for name in learned:
@@ -150,8 +152,12 @@ def main():
   parser.add_argument("--learned", nargs="*", default=[],
                       help="registered learned optimizers (with a step_mult) to add at their initial theta, e.g. "
                            "muon_residual_lopt")
+  parser.add_argument("--muon_ns_steps", type=int, nargs="*", default=[],
+                      help="also optax's Muon with this many Newton-Schulz iterations (its default is 5)")
   bench_common.add_flags(parser)
   args = parser.parse_args()
+  if any(n < 1 for n in args.muon_ns_steps):
+    parser.error(f"--muon_ns_steps must be positive integers, got {args.muon_ns_steps}")
   bad = [n for n in args.learned if not takes_step_mult(n)]
   if bad:
     parser.error(f"--learned: {', '.join(bad)} is not a registered learned optimizer with a step_mult")
@@ -169,7 +175,8 @@ def main():
     models[f"CNN {'-'.join(map(str, args.cnn_channels))}"] = cnn(args.cnn_channels)
   if args.members:
     models = {f"{name}, {args.members} at once": model for name, model in models.items()}
-  opts = {(name, None): opt for name, opt in optimizers(learned=args.learned).items()}
+  opts = {(name, None): opt for name, opt in optimizers(learned=args.learned,
+                                                             muon_ns_steps=args.muon_ns_steps).items()}
   opts.update({(name, k): opt for k in args.lane_chunk for (name, _), opt in list(opts.items())})
   print(f"jax {jax.__version__} on {jax.devices()[0].platform}; batch {args.batch}; median of {args.rounds} "
         f"interleaved calls; optimizers {', '.join(dict.fromkeys(n for n, _ in opts))}")

@@ -59,6 +59,16 @@ def test_low_rank_estimates(monkeypatch, capsys):
   assert "1. PES" in out and "2. FullES" in out and "3. XLA memory" in out
 
 
+def test_step_cost_of_muon_with_fewer_newton_schulz_iterations(tmp_path, monkeypatch, capsys):
+  code, _ = run_script("benchmarks/step_cost.py", ["--smoke", "--muon_ns_steps", 2, "--markdown", tmp_path / "c.md"],
+                       monkeypatch, capsys)
+  rows = {line.split("|")[3].strip(): line.split("|")[-2].strip() for line in _rows(tmp_path / "c.md")}
+  assert code == 0 and {"muon", "muon, 2 NS steps"} <= set(rows)
+  assert rows["muon, 2 NS steps"] == rows["muon"]  # the same state: only the iteration count differs
+  code, _ = run_script("benchmarks/step_cost.py", ["--muon_ns_steps", 0], monkeypatch, capsys)
+  assert code == 2
+
+
 def test_step_cost_with_many_members_in_blocks(tmp_path, monkeypatch, capsys):
   """The many-models path (gpu_run.sh's step_cost step, tests/test_gpu_run.py, covers the single-model one): every
   optimizer vmapped and again in blocks of 1, ratios against the vmapped Adam and Muon."""
@@ -124,8 +134,8 @@ def test_heldout_baselines_generates_one_task(tmp_path, monkeypatch, capsys):
 
 def test_conv_in_loop(tmp_path, monkeypatch, capsys):
   md = tmp_path / "conv.md"
-  code, out = run_script("benchmarks/conv_in_loop.py", ["--smoke", "--lanes", 1, 3, "--markdown", md], monkeypatch,
-                         capsys)
+  code, out = run_script("benchmarks/conv_in_loop.py", ["--smoke", "--lanes", 1, 3, "--steps", 2, "--rounds", 1,
+                                                       "--markdown", md], monkeypatch, capsys)
   assert code == 0 and len(_rows(md)) == 2 and "agree to 1e-3" in out  # one row per lane count; the curves checked
   code, _ = run_script("benchmarks/conv_in_loop.py", ["--lanes", 0], monkeypatch, capsys)
   assert code == 2  # a bad value is an argparse error, before any work
