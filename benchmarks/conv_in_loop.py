@@ -29,7 +29,7 @@ def xla_conv(x, w, stride):
   return jax.lax.conv_general_dilated(x, w, (stride, stride), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
 
 
-def make_loss(conv, channels):
+def make_loss(conv):
   def loss(params, batch):
     x = batch["image"]
     for w, b in params["convs"]:
@@ -74,10 +74,10 @@ def main() -> None:
     params = jax.vmap(lambda k: init(k, channels))(jax.random.split(key, lanes))
     runs, curves = {}, {}
     for name, conv in (("lax.conv_general_dilated", xla_conv), ("conv2d_same", conv2d_same)):
-      loop = jax.jit(jax.vmap(training_loop(make_loss(conv, channels)), in_axes=(0, None)))
+      loop = jax.jit(jax.vmap(training_loop(make_loss(conv)), in_axes=(0, None)))
       curves[name] = np.asarray(loop(params, batches)[1])
       runs[f"{name}, loop"] = lambda loop=loop: jax.block_until_ready(loop(params, batches))
-      step = jax.jit(jax.vmap(jax.grad(make_loss(conv, channels)), in_axes=(0, None)))
+      step = jax.jit(jax.vmap(jax.grad(make_loss(conv)), in_axes=(0, None)))
       one = jax.tree.map(lambda b: b[0], batches)
       runs[f"{name}, step alone"] = lambda step=step: jax.block_until_ready(step(params, one))
     np.testing.assert_allclose(curves["conv2d_same"], curves["lax.conv_general_dilated"], rtol=1e-3)

@@ -21,8 +21,8 @@ gradient, the parameter, the momentum, and with ``residual="after"`` the rule's 
 "is a matrix" (folded into the first layer's bias), and outputs ``r``; its output layer starts at zero, so ``r = 0``
 at initialization and every other weight still receives a meta-gradient through the output layer. With
 ``center_residual`` (the default) ``r`` is centred over the tensor, ``r - mean(r)``: a residual can then reshape a
-tensor's step but never push all of its entries the same way (a scalar parameter gets no residual at all). Uncentred, the first generalist_v2 candidate learned
-exactly that within 96 meta-steps, a mean residual of +0.14 (matrices) and +0.26 (other tensors) times the
+tensor's step but never push all of its entries the same way (a scalar parameter gets no residual at all).
+Uncentred, the first generalist_v2 candidate learned exactly that within 96 meta-steps, a mean residual of +0.14 (matrices) and +0.26 (other tensors) times the
 direction's RMS on every entry, i.e. a steady drift of every parameter; on the dev suite its trained residual alone
 made the optimizer worse than its initialization (paired IQM loss-gain difference -0.15 [-0.19, -0.12]; see
 experiments/generalist_v2/README.md). Where ``r`` enters is the design option the dev suite chooses between:
