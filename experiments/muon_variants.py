@@ -28,7 +28,6 @@ from metafam.benchmark import baselines as bl
 from metafam.benchmark.heldout import (PAIRED_HEADERS, SUMMARY_HEADERS, baseline_evaluations, evaluate_suite,
                                        load_normalizers, paired_rows, summary_row)
 from metafam.benchmark.report import format_table
-from metafam.optimizers import newton_schulz
 
 
 def variant(ns_steps: int):
@@ -57,7 +56,7 @@ def main() -> None:
   for n in args.ns_steps:
     start = time.perf_counter()
     evaluation = evaluate_suite(variant(n), tasks=tasks, data=data, learning_rates=bl.grid("muon"),
-                                schedules=bl.SCHEDULES, lane_chunk=newton_schulz.lane_chunk(),
+                                schedules=bl.SCHEDULES, lane_chunk=bl.default_lane_chunk("muon"),
                                 cache_dir=args.cache_dir and os.path.join(args.cache_dir, f"muon_ns{n}"),
                                 cache_identity={"ns_steps": n})
     print(f"muon_ns{n}: {time.perf_counter() - start:.0f} s in this run")
