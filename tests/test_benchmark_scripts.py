@@ -124,6 +124,18 @@ def test_heldout_baselines_collects_shards(tmp_path, monkeypatch, capsys):
   assert code == 0 and out.startswith("0 tasks complete") and data.exists()
 
 
+def test_heldout_baselines_rejects_bad_shards(tmp_path, monkeypatch, capsys):
+  from metafam.benchmark import baselines
+  task = "fmnist60k_logreg_28x28_b128"
+  for shards, message in (("sgd", "not shards of the test suite"), ("adam_reference", "needs the adam shard")):
+    with pytest.raises(ValueError, match=message):
+      baselines.generate(str(tmp_path / "shards"), [task], progress=False, suite="test", shards=shards.split(","))
+    code, _ = run_script("benchmarks/heldout_baselines.py", ["--suite", "test", "--shard_dir", tmp_path / "shards",
+                                                             "--tasks", task, "--shards", shards], monkeypatch, capsys)
+    assert code == 2
+  assert not (tmp_path / "shards").exists()  # rejected before any work
+
+
 @pytest.mark.slow
 def test_heldout_baselines_generates_one_task(tmp_path, monkeypatch, capsys):
   data = tmp_path / "baselines.json"

@@ -297,10 +297,12 @@ def shard_names(suite: str = "heldout") -> List[str]:
 
 
 def generate(shard_dir: str, tasks: Optional[Sequence[str]] = None, progress: bool = True,
-             suite: str = "heldout") -> List[str]:
+             suite: str = "heldout", shards: Optional[Sequence[str]] = None) -> List[str]:
   """Computes every missing shard of ``tasks`` (default the whole suite, in its horizons' order) into
   ``shard_dir/<task>/<optimizer>.json`` (written atomically; existing shards are kept, so a rerun resumes).
-  Returns the shard paths written now."""
+
+  ``shards`` restricts the work to some of `shard_names` (default all), so that separate processes can share one
+  task; ``adam_reference`` needs the task's ``adam`` shard first. Returns the shard paths written now."""
   from tqdm.auto import tqdm
   from metafam.tasks.registry import get_task
   spec = suite_spec(suite)
@@ -308,7 +310,18 @@ def generate(shard_dir: str, tasks: Optional[Sequence[str]] = None, progress: bo
   unknown = [t for t in tasks if t not in spec.horizons]
   if unknown:
     raise ValueError(f"tasks {unknown} are not in the {suite} suite; valid: {sorted(spec.horizons)}.")
-  todo = [(t, o) for t in tasks for o in shard_names(suite) if not os.path.exists(shard_path(shard_dir, t, o))]
+  names = shard_names(suite)
+  shards = names if shards is None else list(shards)
+  unknown = [o for o in shards if o not in names]
+  if unknown:
+    raise ValueError(f"shards {unknown} are not shards of the {suite} suite; valid: {names}.")
+  reference = f"{REFERENCE}_reference"
+  if reference in shards and REFERENCE not in shards:
+    missing = [t for t in tasks if not os.path.exists(shard_path(shard_dir, t, REFERENCE))]
+    if missing:
+      raise ValueError(f"shards: {reference} needs the {REFERENCE} shard, which {missing} lack; "
+                       f"add {REFERENCE} to shards or generate it first.")
+  todo = [(t, o) for t in tasks for o in names if o in shards and not os.path.exists(shard_path(shard_dir, t, o))]
   written = []
   with tqdm(total=len(todo), desc=f"{suite} baselines", unit="shard", disable=not progress) as bar:
     for task_name, opt in todo:
