@@ -1,6 +1,6 @@
 """Does a cheaper orthogonalization keep Muon's quality? Muon with fewer Newton-Schulz iterations on the dev suite.
 
-    python experiments/muon_variants.py [--ns_steps 3 2] [--cache_dir DIR] [--tasks a,b]
+    python experiments/muon_variants.py [--ns_steps 3 2] [--conv_kernels matrix] [--cache_dir DIR] [--tasks a,b]
 
 Each variant is ``optax.contrib.muon(learning_rate, ns_steps=N)`` (optax's quintic coefficients; its default is 5
 iterations) tuned on every dev (``heldout``) task exactly as the shipped Muon baseline is (`evaluate_suite` with a
@@ -28,18 +28,23 @@ from metafam.benchmark import baselines as bl
 from metafam.benchmark.heldout import (PAIRED_HEADERS, SUMMARY_HEADERS, baseline_evaluations, evaluate_suite,
                                        load_normalizers, paired_rows, summary_row)
 from metafam.benchmark.report import format_table
+from metafam.optimizers.muon_lopt import CONV_KERNELS, muon_dimension_numbers
 
 
-def variant(ns_steps: int):
-  """The factory ``learning_rate -> optax.contrib.muon(learning_rate, ns_steps=ns_steps)``, named ``muon_nsN``."""
-  factory = functools.partial(optax.contrib.muon, ns_steps=ns_steps)
-  factory.__name__ = f"muon_ns{ns_steps}"
+def variant(ns_steps: int, conv_kernels: str = "adam"):
+  """The factory ``learning_rate -> optax.contrib.muon(learning_rate, ns_steps=ns_steps, ...)``, named ``muon_nsN``
+  (``muon_nsN_convmat`` with conv kernels orthogonalized as matrices)."""
+  factory = functools.partial(optax.contrib.muon, ns_steps=ns_steps,
+                              muon_weight_dimension_numbers=muon_dimension_numbers(conv_kernels))
+  factory.__name__ = f"muon_ns{ns_steps}" + ("_convmat" if conv_kernels == "matrix" else "")
   return factory
 
 
 def main() -> None:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--ns_steps", type=int, nargs="+", default=[3], help="Newton-Schulz iterations of each variant")
+  p.add_argument("--conv_kernels", default="adam", choices=CONV_KERNELS,
+                 help="conv kernels get the Adam part (optax's default) or are orthogonalized as matrices")
   p.add_argument("--tasks", default="", help="comma-separated dev tasks (default: all with shipped baselines)")
   p.add_argument("--cache_dir", default=None, help="keep each finished task under DIR/muon_nsN; rerunning resumes")
   args = p.parse_args()
@@ -53,15 +58,25 @@ def main() -> None:
             f"{', '.join(sorted(data['tasks']))}")
   reference = {"muon (shipped)": baseline_evaluations(data)["muon"]}  # paired on the tasks both have
   rows, paired = [summary_row(reference["muon (shipped)"])], []
-  for n in args.ns_steps:
-    start = time.perf_counter()
-    evaluation = evaluate_suite(variant(n), tasks=tasks, data=data, learning_rates=bl.grid("muon"),
+
+  def evaluate(n, conv_kernels):
+    start, factory = time.perf_counter(), variant(n, conv_kernels)
+    identity = {"ns_steps": n} if conv_kernels == "adam" else {"ns_steps": n, "conv_kernels": conv_kernels}
+    evaluation = evaluate_suite(factory, tasks=tasks, data=data, learning_rates=bl.grid("muon"),
                                 schedules=bl.SCHEDULES, lane_chunk=bl.default_lane_chunk("muon"),
-                                cache_dir=args.cache_dir and os.path.join(args.cache_dir, f"muon_ns{n}"),
-                                cache_identity={"ns_steps": n})
-    print(f"muon_ns{n}: {time.perf_counter() - start:.0f} s in this run")
+                                cache_dir=args.cache_dir and os.path.join(args.cache_dir, factory.__name__),
+                                cache_identity=identity)
+    print(f"{factory.__name__}: {time.perf_counter() - start:.0f} s in this run")
+    return factory.__name__, evaluation
+
+  for n in args.ns_steps:
+    name, evaluation = evaluate(n, args.conv_kernels)
     rows.append(summary_row(evaluation))
-    paired += [[f"muon_ns{n} vs {row[0]}"] + row[1:] for row in paired_rows(evaluation, reference)]
+    references = dict(reference)
+    if args.conv_kernels != "adam":  # the same N with optax's default rule, run now: isolates the conv kernels
+      plain_name, references[plain_name] = evaluate(n, "adam")
+      rows.append(summary_row(references[plain_name]))
+    paired += [[f"{name} vs {row[0]}"] + row[1:] for row in paired_rows(evaluation, references)]
   print(format_table(SUMMARY_HEADERS, rows))
   print(format_table(["comparison"] + PAIRED_HEADERS[1:], paired))
 

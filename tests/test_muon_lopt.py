@@ -9,7 +9,7 @@ import optax
 import pytest
 
 from metafam.optimizers.newton_schulz import orthogonalize  # optax's iteration, its direct form by default
-from metafam.optimizers.muon_lopt import MuonResidualLOpt
+from metafam.optimizers.muon_lopt import MuonResidualLOpt, muon_dimension_numbers
 from metafam.optimizers.registry import get_learned_optimizer
 
 LR = 0.02
@@ -39,14 +39,20 @@ def _run_optax(tx, params, grads):
 
 
 @pytest.mark.parametrize("name", ["muon_residual_lopt", "muon_celo_lopt"])
-def test_initial_theta_is_optax_muon_update_for_update(name):
+@pytest.mark.parametrize("conv_kernels", ["adam", "matrix"])
+def test_initial_theta_is_optax_muon_update_for_update(name, conv_kernels):
   rng = np.random.default_rng(0)
   params = _params(rng)
   grads = _grads(rng, params, 8)
-  lopt = get_learned_optimizer(name, step_mult=LR)
+  lopt = get_learned_optimizer(name, step_mult=LR, conv_kernels=conv_kernels)
   theta = lopt.init(jax.random.key(1))
   ours = _run_optax(lopt.as_optax(theta), params, grads)
-  ref = _run_optax(optax.contrib.muon(LR), params, grads)
+  ref = _run_optax(optax.contrib.muon(LR, muon_weight_dimension_numbers=muon_dimension_numbers(conv_kernels)),
+                   params, grads)
+  if conv_kernels == "matrix":  # the conv kernel's update is orthogonal as a [3 * 3 * 2, 4] matrix (times LR)
+    flat = np.asarray(ref[0]["conv"], np.float64).reshape(18, 4) / -LR
+    singular = np.linalg.svd(flat, compute_uv=False)  # optax's quintic iteration leaves them in about [0.7, 1.2];
+    assert np.all((singular > 0.5) & (singular < 1.3)), singular  # Adam's near-sign entries would give about 4
   for step, (a, b) in enumerate(zip(ours, ref)):
     for k in params:
       # The same operations, but float32 Newton-Schulz amplifies rounding: a one-ulp change of its input moves
@@ -182,6 +188,7 @@ def test_meta_gradient_reaches_the_zero_output_layer_and_the_gains_at_init(cente
     (dict(lr_spread=0.5), "lr_spread must be a finite number >= 1"),
     (dict(lr_spread=float("nan")), "lr_spread must be a finite number >= 1"),
     (dict(center_residual="yes"), "center_residual must be True or False, got 'yes'"),
+    (dict(conv_kernels="orthogonal"), "conv_kernels must be one of"),
 ])
 def test_bad_arguments_are_named(kwargs, message):
   with pytest.raises(ValueError, match=message):

@@ -180,6 +180,7 @@ def test_muon_variants_refuses_bad_arguments_before_any_work(tmp_path, monkeypat
   path = os.path.join(ROOT, "experiments/muon_variants.py")
   monkeypatch.syspath_prepend(os.path.dirname(path))
   for args, message in ((["--ns_steps", "0"], "--ns_steps must be positive"),
+                        (["--conv_kernels", "sgd"], "invalid choice: 'sgd'"),
                         (["--tasks", "fmnist60k_logreg_28x28_b128"], "not among the dev suite")):  # a test task
     monkeypatch.setattr(sys, "argv", [path, *args, "--cache_dir", str(tmp_path / "c")])
     with pytest.raises(SystemExit) as exit_info:

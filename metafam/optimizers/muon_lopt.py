@@ -12,7 +12,9 @@ checks it on matrices, vectors, conv kernels and scalars, to the rounding that f
     computes it in its Gram form where that needs fewer flops (784 x 128: 2.1x fewer), the same polynomial up to
     float32 rounding (relative 1e-3 at worst measured; see that module);
   * every other tensor (vectors, scalars, conv kernels): Nesterov Adam, ``optax.scale_by_adam(0.9, 0.999, 1e-8,
-    nesterov=True)``, as optax's Muon pairs it;
+    nesterov=True)``, as optax's Muon pairs it; with ``conv_kernels="matrix"`` a conv kernel ``[kh, kw, c_in, c_out]``
+    is instead a ``[kh * kw * c_in, c_out]`` matrix of the rule above (then the initial rule is ``optax.contrib.muon``
+    with `muon_dimension_numbers("matrix")`);
   * ``step = learning_rate * u`` with ``learning_rate`` a number or an optax schedule of the update count
     (``step_mult``).
 
@@ -69,9 +71,35 @@ from metafam.optimizers.mlp_lopt import rms_normalize
 RESIDUALS = ("after", "before")
 
 
-def is_matrix(x: Any) -> bool:
-  """Whether optax's Muon treats the tensor as a matrix (exactly the 2-D ones; conv kernels go to Adam)."""
-  return jnp.ndim(x) == 2
+CONV_KERNELS = ("adam", "matrix")
+
+
+def matrix_shape(x: Any, conv_kernels: str = "adam"):
+  """The ``(fan_in, fan_out)`` Muon orthogonalizes a tensor as, or None for a tensor Muon leaves to Adam.
+
+  A 2-D tensor is its own matrix (optax's Muon by default). A 4-D conv kernel (haiku's ``[kh, kw, c_in, c_out]``) is
+  left to Adam with ``conv_kernels="adam"`` (optax's default) or, with ``"matrix"``, orthogonalized as the
+  ``[kh * kw * c_in, c_out]`` matrix it multiplies the image patches by, as Muon's authors run conv nets (optax:
+  `muon_dimension_numbers`).
+  """
+  shape = jnp.shape(x)
+  if len(shape) == 2:
+    return tuple(shape)
+  if len(shape) == 4 and conv_kernels == "matrix":
+    return (int(np.prod(shape[:3])), shape[3])
+  return None
+
+
+def muon_dimension_numbers(conv_kernels: str = "adam"):
+  """``optax.contrib.muon``'s ``muon_weight_dimension_numbers`` for the same rule as `matrix_shape` (None: optax's
+  default, exactly the 2-D tensors)."""
+  check_choice("conv_kernels", conv_kernels, CONV_KERNELS)
+  if conv_kernels == "adam":
+    return None
+  dims = optax.contrib.MuonDimensionNumbers
+  return lambda params: jax.tree.map(
+      lambda x: None if matrix_shape(x, conv_kernels) is None else
+      dims(reduction_axis=tuple(range(jnp.ndim(x) - 1)), output_axis=jnp.ndim(x) - 1), params)
 
 
 def shape_scale(shape: Sequence[int]) -> jax.Array:
@@ -99,6 +127,8 @@ class MuonResidualLOpt(LearnedOptimizer):
       one point of the half-decade grid each way). Evaluation and the optax face are unaffected. 1: off.
     center_residual: subtract the residual's mean over each tensor (see the module docstring; the output layer's
       bias then has no effect); False is the first candidate's uncentred residual.
+    conv_kernels: "adam" (optax's Muon: conv kernels get the Adam part) or "matrix" (orthogonalized as their
+      ``[kh * kw * c_in, c_out]`` matrix, see `matrix_shape`).
   """
 
   low_rank_weights = True  # its 2-D meta-parameters are read by F.mlp_columns / F.mlp_bias0 only
@@ -111,7 +141,7 @@ class MuonResidualLOpt(LearnedOptimizer):
   def __init__(self, hidden_sizes: Sequence[int] = (8,), residual: str = "after", step_mult: Any = 1e-2,
                beta: float = 0.95, adam_b1: float = 0.9, adam_b2: float = 0.999, eps: float = 1e-8,
                fan_in_power: float = 0.0, base_fan_in: int = 64, norm_eps: float = 1e-12, lr_spread: float = 1.0,
-               orthogonalization: str = "auto", center_residual: bool = True):
+               orthogonalization: str = "auto", center_residual: bool = True, conv_kernels: str = "adam"):
     self.hidden_sizes = F.check_sizes("hidden_sizes", hidden_sizes)
     self.residual = check_choice("residual", residual, RESIDUALS)
     self.step_mult = step_mult if callable(step_mult) else F.check_positive("step_mult", step_mult)
@@ -127,6 +157,7 @@ class MuonResidualLOpt(LearnedOptimizer):
     if not isinstance(center_residual, bool):
       raise ValueError(f"center_residual must be True or False, got {center_residual!r}.")
     self.center_residual = center_residual
+    self.conv_kernels = check_choice("conv_kernels", conv_kernels, CONV_KERNELS)
 
   @property
   def name(self) -> str:
@@ -139,6 +170,8 @@ class MuonResidualLOpt(LearnedOptimizer):
       options += f", {self.orthogonalization} Newton-Schulz"
     if not self.center_residual:
       options += ", uncentred"
+    if self.conv_kernels != "adam":
+      options += ", conv kernels as matrices"
     return f"MuonResidualLOpt({'x'.join(map(str, self.hidden_sizes))}{options})"
 
   @property
@@ -165,7 +198,7 @@ class MuonResidualLOpt(LearnedOptimizer):
   def init_accumulators(self, p: jax.Array) -> dict:
     """Zero accumulators of one tensor: ``{"mu"}`` for a matrix, ``{"mu", "nu"}`` otherwise."""
     acc = {"mu": F.zeros_like_in(p)}
-    if not is_matrix(p):
+    if matrix_shape(p, self.conv_kernels) is None:
       acc["nu"] = F.zeros_like_in(p)
     return acc
 
@@ -185,7 +218,8 @@ class MuonResidualLOpt(LearnedOptimizer):
   def leaf_direction(self, theta: dict, count: jax.Array, p: jax.Array, g: jax.Array, acc: dict):
     """``(u, new accumulators)`` for one tensor at update ``count``: the step is ``step_scale * u``."""
     dt = acc["mu"].dtype
-    g, p_c, matrix = g.astype(dt), p.astype(dt), is_matrix(p)
+    g, p_c, fans = g.astype(dt), p.astype(dt), matrix_shape(p, self.conv_kernels)
+    matrix = fans is not None
     if matrix:
       mu = optax.tree.update_moment(g, acc["mu"], self.beta, 1)  # optax.contrib.scale_by_muon, term for term
       count_inc = optax.safe_increment(count)
@@ -200,20 +234,21 @@ class MuonResidualLOpt(LearnedOptimizer):
     r = None
     if self.residual == "before" and matrix:
       r = self._residual(theta, features, matrix)
-      d = self._orthogonalize(m + _rms(m, self.norm_eps) * r) * shape_scale(jnp.shape(p))
+      d = self._orthogonalize(m + _rms(m, self.norm_eps) * r, fans) * shape_scale(fans)
     else:
       if matrix:
-        d = self._orthogonalize(m) * shape_scale(jnp.shape(p))
+        d = self._orthogonalize(m, fans) * shape_scale(fans)
       r = self._residual(theta, features + [d] if self.residual == "after" else features, matrix)
       d = d + _rms(d, self.norm_eps) * r
     log_gain = theta["log_gain"][0 if matrix else 1]
     if matrix:  # exp(0 * log(...)) is exactly 1: at shape_power = 0 the gain is exactly exp(log_gain)
-      log_fans = np.log(np.asarray(jnp.shape(p), np.float64) / self.base_fan_in).astype(np.float32)
+      log_fans = np.log(np.asarray(fans, np.float64) / self.base_fan_in).astype(np.float32)
       log_gain = log_gain + jnp.dot(theta["shape_power"], log_fans)
     return (jnp.exp(log_gain).astype(dt) * d).astype(dt), new_acc
 
-  def _orthogonalize(self, m: jax.Array) -> jax.Array:
-    return newton_schulz.orthogonalize(m, self.orthogonalization)
+  def _orthogonalize(self, m: jax.Array, fans: Sequence[int]) -> jax.Array:
+    """``m`` orthogonalized as its ``fans`` matrix, in ``m``'s shape."""
+    return newton_schulz.orthogonalize(m.reshape(fans), self.orthogonalization).reshape(jnp.shape(m))
 
   def _residual(self, theta: dict, features: list, matrix: bool) -> jax.Array:
     x = jnp.stack(features, axis=0)
