@@ -120,6 +120,25 @@ def test_generate_collect_and_score_a_suite(tiny_suite, tmp_path):
   assert vs_self[0]["IQM loss-gain difference [95% CI]"] == "+0.00 [+0.00, +0.00]"
 
 
+def test_generate_splits_a_task_between_processes(tiny_suite, tmp_path, monkeypatch):
+  shards = str(tmp_path / "shards")
+  written = bl.generate(shards, suite="test", progress=False, shards=["muon"])  # one process takes Muon only
+  assert [os.path.relpath(p, shards) for p in written] == [os.path.join("quadratic_10", "muon.json")]
+  tune, tuned = bl.tune_baseline, []
+
+  def tune_and_race(task, opt, *args, **kwargs):  # while adam is tuned, another process writes the reference
+    tuned.append(opt)
+    record = tune(task, opt, *args, **kwargs)
+    bl.write_json(bl.shard_path(shards, "quadratic_10", "adam_reference"), {"written by": "another process"})
+    return record
+  monkeypatch.setattr(bl, "tune_baseline", tune_and_race)
+  written = bl.generate(shards, suite="test", progress=False)  # the rest: adam, then adam_reference
+  assert tuned == ["adam"] and [os.path.relpath(p, shards) for p in written] == [os.path.join("quadratic_10",
+                                                                                               "adam.json")]
+  with open(bl.shard_path(shards, "quadratic_10", "adam_reference")) as f:
+    assert json.load(f) == {"written by": "another process"}  # found at its turn, not computed again
+
+
 def test_shipped_test_baselines_cover_the_suite():
   data = heldout.load_normalizers(suite="test")
   assert data["suite"] == "test" and data["procedure"]["eval_examples"] == bl.TEST_EVAL_EXAMPLES

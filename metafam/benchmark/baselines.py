@@ -326,6 +326,9 @@ def generate(shard_dir: str, tasks: Optional[Sequence[str]] = None, progress: bo
   with tqdm(total=len(todo), desc=f"{suite} baselines", unit="shard", disable=not progress) as bar:
     for task_name, opt in todo:
       bar.set_postfix_str(f"{task_name}: {opt}")
+      if os.path.exists(shard_path(shard_dir, task_name, opt)):  # another process sharing the work wrote it
+        bar.update()
+        continue
       task, horizon = get_task(task_name), spec.horizons[task_name]
       batches = spec.eval_batches(task)
       if opt in OPTAX_FACTORIES:
