@@ -12,7 +12,7 @@
 # headed by the device, the JAX version and the date.
 #
 # The optional step meta_train (issue 39: METAFAM_GPU_RUN_STEPS=meta_train) meta-trains a recipe
-# (experiments/generalist_v2/recipe.json by default) from scratch until its time limit, when `timeout` sends SIGTERM
+# (experiments/generalist_v2/recipe_c.json, candidate c, by default) from scratch until its time limit, when `timeout` sends SIGTERM
 # and the run checkpoints the step in flight and stops. The checkpoint holds every lane's task state, too large to
 # come back from the device, so $OUT receives the run's theta alone (meta_train_theta.npz, from
 # experiments/export_pretrained.py --candidate) and its metrics (meta_train_metrics.jsonl). Its families read the full
@@ -28,7 +28,7 @@
 #   METAFAM_GPU_RUN_LIMITS     seconds for tests, inner, outer, step_cost, meta_train ["230 75 90 60 420"]
 #   METAFAM_GPU_RUN_STEPS      the steps run, of tests inner_training outer_training step_cost meta_train
 #                              ["tests inner_training outer_training step_cost"]
-#   METAFAM_GPU_RUN_RECIPE     meta_train's recipe [experiments/generalist_v2/recipe.json]
+#   METAFAM_GPU_RUN_RECIPE     meta_train's recipe [experiments/generalist_v2/recipe_c.json]
 #   PYTHON                     the interpreter [python3]
 set -u
 cd "$(dirname "$0")/.."
@@ -42,7 +42,7 @@ WORKERS=${METAFAM_GPU_RUN_WORKERS:-8}
 read -r LIMIT_TESTS LIMIT_INNER LIMIT_OUTER LIMIT_STEP LIMIT_META <<< "${METAFAM_GPU_RUN_LIMITS:-230 75 90 60 420}"
 LIMIT_META=${LIMIT_META:-420}
 STEPS=" ${METAFAM_GPU_RUN_STEPS:-tests inner_training outer_training step_cost} "
-RECIPE=${METAFAM_GPU_RUN_RECIPE:-experiments/generalist_v2/recipe.json}
+RECIPE=${METAFAM_GPU_RUN_RECIPE:-experiments/generalist_v2/recipe_c.json}
 if [ -z "${METAFAM_FASHION_MNIST_DIR:-}" ] && [ -d .device/fashion-mnist ]; then
   export METAFAM_FASHION_MNIST_DIR=$PWD/.device/fashion-mnist
 fi

@@ -29,6 +29,7 @@ import functools
 import hashlib
 import json
 import os
+import sys
 import time
 
 import jax
@@ -46,9 +47,10 @@ def main():
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--optimizer", default="adafac_muon_mlp_lopt", help="a registered learned optimizer")
   p.add_argument("--kwargs", default="{}", help="JSON object of constructor arguments for an ablation, e.g. "
-                 "'{\"orthogonal_momentum\": false}'")
+                 "'{\"orthogonal_momentum\": false}'; a --checkpoint's recipe gives those not named here")
   p.add_argument("--checkpoint", default=None, help="a meta-train checkpoint (default: the initial theta)")
-  p.add_argument("--step_mult", type=float, default=1e-2, help="the step scale it was meta-trained with")
+  p.add_argument("--step_mult", type=float, default=None,
+                 help="the step scale it was meta-trained with (default: the --checkpoint's recipe's, else 0.01)")
   p.add_argument("--tune_step", action="store_true", help="tune the step scale per task like a learning rate")
   p.add_argument("--grid_halfwidth", type=int, default=3,
                  help="with --tune_step: the grid reaches this many half-decades either side of --step_mult")
@@ -76,6 +78,10 @@ def main():
     if args.pretrained not in pretrained.list():
       p.error(f"--pretrained: {args.pretrained!r} is not a shipped optimizer; choose from "
               f"{', '.join(pretrained.list())}")
+  if args.checkpoint:
+    recipe_defaults(p, args)
+  elif args.step_mult is None:
+    args.step_mult = 1e-2
   # What a cached task must have been computed with, beyond what evaluate_suite sees (the factories' construction).
   setting = {k: getattr(args, k) for k in ("optimizer", "kwargs", "step_mult", "tune_step", "pretrained")}
   if args.checkpoint:
@@ -115,6 +121,30 @@ def main():
     init_evaluation = score(initial, name=f"{evaluation.name} (initial theta)", cache_identity=untrained,
                             cache_dir=args.cache_dir and os.path.join(args.cache_dir, "initial_theta"))
     print(format_table(PAIRED_HEADERS, paired_rows(evaluation, {"initial theta": init_evaluation})))
+
+
+def recipe_defaults(parser, args):
+  """Complete ``args`` from the recipe a --checkpoint records (a run's checkpoint, or a theta file written by
+  `export_pretrained.py --candidate`): the optimizer must be the recipe's, and the recipe's ``optimizer_kwargs`` and
+  ``step_mult`` apply where ``--kwargs`` and ``--step_mult`` do not name them. A theta is only meaningful with the
+  settings it was trained under (e.g. candidate c's ``conv_kernels``), and nothing in its shapes tells them apart."""
+  from metafam.outer_trainers import checkpoint  # pylint: disable=import-outside-toplevel
+  from metafam.outer_trainers import flax_msgpack  # pylint: disable=import-outside-toplevel
+  if not os.path.isfile(args.checkpoint):
+    parser.error(f"--checkpoint: no file {args.checkpoint!r}")
+  metadata = {} if flax_msgpack.looks_like_msgpack(args.checkpoint) else checkpoint.read_metadata(args.checkpoint)
+  recipe = metadata.get("recipe") or (metadata.get("config") or {}).get("recipe") or {}
+  if recipe.get("optimizer") not in (None, args.optimizer):
+    parser.error(f"--optimizer {args.optimizer!r}: {args.checkpoint} was meta-trained with {recipe['optimizer']!r}")
+  given = json.loads(args.kwargs)
+  taken = {k: v for k, v in (recipe.get("optimizer_kwargs") or {}).items() if k not in given}
+  if taken:
+    args.kwargs = json.dumps({**given, **taken}, sort_keys=True)
+  if args.step_mult is None:
+    args.step_mult = float(recipe.get("step_mult", 1e-2))
+  if taken or recipe:
+    print(f"{args.checkpoint}: recipe {recipe.get('name')!r}; optimizer kwargs {args.kwargs}, step_mult "
+          f"{args.step_mult:g}", file=sys.stderr)
 
 
 def report(evaluation, wall, args):

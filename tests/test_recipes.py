@@ -254,3 +254,20 @@ def test_a_run_started_by_an_earlier_metafam_resumes_exactly(kind, tmp_path, cap
   else:
     np.testing.assert_allclose(flat[0], flat[1], rtol=1e-4, atol=1e-6)
   assert not np.array_equal(flat[0], flat[2])  # it did train on from the stored step
+
+
+def test_the_generalist_v2_candidate_recipes_avoid_the_test_tasks_and_c_changes_only_conv_kernels():
+  """``experiments/generalist_v2``: the candidates meta-train at the test suite's sizes on none of its tasks (no
+  family has a test task's layer sizes), and candidate c is candidate b plus the dev-chosen conv-kernel rule."""
+  from metafam.tasks.registry import TEST_TASKS
+  folder = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments", "generalist_v2")
+  recipes = {n: load_recipe(os.path.join(folder, n)) for n in ("recipe_a.json", "recipe.json", "recipe_c.json")}
+  test_tokens = {token for t in TEST_TASKS for token in t.split("_")}  # e.g. "128x128x128", "16x32x64x128"
+  for recipe in recipes.values():
+    for family in recipe.families:
+      sizes = family.kwargs.get("hidden_sizes") or family.kwargs.get("channels") or [family.kwargs["hidden_size"]]
+      assert "x".join(map(str, sizes)) not in test_tokens, (recipe.name, family)
+  b, c = recipes["recipe.json"].to_dict(), recipes["recipe_c.json"].to_dict()
+  assert sorted(k for k in b if b[k] != c[k]) == ["description", "name", "optimizer_kwargs"]
+  assert c["optimizer_kwargs"] == dict(b["optimizer_kwargs"], conv_kernels="matrix")
+  assert recipes["recipe_c.json"].build_learned_optimizer().conv_kernels == "matrix"

@@ -10,6 +10,7 @@ as a subprocess. Runs that need learned_optimization's source are skipped unless
 tools).
 """
 
+import argparse
 import glob
 import gzip
 import io
@@ -164,6 +165,35 @@ def test_heldout_learned_refuses_an_unknown_pretrained_name_before_any_work(tmp_
   err = capsys.readouterr().err
   assert exit_info.value.code == 2 and "--pretrained: 'generalist_v9'" in err and "generalist_v1" in err
   assert not os.path.exists(tmp_path / "c")
+
+
+def test_heldout_learned_takes_the_settings_a_candidate_theta_was_trained_with(tmp_path, monkeypatch, capsys):
+  """A theta file records its recipe: its optimizer must be the one scored, and its optimizer kwargs and step scale
+  apply where the command does not name them (candidate c's conv-kernel rule leaves no trace in theta's shapes)."""
+  from metafam.outer_trainers import checkpoint
+  path = os.path.join(ROOT, "experiments/heldout_learned.py")
+  recipe = {"name": "candidate_c", "optimizer": "muon_residual_lopt", "step_mult": 0.0316,
+            "optimizer_kwargs": {"lr_spread": 3.1623, "conv_kernels": "matrix"}}
+  theta = str(tmp_path / "theta.npz")
+  checkpoint.save(theta, {"w": np.zeros(3, np.float32)}, {"optimizer": "muon_residual_lopt", "recipe": recipe})
+  monkeypatch.setattr(sys, "argv", [path, "--checkpoint", theta, "--tasks", HEAVY_TASK, "--cache_dir",
+                                    str(tmp_path / "c")])  # the default --optimizer is another one
+  monkeypatch.syspath_prepend(os.path.dirname(path))
+  with pytest.raises(SystemExit) as exit_info:
+    runpy.run_path(path, run_name="__main__")
+  err = capsys.readouterr().err
+  assert exit_info.value.code == 2 and "was meta-trained with 'muon_residual_lopt'" in err
+  assert not os.path.exists(tmp_path / "c")
+  recipe_defaults = runpy.run_path(path)["recipe_defaults"]
+  parser = argparse.ArgumentParser()
+  args = argparse.Namespace(checkpoint=theta, optimizer="muon_residual_lopt", kwargs='{"lr_spread": 1.0}',
+                            step_mult=None)
+  recipe_defaults(parser, args)
+  assert json.loads(args.kwargs) == {"lr_spread": 1.0, "conv_kernels": "matrix"} and args.step_mult == 0.0316
+  args = argparse.Namespace(checkpoint=theta, optimizer="muon_residual_lopt", kwargs='{"conv_kernels": "adam"}',
+                            step_mult=0.01)  # an ablation names what it changes
+  recipe_defaults(parser, args)
+  assert json.loads(args.kwargs) == {"lr_spread": 3.1623, "conv_kernels": "adam"} and args.step_mult == 0.01
 
 
 @pytest.mark.slow
