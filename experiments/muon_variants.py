@@ -9,7 +9,7 @@ updates one lane at a time on a CPU, as the baseline's), then compared with that
 seed): P(variant > Muon) and the IQM difference, on speedups and on loss gains (`metafam.benchmark.paired`). The
 shipped curves were computed by earlier code of the same procedure, which differs from today's only in float
 rounding; ``--ns_steps 5`` re-runs the baseline itself, the control that shows how far rounding alone moves the
-paired statistics. The Newton-Schulz iterations are most of Muon's update cost (`benchmarks/step_cost.py
+paired statistics; the other variants of the same command are then also paired with it (no rounding difference). The Newton-Schulz iterations are most of Muon's update cost (`benchmarks/step_cost.py
 --muon_ns_steps` times them), so N iterations cost about N/5 of it.
 
 The dev suite only: a design choice is never made on the test suite.
@@ -29,6 +29,8 @@ from metafam.benchmark.heldout import (PAIRED_HEADERS, SUMMARY_HEADERS, baseline
                                        load_normalizers, paired_rows, summary_row)
 from metafam.benchmark.report import format_table
 from metafam.optimizers.muon_lopt import CONV_KERNELS, muon_dimension_numbers
+
+DEFAULT_NS_STEPS = 5  # optax.contrib.muon's
 
 
 def variant(ns_steps: int, conv_kernels: str = "adam"):
@@ -69,14 +71,20 @@ def main() -> None:
     print(f"{factory.__name__}: {time.perf_counter() - start:.0f} s in this run")
     return factory.__name__, evaluation
 
+  variants = {}
   for n in args.ns_steps:
-    name, evaluation = evaluate(n, args.conv_kernels)
-    rows.append(summary_row(evaluation))
+    name, variants[name] = evaluate(n, args.conv_kernels)
+    rows.append(summary_row(variants[name]))
     references = dict(reference)
     if args.conv_kernels != "adam":  # the same N with optax's default rule, run now: isolates the conv kernels
       plain_name, references[plain_name] = evaluate(n, "adam")
       rows.append(summary_row(references[plain_name]))
-    paired += [[f"{name} vs {row[0]}"] + row[1:] for row in paired_rows(evaluation, references)]
+    paired += [[f"{name} vs {row[0]}"] + row[1:] for row in paired_rows(variants[name], references)]
+  control = variant(DEFAULT_NS_STEPS, args.conv_kernels).__name__
+  if control in variants:  # optax's iteration count computed in this run: the others paired with it, rounding alike
+    for name, evaluation in variants.items():
+      if name != control:
+        paired += [[f"{name} vs {control}"] + row[1:] for row in paired_rows(evaluation, {control: variants[control]})]
   print(format_table(SUMMARY_HEADERS, rows))
   print(format_table(["comparison"] + PAIRED_HEADERS[1:], paired))
 
