@@ -9,8 +9,9 @@ updates one lane at a time on a CPU, as the baseline's), then compared with that
 seed): P(variant > Muon) and the IQM difference, on speedups and on loss gains (`metafam.benchmark.paired`). The
 shipped curves were computed by earlier code of the same procedure, which differs from today's only in float
 rounding; ``--ns_steps 5`` re-runs the baseline itself, the control that shows how far rounding alone moves the
-paired statistics; the other variants of the same command are then also paired with it (no rounding difference). The Newton-Schulz iterations are most of Muon's update cost (`benchmarks/step_cost.py
---muon_ns_steps` times them), so N iterations cost about N/5 of it.
+paired statistics, and the other variants of the same command are then also paired with it (no rounding difference).
+The Newton-Schulz iterations are most of Muon's update cost (`benchmarks/step_cost.py --muon_ns_steps` times them),
+so N iterations cost about N/5 of it.
 
 The dev suite only: a design choice is never made on the test suite.
 """
@@ -84,7 +85,8 @@ def main() -> None:
   if control in variants:  # optax's iteration count computed in this run: the others paired with it, rounding alike
     for name, evaluation in variants.items():
       if name != control:
-        paired += [[f"{name} vs {control}"] + row[1:] for row in paired_rows(evaluation, {control: variants[control]})]
+        rows_vs_control = paired_rows(evaluation, {control: variants[control]})
+        paired += [[f"{name} vs {control}"] + row[1:] for row in rows_vs_control]
   print(format_table(SUMMARY_HEADERS, rows))
   print(format_table(["comparison"] + PAIRED_HEADERS[1:], paired))
 
