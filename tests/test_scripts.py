@@ -333,7 +333,7 @@ def test_heldout_tables(monkeypatch, capsys):
   # Muon against the others, paired, and the speedup cap's ceiling: a candidate at the cap on every seed beats each of
   # Muon's seeds below the cap and ties the others, so P(candidate > muon) = 1 - (pairs at the cap) / (2 * pairs).
   at, pairs, p = re.search(r"at the cap on (\d+) of (\d+) .* P\(candidate > muon\) = ([\d.]+)", out).groups()
-  assert float(p) == pytest.approx(1 - int(at) / (2 * int(pairs)), abs=0.005), out
+  assert float(p) == pytest.approx(1 - int(at) / (2 * int(pairs)), abs=0.0051), out  # printed to 2 decimals
   assert "| muon against |" in out and "| nadamw |" in out and "| muon | " not in out.split("| muon against |")[1]
   code, out = run_script("tools/heldout_tables.py", ["tasks", "--tasks", HEAVY_TASK], monkeypatch, capsys)
   assert code == 0 and out.count(f"| `{HEAVY_TASK}`") + out.count(f"| {HEAVY_TASK}") == 1, out
