@@ -12,9 +12,9 @@
 # headed by the device, the JAX version and the date.
 #
 # The optional step meta_train (issue 39: METAFAM_GPU_RUN_STEPS=meta_train) meta-trains a recipe
-# (experiments/generalist_v2/recipe_c.json, candidate c, by default) from scratch until its time limit, when `timeout` sends SIGTERM
-# and the run checkpoints the step in flight and stops. The checkpoint holds every lane's task state, too large to
-# come back from the device, so $OUT receives the run's theta alone (meta_train_theta.npz, from
+# (experiments/generalist_v2/recipe_c.json, candidate c, by default) from scratch until its time limit, when
+# `timeout` sends SIGTERM and the run checkpoints the step in flight and stops. The checkpoint holds every lane's task
+# state, too large to come back from the device, so $OUT receives the run's theta alone (meta_train_theta.npz, from
 # experiments/export_pretrained.py --candidate) and its metrics (meta_train_metrics.jsonl). Its families read the full
 # Fashion-MNIST from $METAFAM_FASHION_MNIST_DIR (default .device/fashion-mnist when that folder exists).
 #
