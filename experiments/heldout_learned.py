@@ -78,6 +78,13 @@ def main():
     if args.pretrained not in pretrained.list():
       p.error(f"--pretrained: {args.pretrained!r} is not a shipped optimizer; choose from "
               f"{', '.join(pretrained.list())}")
+  try:
+    kwargs_ok = isinstance(json.loads(args.kwargs), dict)
+  except json.JSONDecodeError:
+    kwargs_ok = False
+  if not kwargs_ok:
+    p.error(f"--kwargs must be a JSON object of constructor arguments, e.g. '{{\"lr_spread\": 3.0}}'; got "
+            f"{args.kwargs!r}")
   if args.checkpoint:
     recipe_defaults(p, args)
   elif args.step_mult is None:

@@ -183,6 +183,10 @@ def test_heldout_learned_takes_the_settings_a_candidate_theta_was_trained_with(t
     runpy.run_path(path, run_name="__main__")
   err = capsys.readouterr().err
   assert exit_info.value.code == 2 and "was meta-trained with 'muon_residual_lopt'" in err
+  monkeypatch.setattr(sys, "argv", [path, "--kwargs", "[1]", "--cache_dir", str(tmp_path / "c")])
+  with pytest.raises(SystemExit) as exit_info:
+    runpy.run_path(path, run_name="__main__")
+  assert exit_info.value.code == 2 and "--kwargs must be a JSON object" in capsys.readouterr().err
   assert not os.path.exists(tmp_path / "c")
   recipe_defaults = runpy.run_path(path)["recipe_defaults"]
   parser = argparse.ArgumentParser()
