@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 
 import jax
 import numpy as np
@@ -327,6 +328,20 @@ def test_evaluate_suite_cache_resumes_an_interrupted_evaluation_and_refuses_anot
   assert trained == ["t1", "t2", "t2"] and same(resumed, first)
   with open(cache / "t2.json") as f:
     assert resumed.evaluated_at == json.load(f)["trained_at"] >= first.evaluated_at  # its last task's finish
+
+  # The tuned grid of another CPU's libm (an ulp apart) still reads the cache; a grid that differs does not.
+  grid = bl.grid(bl.REFERENCE)
+  tuned = lambda rates: heldout.evaluate_suite("adam", data=data, progress=False, cache_dir=tmp_path / "tuned",
+                                               learning_rates=rates)
+  monkeypatch.setattr(bl, "tune_baseline", lambda *a, **k: (trained.append("tuned"), types.SimpleNamespace(
+      test_curves=raw["t1"], learning_rate=1e-3, schedule="constant", at_edge=False))[1])
+  tuned(grid)
+  assert trained[-2:] == ["tuned", "tuned"]
+  tuned(np.nextafter(grid, 1.0))
+  assert trained.count("tuned") == 2  # read back
+  with pytest.raises(ValueError, match=r"differs in \['learning_rates'\]"):
+    tuned(grid * (1 + 1e-9))
+  del trained[-2:]
 
   before = (cache / "t1.json").read_bytes()
   other = jax.tree.map(lambda a: a + 1.0, theta)

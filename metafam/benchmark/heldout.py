@@ -44,6 +44,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import math
 import os
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
@@ -403,6 +404,24 @@ def _theta_fingerprint(candidate: Any) -> Optional[str]:
   return digest.hexdigest()
 
 
+# A rate grid such as 10 ** (k / 2) comes out an ulp apart on CPUs whose libm rounds differently (seen: AVX2 and
+# AVX-512 machines, 0.0316227766016838 against 0.03162277660168379), so a cache file moved between machines must still
+# match; any real change of a setting moves a number by far more than this relative tolerance.
+_IDENTITY_RTOL = 1e-12
+
+
+def _same_identity(a: Any, b: Any) -> bool:
+  """Whether two JSON-like identities are equal, floats up to `_IDENTITY_RTOL` (everything else exactly)."""
+  if isinstance(a, dict) and isinstance(b, dict):
+    return a.keys() == b.keys() and all(_same_identity(a[k], b[k]) for k in a)
+  if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+    return len(a) == len(b) and all(_same_identity(x, y) for x, y in zip(a, b))
+  if isinstance(a, float) or isinstance(b, float):
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b))
+    return numbers and math.isclose(a, b, rel_tol=_IDENTITY_RTOL, abs_tol=0.0)
+  return a == b
+
+
 def _cached_task(path: Optional[str], identity: Optional[Dict[str, Any]],
                  train: Callable[[], Tuple[np.ndarray, Any]]) -> Tuple[np.ndarray, Any, float, Optional[str]]:
   """``(seed curves, setting, seconds it took to train, when it finished training (UTC; None if the cached file
@@ -419,8 +438,8 @@ def _cached_task(path: Optional[str], identity: Optional[Dict[str, Any]],
     except (OSError, ValueError, KeyError, TypeError) as e:
       raise ValueError(f"cache_dir: {path} is not a cached task of evaluate_suite ({e}); remove it to retrain the "
                        "task.") from None
-    if stored != identity:
-      differ = sorted(k for k in set(stored) | set(identity) if stored.get(k) != identity.get(k))
+    if not _same_identity(stored, identity):
+      differ = sorted(k for k in set(stored) | set(identity) if not _same_identity(stored.get(k), identity.get(k)))
       raise ValueError(f"cache_dir: {path} was written by another evaluation (it differs in {differ}); use another "
                        "cache directory for this candidate or setting.")
     return seed_curves, setting, seconds, finished
