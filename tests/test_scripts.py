@@ -200,6 +200,34 @@ def test_heldout_learned_takes_the_settings_a_candidate_theta_was_trained_with(t
   assert json.loads(args.kwargs) == {"lr_spread": 3.1623, "conv_kernels": "adam"} and args.step_mult == 0.01
 
 
+def test_heldout_learned_scores_a_pretrained_optimizer_on_the_test_suite(tmp_path, monkeypatch, capsys):
+  """The documented test-suite run (`--suite test --confirm_test --lane_chunk 1`), on a stand-in test suite of one
+  data-free task whose baselines the test generates: refused without --confirm_test before any work, then scored,
+  cached, and written as a report that records the split."""
+  from metafam.benchmark import baselines as bl
+  spec = bl.SuiteSpec("test", {"quadratic_10": 16}, ("adam", "muon"), str(tmp_path / "test_baselines.json"),
+                      "regenerate it", eval_examples=64)
+  monkeypatch.setitem(bl.SUITE_SPECS, "test", spec)
+  bl.generate(str(tmp_path / "shards"), suite="test", progress=False)
+  bl.collect(str(tmp_path / "shards"), spec.data_file, suite="test")
+  args = ["--pretrained", "generalist_v1", "--tune_step", "--grid_halfwidth", 1, "--schedules", "constant",
+          "--suite", "test", "--lane_chunk", 1, "--cache_dir", tmp_path / "cache", "--out", tmp_path / "report"]
+  path = os.path.join(ROOT, "experiments/heldout_learned.py")
+  monkeypatch.setattr(sys, "argv", [path, *map(str, args)])
+  monkeypatch.syspath_prepend(os.path.dirname(path))
+  with pytest.raises(SystemExit) as exit_info:
+    runpy.run_path(path, run_name="__main__")
+  assert exit_info.value.code == 2 and "add --confirm_test" in capsys.readouterr().err
+  assert not os.path.exists(tmp_path / "cache") and not os.path.exists(tmp_path / "report")
+  code, out = run_script("experiments/heldout_learned.py", args + ["--confirm_test"], monkeypatch, capsys)
+  assert code == 0 and out.startswith("suite: test, evaluated ") and "P(candidate > baseline)" in out, out
+  assert os.listdir(tmp_path / "cache") == ["quadratic_10.json"]
+  with open(tmp_path / "report" / "test.json") as f:
+    record = json.load(f)
+  assert record["suite"] == "test" and record["candidate"] == "generalist_v1" and record["num_diverged"] == 0
+  assert [row["baseline"] for row in record["paired"]] == ["adam", "muon"]
+
+
 @pytest.mark.slow
 def test_heldout_learned_tuned(monkeypatch, capsys):
   # The per-task tuning is a baseline sweep of 3 x 2 settings; test_heldout_learned runs the same evaluation path.
