@@ -15,11 +15,11 @@ multi-process tests' child processes): the same programs, the same operations an
 fraction of the compile time. The LLVM settings took one `tests/test_inner.py` case from 41 s to 17 s of CPU time;
 the emitter flag then took three of the heaviest tests (zoo PES with `hyper_v2`, zoo finite difference with
 `rnn_mlp_lopt`, that `test_inner.py` case) from 53 s to 32 s of CPU time.
-Programs compiled again after `jax.clear_caches()` (below) or by a second function object of the same computation, and
-the child processes' programs, are read back from a persistent compilation cache private to the run (a temporary
-directory shared by the workers and removed at the end): the whole default suite took 681-746 s instead of
-804-849 s, and 20% less CPU time (2-core AVX-512 machine, 2026-11-28). XLA's flags are part of its keys, so a child compiling with
-production flags never reads a program compiled with the cheap ones.
+Programs compiled again after `jax.clear_caches()` (below) or by a second function object of the same computation,
+and the child processes' programs, are read back from a persistent compilation cache private to the run (a temporary
+directory shared by the workers and removed at the end): the whole default suite took 681-772 s instead of
+804-849 s, with 20% less CPU time (2-core AVX-512 machine, 2026-11-28). XLA's flags are part of its keys, so a child
+compiling with production flags never reads a program compiled with the cheap ones.
 ``METAFAM_TEST_XLA_OPTIMIZE=1`` keeps XLA's default optimization instead, to test the code exactly as it runs in
 production; flags already in ``XLA_FLAGS`` are kept either way.
 """
