@@ -9,6 +9,7 @@ import pytest
 
 from metafam.inner import ConstantSchedule, TruncatedStep
 from metafam.inner.runner import Runner
+from metafam.inner.step import auto_lane_chunk
 from metafam.optimizers import Adam, LearnableSGD, MLPLOpt, newton_schulz
 from metafam.optimizers.muon_lopt import MuonResidualLOpt
 from metafam.tasks.registry import get_task
@@ -46,8 +47,17 @@ def test_blocks_equal_one_vmap_up_to_rounding(lane_chunk):
       np.testing.assert_array_equal(a, b)
 
 
+def test_auto_blocks_lanes_only_on_a_cpu():
+  """Blocks keep a block's working set in a CPU's cache; on an accelerator they would only run one after another."""
+  assert auto_lane_chunk(16, "cpu") == 16 and auto_lane_chunk(None, "cpu") is None
+  assert auto_lane_chunk(16, "gpu") is None and auto_lane_chunk(16, "tpu") is None
+  assert TruncatedStep(FAMILY, MLPLOpt(), 4, devices=jax.devices("cpu")[:1]).lane_chunk == 16
+  assert TruncatedStep(FAMILY, MLPLOpt(), 4).lane_chunk == auto_lane_chunk(16, jax.default_backend())
+
+
 def test_auto_takes_the_learned_optimizers_block_size():
-  assert TruncatedStep(FAMILY, MLPLOpt(), 4).lane_chunk == MLPLOpt.lane_chunk == 16
+  assert (TruncatedStep(FAMILY, MLPLOpt(), 4, devices=jax.devices("cpu")[:1]).lane_chunk == MLPLOpt.lane_chunk
+          == 16)
   assert TruncatedStep(FAMILY, Adam(1e-3), 4).lane_chunk is None
   assert TruncatedStep(FAMILY, LearnableSGD(), 4).lane_chunk is None
   assert TruncatedStep(FAMILY, MLPLOpt(), 4, lane_chunk=None).lane_chunk is None

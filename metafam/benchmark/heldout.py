@@ -49,6 +49,7 @@ import os
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+import jax
 import numpy as np
 import optax
 
@@ -57,6 +58,7 @@ from metafam.benchmark import baselines as bl
 from metafam.benchmark import paired
 from metafam.evaluation.metrics import (Aggregate, normalize, paired_speedups, performance_profile,
                                         stratified_aggregate)
+from metafam.inner.step import auto_lane_chunk
 from metafam.optimizers.base import Optimizer
 from metafam.optimizers.learned import LearnedOptimizer
 
@@ -331,7 +333,7 @@ def evaluate_suite(candidate: Candidate, *, tasks: Optional[Sequence[str]] = Non
   label, opt, tuned = _resolve(candidate)
   if isinstance(lane_chunk, str) and lane_chunk == "auto":
     if isinstance(candidate, tuple):
-      lane_chunk = getattr(candidate[0], "lane_chunk", None)
+      lane_chunk = auto_lane_chunk(getattr(candidate[0], "lane_chunk", None), jax.default_backend())
     else:
       lane_chunk = bl.default_lane_chunk(candidate) if isinstance(candidate, str) else None
   chunk = None if lane_chunk is None else check_positive_int("lane_chunk", lane_chunk)

@@ -54,6 +54,16 @@ def lane_mesh(devices: Union[None, int, Sequence[Any]], num_tasks: int) -> Optio
   return Mesh(np.asarray(devs), (LANE_AXIS,), axis_types=(AxisType.Auto,))
 
 
+def platform(devices: Union[None, int, Sequence[Any]]) -> str:
+  """The platform ("cpu", "gpu", "tpu") of the devices a `lane_mesh` is built from (``None``: JAX's default
+  backend; a count: the first of `jax.devices()`)."""
+  if devices is None:
+    return jax.default_backend()
+  if isinstance(devices, (int, np.integer)) and not isinstance(devices, bool):
+    return jax.devices()[0].platform
+  return list(devices)[0].platform
+
+
 def lane_sharding(mesh: Mesh, leading: int = 0) -> NamedSharding:
   """Sharding that splits axis ``leading`` (the lane axis) over the mesh and replicates the rest."""
   return NamedSharding(mesh, P(*([None] * leading + [LANE_AXIS])))

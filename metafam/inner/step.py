@@ -112,6 +112,13 @@ def map_lanes(fn: Callable, in_axes: Any, args: Any, chunk: Optional[int]):
   return jax.lax.map(one, [x for x, m in zip(leaves, flags) if m], batch_size=chunk)
 
 
+def auto_lane_chunk(chunk: Optional[int], platform: str) -> Optional[int]:
+  """The block size that "auto" means for an optimizer declaring ``chunk`` (`map_lanes`): ``chunk`` on a CPU, where
+  a block's working set stays in cache, None elsewhere. On an accelerator one vmap over all lanes fills the device,
+  while blocks run one after another, each too small to fill it (see docs/performance/gpu.md)."""
+  return chunk if platform == "cpu" else None
+
+
 DRAW_BLOCK = 50  # steps whose random draws `scan_with_draws` makes together
 
 

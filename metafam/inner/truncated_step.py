@@ -48,6 +48,7 @@ from metafam.optimizers.learned import HandDesigned
 from metafam.taskfamilies.base import TaskFamily
 
 META_LOSS_SPLITS = ("same_batch",) + SPLITS
+RESETS = ("auto", "cond", "select")
 
 
 @functools.partial(jax.tree_util.register_dataclass,
@@ -135,8 +136,15 @@ class TruncatedStep(DataPytree):
       independently. ``antithetic=True`` implies 2 groups.
     donate: donate the input state's buffers to `unroll` (the passed state must not be used afterwards).
     lane_chunk: apply the optimizer update to blocks of this many lanes in sequence (`jax.lax.map`) when there are
-      more (per device); "auto" takes the learned optimizer's ``lane_chunk`` (see `LearnedOptimizer`), None keeps
-      one vmap over all lanes. Only float rounding differs.
+      more (per device); "auto" takes the learned optimizer's ``lane_chunk`` (see `LearnedOptimizer`) on CPUs, where
+      a block's working set then stays in cache, and None on accelerators, where blocks would only serialize the
+      update (see `step_lib.auto_lane_chunk`); None keeps one vmap over all lanes. Only float rounding differs.
+    reset: how lanes that finished a trajectory get their fresh task instance at the end of a step: "cond" computes
+      the fresh lanes only in steps where some lane finished (a `jax.lax.cond` on one flag: on a CPU a branch taken
+      by the host at no cost; on a GPU a copy of the flag to the host and a wait for the device in every step),
+      "select" computes them in every step and keeps them per lane with a select (no host round trip, at the cost of
+      one sampling and initialization per lane and step), "auto" (the default) "cond" on CPUs and "select" on
+      accelerators. The numbers are the same either way.
     devices: spread the lanes over several devices: a count (the first ``n`` of `jax.devices()`) or a sequence of
       devices; ``num_tasks`` must divide evenly. The lane state is sharded along its lane axis, theta (unless per
       lane), keys and data are replicated; the numbers are the same as on one device. `init_step_state`,
@@ -154,11 +162,11 @@ class TruncatedStep(DataPytree):
                random_initial_iteration: bool = False, meta_loss_split: Optional[str] = "same_batch",
                antithetic: bool = False, stack_antithetic: bool = True,
                lane_groups: int = 1, donate: bool = True, devices: Any = None, lane_chunk: Any = "auto",
-               is_training: bool = True):
+               is_training: bool = True, reset: str = "auto"):
     self._args = dict(family=family, learned_opt=learned_opt, num_tasks=num_tasks, schedule=schedule,
                       random_initial_iteration=random_initial_iteration, meta_loss_split=meta_loss_split,
                       antithetic=antithetic, stack_antithetic=stack_antithetic, lane_groups=lane_groups,
-                      donate=donate, devices=devices, lane_chunk=lane_chunk, is_training=is_training)
+                      donate=donate, devices=devices, lane_chunk=lane_chunk, is_training=is_training, reset=reset)
     if not isinstance(family, TaskFamily):
       raise TypeError(f"family must be a TaskFamily, got {type(family).__name__}.")
     if isinstance(learned_opt, Optimizer):
@@ -183,11 +191,15 @@ class TruncatedStep(DataPytree):
       raise TypeError(f"schedule must have sample(key) -> length, got {type(self.schedule).__name__}.")
     self.random_initial_iteration = random_initial_iteration
     self.is_training = check_bool("is_training", is_training)
-    if isinstance(lane_chunk, str) and lane_chunk == "auto":
-      lane_chunk = getattr(self.learned_opt, "lane_chunk", None)
-    self.lane_chunk = None if lane_chunk is None else check_positive("lane_chunk", lane_chunk, integer=True)
+    if reset not in RESETS:
+      raise ValueError(f"reset must be one of {RESETS}, got {reset!r}.")
     self.meta_loss_split = meta_loss_split
     self.mesh = sharding.lane_mesh(devices, num_tasks)
+    platform = sharding.platform(devices)
+    self.reset = ("cond" if platform == "cpu" else "select") if reset == "auto" else reset
+    if isinstance(lane_chunk, str) and lane_chunk == "auto":
+      lane_chunk = step_lib.auto_lane_chunk(getattr(self.learned_opt, "lane_chunk", None), platform)
+    self.lane_chunk = None if lane_chunk is None else check_positive("lane_chunk", lane_chunk, integer=True)
     self.data = sharding.place(self._device_data(), self.mesh, lane_major=False)
     # The step passes itself (a pytree whose leaves are its device data) to its own programs.
     self._unroll = jax.jit(TruncatedStep.unroll_fn, static_argnames=("theta_is_batched",),
@@ -423,9 +435,10 @@ class TruncatedStep(DataPytree):
         return jax.vmap(lambda done, new, old: jax.tree.map(lambda a, b: jnp.where(done, a, b), new, old))(
             is_done, fresh(theta, draws.reset), lanes)
 
+      if self.reset == "select":  # no host round trip; the fresh lanes are computed in every step
+        return reset(lanes), out
       # A scalar predicate: the (batched) reset runs only in steps where some lane (of this device) finishes.
-      lanes = jax.lax.cond(jnp.any(is_done), reset, lambda l: l, lanes)
-      return lanes, out
+      return jax.lax.cond(jnp.any(is_done), reset, lambda l: l, lanes), out
 
     # Each step's random numbers are drawn before the loop, for a block of steps at once (same numbers).
     return step_lib.scan_with_draws(lambda lanes, key_and_draws: step(lanes, key_and_draws[1]), state, step_keys,
