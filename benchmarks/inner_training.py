@@ -84,7 +84,8 @@ def setup_metafam(family, opt, theta, lanes, devices):
   theta = ts.place_theta({} if theta is None else theta)
   box = {"state": ts.init_step_state(theta, jax.random.key(0))}
   keys = jax.random.split(jax.random.key(1), UNROLL)
-  mem = compiled_bytes(ts._unroll.lower(ts, theta, box["state"], keys).compile())
+  # The static argument as `unroll` passes it, so that this compilation is the one the calls reuse.
+  mem = compiled_bytes(ts._unroll.lower(ts, theta, box["state"], keys, theta_is_batched=False).compile())
 
   def run():
     box["state"], out = ts.unroll(theta, box["state"], jax.random.key(2), UNROLL)
@@ -134,10 +135,9 @@ def matmul_peak(size: int = 2048, calls: int = 7) -> float:
   return 2 * size ** 3 / best
 
 
-def setup_minimal(family, opt, theta, lanes):
-  """A hand-written jit(scan(vmap(step))) of the same math: the family's model and loss, the optimizer's update."""
-  data = family.datasets.device_data("train")
-
+def minimal_run_fn(family, opt, lanes, num_steps=UNROLL):
+  """The minimal program, ``run_fn(theta, states, data, key) -> (states, losses)``: a hand-written
+  jit(scan(vmap(step))) of the same math (the family's model and loss, the optimizer's update), nothing else."""
   def run_fn(theta, states, data, key):
     inner = opt.opt_fn(theta)
 
@@ -148,9 +148,14 @@ def setup_minimal(family, opt, theta, lanes):
 
       return jax.vmap(one)(states, jax.random.split(key, lanes))
 
-    return jax.lax.scan(step, states, jax.random.split(key, UNROLL))
+    return jax.lax.scan(step, states, jax.random.split(key, num_steps))
+  return run_fn
 
-  run_jit = jax.jit(run_fn, donate_argnums=1)
+
+def setup_minimal(family, opt, theta, lanes):
+  """`minimal_run_fn` jitted (states donated), ready to time."""
+  data = family.datasets.device_data("train")
+  run_jit = jax.jit(minimal_run_fn(family, opt, lanes), donate_argnums=1)
   init = jax.jit(jax.vmap(lambda th, k: fresh_state(family, opt, th, k), in_axes=(None, 0)))
   box = {"states": init(theta, jax.random.split(jax.random.key(0), lanes))}
   mem = compiled_bytes(run_jit.lower(theta, box["states"], data, jax.random.key(1)).compile())

@@ -116,19 +116,23 @@ def main():
                       help="ES noise of metafam's estimators: full, or low_rank:R (rank R); each is timed "
                            f"(default: {' '.join(DEFAULT_PERTURBATIONS)})")
   parser.add_argument("--lopt", default="mlp_lopt", help="metafam's learned optimizer (a registered name)")
+  parser.add_argument("--tiny", action="store_true",
+                      help="the host-bound proxy: the smoke workload's sizes (4 hidden units, batches of 8, 2 pairs, "
+                           "trajectories of 4) timed for --steps meta-steps in 5 rounds, so that the loop's host work "
+                           "is a large share of each meta-step and 'outside' shows it")
   bench_common.add_flags(parser)
   args = parser.parse_args()
   # argparse applies `type` to command-line values only, not to a list default: convert the default here.
   noises = args.perturbations or [perturbation_kwargs(text) for text in DEFAULT_PERTURBATIONS]
-  work = SMOKE if args.smoke else Workload()
-  steps, pairs = (1, [2]) if args.smoke else (args.steps, args.pairs)
+  work = SMOKE if args.smoke else dataclasses.replace(SMOKE, rounds=5) if args.tiny else Workload()
+  steps, pairs = (1, [2]) if args.smoke else (args.steps, [2] if args.tiny else args.pairs)
   if args.devices > 1:
     jax.config.update("jax_num_cpu_devices", args.devices)  # before JAX starts its CPU backend
   lo = None
   if args.reference_src:
     import reference_lo  # pylint: disable=import-outside-toplevel
     lo = reference_lo.load(args.reference_src)
-  family = bench_common.image_mlp_family(args.smoke)
+  family = bench_common.image_mlp_family(args.smoke or args.tiny)
   lopt = get_learned_optimizer(args.lopt)
   print(f"jax {jax.__version__} on {jax.devices()[0].platform}; {family.name}; {lopt.name}; {steps} meta-steps")
   placements = [None]
@@ -141,7 +145,7 @@ def main():
   for name in args.estimators:
     runs = {}
     for devices, noise in variants:
-      est = build(name, family, lopt, devices, work, **noise)
+      est = build(name, family, lopt, devices, work, num_pairs=2 if args.tiny else 8, **noise)
       trainer = MetaTrainer(lopt, [est], optax.adam(1e-3))
       state, metrics = trainer.step(trainer.init(jax.random.key(0)))  # compile
       jax.block_until_ready(metrics)

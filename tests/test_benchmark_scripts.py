@@ -27,6 +27,29 @@ def test_outer_training_full_es_on_two_devices(monkeypatch, capsys):
   assert code == 2  # a bad value is an argparse error, before any work
 
 
+def test_outer_training_host_bound_proxy(monkeypatch, capsys):
+  code, out = run_script("benchmarks/outer_training.py", ["--tiny", "--steps", 2, "--estimators", "pes",
+                                                          "--perturbations", "full", "--devices", 1],
+                         monkeypatch, capsys)
+  assert code == 0 and out.count("       pes ") == 1 and "ImageMLPFamily_8x8_4" in out
+
+
+def test_lowered_cost_finds_no_loop_or_conditional_in_the_accelerator_step(tmp_path, monkeypatch, capsys):
+  """The per-step program metafam runs on an accelerator (lowered for CUDA without one): no lane-block loop and no
+  conditional inside the step, unlike the CPU's choices; and the train part's FLOPs are the minimal program's up to
+  the non-finite checks and the per-step outputs."""
+  md = tmp_path / "cost.md"
+  code, out = run_script("benchmarks/lowered_cost.py", ["--smoke", "--optimizers", "mlp_lopt", "--markdown", md],
+                         monkeypatch, capsys)
+  assert code == 0
+  rows = {cells[3]: cells for cells in ([c.strip() for c in row.split("|")] for row in _rows(md))}
+  assert set(rows) == {"minimal", "metafam", "metafam, train part (no reset)", "metafam (CPU choices)"}
+  loops, conds = -2, -1  # the last two columns (the row ends with "|")
+  assert rows["metafam"][loops - 1] == "0" and rows["metafam"][conds - 1] == "0"
+  assert rows["metafam (CPU choices)"][conds - 1] == "1"
+  assert 1.0 <= float(rows["metafam, train part (no reset)"][8]) < 1.1  # FLOPs / minimal
+
+
 @needs_lo_src
 def test_outer_training_against_the_reference_library(tmp_path, monkeypatch, capsys):
   md = tmp_path / "outer.md"

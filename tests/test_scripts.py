@@ -461,8 +461,8 @@ def _program(command):
 # Every flag a documented command passes must be passed by one of those runs (checked below against their source).
 COVERED = {
     **{f"benchmarks/{name}.py": "tests/test_benchmark_scripts.py" for name in (
-        "conv_in_loop", "distributed", "heldout_baselines", "inner_training", "low_rank_estimates", "meta_training",
-        "outer_training", "profile_estimate", "suite")},
+        "conv_in_loop", "distributed", "heldout_baselines", "inner_training", "low_rank_estimates", "lowered_cost",
+        "meta_training", "outer_training", "profile_estimate", "suite")},
     # Its documented commands' flags are those of gpu_run.sh's step_cost step, run by tests/test_gpu_run.py, and of
     # its many-members smoke run.
     "benchmarks/step_cost.py": "tests/test_gpu_run.py benchmarks/gpu_run.sh tests/test_benchmark_scripts.py",

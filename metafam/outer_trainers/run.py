@@ -329,48 +329,39 @@ class _Loop:
     return state, had_checkpoint
 
   def run(self, state: MetaTrainState, num_steps: int, had_checkpoint: bool, stop: Any):
+    """The meta-steps. The host never waits for the device between two steps: step ``k + 1`` is dispatched before
+    step ``k``'s metrics are fetched, so the device always has the next step queued while the host logs. A step
+    whose state the host needs (evaluation, checkpoint, stop, the last step) is finished before the next dispatch."""
     trainer = self.trainer
     history: List[Dict[str, Any]] = []
-    start_step = int(state.step)
-    skipped_in_a_row = 0
+    step = start_step = int(state.step)
     bar = tqdm(total=num_steps, initial=start_step, desc="meta-train", unit="step", disable=not self.progress)
+    clock = {"last": time.perf_counter(), "skipped_in_a_row": 0}
+    pending = None  # (step, its metrics on the device): dispatched, not yet recorded
     try:
-      while int(state.step) < num_steps:
-        t0 = time.perf_counter()
+      while step < num_steps:
         state, metrics = trainer.step(state)
-        record = {k: float(v) for k, v in jax.device_get(metrics).items()}
-        elapsed = time.perf_counter() - t0
-        step = int(state.step)
-        record.update(step=step, seconds=elapsed, inner_steps_per_s=trainer.inner_steps_per_meta_step / elapsed)
-        # On several processes only process 0 evaluates (on its own devices); the others go on to the next step.
-        if self.eval_every and (step % self.eval_every == 0 or step == num_steps) and trainer.is_main_process:
-          result = trainer.evaluate(state.theta, jax.random.fold_in(jax.random.key(EVAL_KEY), step))
-          record.update(eval_final_loss=float(result["eval_final_loss"]),
-                        eval_mean_loss=float(result["eval_mean_loss"]))
-        history.append(record)
-        bar.update(1)
-        bar.set_postfix(meta_loss=f"{record['meta_loss']:.4f}", grad_norm=f"{record['grad_norm']:.3g}")
-        if self.writes:
-          line = json.dumps(_finite_or_null(record), allow_nan=False)
-          self.write(self.metrics_path, lambda: append_line(self.metrics_path, line))
+        step += 1
+        if pending is not None:
+          history.append(self.record(*pending, state=None, num_steps=num_steps, clock=clock, bar=bar))
+          self.check_skipped(history[-1], clock)
+        pending = (step, metrics)
         stopping = stop is not None and stop.requested(step)
-        if self.output_dir and (step % self.checkpoint_every == 0 or step == num_steps or stopping):
+        checkpoint_due = self.output_dir and (step % self.checkpoint_every == 0 or step == num_steps or stopping)
+        eval_due = self.eval_every and (step % self.eval_every == 0 or step == num_steps)
+        if checkpoint_due or eval_due or stopping:
+          history.append(self.record(*pending, state=state, num_steps=num_steps, clock=clock, bar=bar))
+          pending = None
+        if checkpoint_due:
           self.write(self.ckpt, lambda: save(trainer, state, self.ckpt))
           self.last_saved = step
-        if self.log_fn is not None:
-          self.log_fn(record)
         if stopping:
           raise Preempted(step, self.ckpt, stop.signal_name, state)
-        skipped_in_a_row = skipped_in_a_row + 1 if record["update_skipped"] else 0
-        if self.max_skipped_steps is not None and skipped_in_a_row >= self.max_skipped_steps:
-          where = (f"{self.ckpt} at meta-step {self.last_saved}" if self.output_dir and self.last_saved > 0
-                   else "none was written")
-          raise RunDivergedError(
-              f"meta-step {step}: the last {skipped_in_a_row} meta-updates were all skipped (no estimate had a "
-              f"finite meta-loss or gradient), so the run has gone bad; the last good checkpoint: {where}. Likely "
-              "causes: the inner training diverges for every perturbed lane (learning rate, step_mult or sigma too "
-              "large), non-finite data, or a meta-learning rate that drove theta somewhere unstable; "
-              "max_skipped_steps sets the limit.")
+        if pending is None:
+          self.check_skipped(history[-1], clock)
+      if pending is not None:
+        history.append(self.record(*pending, state=state, num_steps=num_steps, clock=clock, bar=bar))
+        self.check_skipped(history[-1], clock)
     except Exception as e:
       if not (trainer.multi_process and distributed.is_peer_failure(e)):
         raise
@@ -381,9 +372,48 @@ class _Loop:
           f"{jax.process_count()} processes again to resume.") from None
     finally:
       bar.close()
-    if self.output_dir and int(state.step) == start_step and not had_checkpoint:
+    if self.output_dir and step == start_step and not had_checkpoint:
       self.write(self.ckpt, lambda: save(trainer, state, self.ckpt))
     return state, history
+
+  def record(self, step: int, metrics: Dict[str, Any], *, state: Optional[MetaTrainState], num_steps: int,
+             clock: Dict[str, Any], bar: Any) -> Dict[str, Any]:
+    """Meta-step ``step``'s record: its metrics fetched from the device (waiting for the step to finish), its wall
+    time since the previous record, and (given the step's ``state``, when due) the evaluation; written to
+    ``metrics.jsonl`` and logged."""
+    trainer = self.trainer
+    record = {k: float(v) for k, v in jax.device_get(metrics).items()}
+    now = time.perf_counter()
+    elapsed, clock["last"] = now - clock["last"], now
+    record.update(step=step, seconds=elapsed, inner_steps_per_s=trainer.inner_steps_per_meta_step / elapsed)
+    # On several processes only process 0 evaluates (on its own devices); the others go on to the next step.
+    if (state is not None and self.eval_every and (step % self.eval_every == 0 or step == num_steps)
+        and trainer.is_main_process):
+      result = trainer.evaluate(state.theta, jax.random.fold_in(jax.random.key(EVAL_KEY), step))
+      record.update(eval_final_loss=float(result["eval_final_loss"]), eval_mean_loss=float(result["eval_mean_loss"]))
+      clock["last"] = time.perf_counter()  # the evaluation's time is not the next step's
+    bar.update(1)
+    bar.set_postfix(meta_loss=f"{record['meta_loss']:.4f}", grad_norm=f"{record['grad_norm']:.3g}")
+    if self.writes:
+      line = json.dumps(_finite_or_null(record), allow_nan=False)
+      self.write(self.metrics_path, lambda: append_line(self.metrics_path, line))
+    if self.log_fn is not None:
+      self.log_fn(record)
+    return record
+
+  def check_skipped(self, record: Dict[str, Any], clock: Dict[str, Any]) -> None:
+    """Raises `RunDivergedError` after ``max_skipped_steps`` skipped updates in a row (counted in ``clock``)."""
+    step = record["step"]
+    clock["skipped_in_a_row"] = clock["skipped_in_a_row"] + 1 if record["update_skipped"] else 0
+    if self.max_skipped_steps is not None and clock["skipped_in_a_row"] >= self.max_skipped_steps:
+      where = (f"{self.ckpt} at meta-step {self.last_saved}" if self.output_dir and self.last_saved > 0
+               else "none was written")
+      raise RunDivergedError(
+          f"meta-step {step}: the last {clock['skipped_in_a_row']} meta-updates were all skipped (no estimate had "
+          f"a finite meta-loss or gradient), so the run has gone bad; the last good checkpoint: {where}. Likely "
+          "causes: the inner training diverges for every perturbed lane (learning rate, step_mult or sigma too "
+          "large), non-finite data, or a meta-learning rate that drove theta somewhere unstable; "
+          "max_skipped_steps sets the limit.")
 
 
 # -- the run object --------------------------------------------------------------------------------------------------
