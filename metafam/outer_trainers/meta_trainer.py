@@ -164,7 +164,7 @@ class MetaTrainer(DataPytree):
       self.config.setdefault("nonfinite", nonfinite)
     self.config.setdefault("estimators", [type(e).__name__ for e in estimators])
     self.config.setdefault("learned_opt", type(learned_opt).__name__)
-    self._step = jax.jit(MetaTrainer.step_fn, donate_argnums=1)  # the trainer passes itself: see step_fn
+    self._step = jax.jit(MetaTrainer._step_and_pack, donate_argnums=1)  # the trainer passes itself: see step_fn
     self.evaluator = None
     if eval_family is not None:
       # Evaluation is not a collective: on a mesh of several processes each evaluates on its own devices.
@@ -234,8 +234,19 @@ class MetaTrainer(DataPytree):
                                key_data=state.key_data, step=state.step + 1)
     return self.place(new_state), metrics
 
+  def _step_and_pack(self, state: MetaTrainState):
+    """`step_fn`, and its metrics also as one float32 vector in sorted-name order (`step_packed`)."""
+    state, metrics = self.step_fn(state)
+    return state, metrics, jnp.stack([jnp.asarray(metrics[k], jnp.float32) for k in sorted(metrics)])
+
   def step(self, state: MetaTrainState):
     """One jitted meta-step (``state`` is donated: use the returned one)."""
+    state, metrics, _ = self._step(self, state)
+    return state, metrics
+
+  def step_packed(self, state: MetaTrainState):
+    """`step` (the same compiled program), returning ``(state, metrics, packed)``: ``packed`` holds the metrics as
+    one float32 vector in the order of ``sorted(metrics)``, so a loop fetches them in one device-to-host copy."""
     return self._step(self, state)
 
   # -- evaluation -------------------------------------------------------------------------------------------------

@@ -337,15 +337,15 @@ class _Loop:
     step = start_step = int(state.step)
     bar = tqdm(total=num_steps, initial=start_step, desc="meta-train", unit="step", disable=not self.progress)
     clock = {"last": time.perf_counter(), "skipped_in_a_row": 0}
-    pending = None  # (step, its metrics on the device): dispatched, not yet recorded
+    pending = None  # (step, its metrics' names, their values on the device): dispatched, not yet recorded
     try:
       while step < num_steps:
-        state, metrics = trainer.step(state)
+        state, metrics, packed = trainer.step_packed(state)
         step += 1
         if pending is not None:
           history.append(self.record(*pending, state=None, num_steps=num_steps, clock=clock, bar=bar))
           self.check_skipped(history[-1], clock)
-        pending = (step, metrics)
+        pending = (step, sorted(metrics), packed)
         stopping = stop is not None and stop.requested(step)
         checkpoint_due = self.output_dir and (step % self.checkpoint_every == 0 or step == num_steps or stopping)
         eval_due = self.eval_every and (step % self.eval_every == 0 or step == num_steps)
@@ -376,13 +376,13 @@ class _Loop:
       self.write(self.ckpt, lambda: save(trainer, state, self.ckpt))
     return state, history
 
-  def record(self, step: int, metrics: Dict[str, Any], *, state: Optional[MetaTrainState], num_steps: int,
-             clock: Dict[str, Any], bar: Any) -> Dict[str, Any]:
-    """Meta-step ``step``'s record: its metrics fetched from the device (waiting for the step to finish), its wall
-    time since the previous record, and (given the step's ``state``, when due) the evaluation; written to
-    ``metrics.jsonl`` and logged."""
+  def record(self, step: int, names: List[str], packed: jax.Array, *, state: Optional[MetaTrainState],
+             num_steps: int, clock: Dict[str, Any], bar: Any) -> Dict[str, Any]:
+    """Meta-step ``step``'s record: its metrics fetched from the device in one copy (waiting for the step to finish;
+    ``packed``: `MetaTrainer.step_packed`'s vector, in the order of ``names``), its wall time since the previous
+    record, and (given the step's ``state``, when due) the evaluation; written to ``metrics.jsonl`` and logged."""
     trainer = self.trainer
-    record = {k: float(v) for k, v in jax.device_get(metrics).items()}
+    record = dict(zip(names, np.asarray(jax.device_get(packed)).tolist()))
     now = time.perf_counter()
     elapsed, clock["last"] = now - clock["last"], now
     record.update(step=step, seconds=elapsed, inner_steps_per_s=trainer.inner_steps_per_meta_step / elapsed)
