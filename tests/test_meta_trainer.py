@@ -127,3 +127,34 @@ def test_meta_optimizer_bad_arguments_are_named(kwargs, message):
   from metafam.outer_trainers import meta_optimizer
   with pytest.raises(ValueError, match=message):
     meta_optimizer(**kwargs)
+
+
+def test_loop_dispatches_the_next_meta_step_before_fetching_metrics(tmp_path):
+  """The loop never leaves the device idle between meta-steps: step k's record is made after step k + 1 was
+  dispatched, except where the host needs step k's state (a checkpoint, an evaluation, the last step), which is
+  recorded before the next dispatch. Its records are the metrics `step` returns, in one copy (`step_packed`)."""
+  trainer = build_trainer(num_pairs=2, unroll_length=2, trajectory=6)
+  dispatched, seen = [], []
+  original = trainer.step_packed
+
+  def counting(state):
+    dispatched.append(1)
+    return original(state)
+
+  trainer.step_packed = counting
+  state = trainer.init(jax.random.key(3))
+  reference = build_trainer(num_pairs=2, unroll_length=2, trajectory=6)
+  ref_state, ref_metrics = reference.init(jax.random.key(3)), []
+  for _ in range(7):
+    ref_state, metrics = reference.step(ref_state)
+    ref_metrics.append({k: float(v) for k, v in jax.device_get(metrics).items()})
+  _, history = trainer.train(7, state=state, output_dir=str(tmp_path), checkpoint_every=3, eval_every=5,
+                             progress=False, log_fn=lambda record: seen.append((record["step"], len(dispatched))))
+  assert [s for s, _ in seen] == [1, 2, 3, 4, 5, 6, 7]
+  # Steps 3 and 6 (checkpoints), 5 (evaluation) and 7 (the last) are recorded before the next dispatch.
+  assert seen == [(1, 2), (2, 3), (3, 3), (4, 5), (5, 5), (6, 6), (7, 7)]
+  for record, ref in zip(history, ref_metrics):
+    assert {k: record[k] for k in ref} == ref  # bit for bit what `step` returns
+  assert "eval_final_loss" in history[4] and "eval_final_loss" not in history[3]
+  lines = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+  assert [line["step"] for line in lines] == list(range(1, 8))
