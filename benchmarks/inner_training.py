@@ -35,6 +35,8 @@ otherwise its published figures. FLOP rate: XLA's cost analysis of one lane's in
 gradient plus the optimizer's update) times the best inner steps/s, against the fp32 matmul peak measured at the
 start of the run (a 2048 x 2048 product on one device, all cores; target >= 50% at 8+ lanes). Memory: the compiled program's argument + output + temporary bytes (XLA's memory
 analysis) and the process's peak resident set size.
+``--other_reset`` adds a column timing `TruncatedStep` with the reset strategy its platform does not default to
+("mf cond" on an accelerator, where the default "select" avoids a per-step host round trip; "mf select" on a CPU).
 ``--skip naive ref_style`` leaves out the slow host-driven baselines (at thousands of lanes they take minutes).
 ``--markdown PATH`` also writes the table as Markdown; ``--smoke`` runs every code path on a tiny workload (4 hidden
 units, batches of 8, 2 lanes, one round).
@@ -78,9 +80,10 @@ def compiled_bytes(compiled) -> int:
   return int(m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes)
 
 
-def setup_metafam(family, opt, theta, lanes, devices):
+def setup_metafam(family, opt, theta, lanes, devices, reset="auto"):
   """A blocking call running one 50-step unroll, and the compiled program's bytes."""
-  ts = TruncatedStep(family, opt, lanes, ConstantSchedule(UNROLL), meta_loss_split=None, devices=devices)
+  ts = TruncatedStep(family, opt, lanes, ConstantSchedule(UNROLL), meta_loss_split=None, devices=devices,
+                     reset=reset)
   theta = ts.place_theta({} if theta is None else theta)
   box = {"state": ts.init_step_state(theta, jax.random.key(0))}
   keys = jax.random.split(jax.random.key(1), UNROLL)
@@ -242,6 +245,9 @@ def main():
   parser.add_argument("--lanes", type=int, nargs="+", default=[1, 8, 64, 256])
   parser.add_argument("--optimizers", nargs="+", default=["mlp_lopt", "adam"],
                       choices=["mlp_lopt", "adam", "adafac_mlp_lopt", "adafac_muon_mlp_lopt"])
+  parser.add_argument("--other_reset", action="store_true",
+                      help="also time metafam with the reset strategy its platform does not default to (a column "
+                           "'mf select' on a CPU, 'mf cond' on an accelerator; TruncatedStep's reset argument)")
   parser.add_argument("--rounds", type=int, default=7, help="timed calls per program (the median is reported)")
   parser.add_argument("--naive_steps", type=int, default=10, help="steps timed for the naive per-task loop")
   parser.add_argument("--devices", type=int, default=2,
@@ -269,9 +275,13 @@ def main():
   peak = matmul_peak(size, calls)
   print(f"measured fp32 matmul peak ({size} x {size} product, best of {calls}, one device, all cores): "
         f"{peak / 1e9:.1f} GFLOP/s")
-  cols = ["metafam", "minimal", "sharded", "ref_style"] + (["lo", "lo_dev"] if lo else []) + ["naive"]
+  # TruncatedStep's reset="auto": "cond" on a CPU, "select" elsewhere; --other_reset also times the other one.
+  other_reset = "select" if jax.devices()[0].platform == "cpu" else "cond"
+  cols = (["metafam"] + (["other_reset"] if args.other_reset else []) + ["minimal", "sharded", "ref_style"]
+          + (["lo", "lo_dev"] if lo else []) + ["naive"])
   cols = [c for c in cols if c not in args.skip]
-  heads = {"sharded": f"mf x{devices}", "ref_style": "ref-style", "lo": "LO", "lo_dev": "LO dev"}
+  heads = {"sharded": f"mf x{devices}", "ref_style": "ref-style", "lo": "LO", "lo_dev": "LO dev",
+           "other_reset": f"mf {other_reset}"}
   ratios = ["best/naive", "best/ref-style"] + (["best/LO", "best/LO dev"] if lo else ["best/published"])
   table = []
   for name in args.optimizers:
@@ -286,6 +296,8 @@ def main():
     for lanes in args.lanes:
       runs, mems = {}, {}
       runs["metafam"], mems["metafam"] = setup_metafam(family, opt, theta, lanes, None)
+      if args.other_reset:
+        runs["other_reset"], _ = setup_metafam(family, opt, theta, lanes, None, reset=other_reset)
       runs["minimal"], mems["minimal"] = setup_minimal(family, opt, theta, lanes)
       if devices > 1 and lanes % devices == 0:
         runs["sharded"], _ = setup_metafam(family, opt, theta, lanes, devices)

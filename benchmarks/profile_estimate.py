@@ -24,9 +24,137 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import glob
 import os
+import re
 import tempfile
+import time
+import warnings
+
+# XLA:CPU's per-kernel trace events: the flag must be in XLA_FLAGS before JAX starts its backend.
+CPU_KERNEL_EVENTS_FLAG = "--xla_cpu_enable_xprof_traceme=true"
+# HLO ops whose spans contain the kernels they run (counted themselves): left out of the kernel times.
+CONTROL_FLOW = ("while", "conditional", "cond", "call")
+# Lines of a device plane that the profiler derives from the kernels (summaries of them, not more kernels).
+DERIVED_LINES = ("XLA Modules", "XLA Ops", "XLA TraceMe", "Steps", "Framework Ops", "Framework Name Scope",
+                 "Source code", "Launch Stats", "SparseCore")
+
+
+def enable_cpu_kernel_events():
+  """Adds `CPU_KERNEL_EVENTS_FLAG` to ``XLA_FLAGS``; call before JAX starts its backend (GPU kernels are traced
+  without it, by CUPTI)."""
+  flags = os.environ.get("XLA_FLAGS", "")
+  if CPU_KERNEL_EVENTS_FLAG not in flags.split():
+    os.environ["XLA_FLAGS"] = f"{flags} {CPU_KERNEL_EVENTS_FLAG}".strip()
+
+
+def trace(call, calls):
+  """Calls the blocking ``call`` ``calls`` times under `jax.profiler.trace`; returns the trace read back
+  (`jax.profiler.ProfileData`) and the seconds per call (traced: the profiler's own cost included)."""
+  import jax  # pylint: disable=import-outside-toplevel
+  from jax.profiler import ProfileData  # pylint: disable=import-outside-toplevel
+  with tempfile.TemporaryDirectory() as trace_dir:
+    with jax.profiler.trace(trace_dir):
+      start = time.perf_counter()
+      for _ in range(calls):
+        call()
+      seconds = (time.perf_counter() - start) / calls
+    return ProfileData.from_file(glob.glob(os.path.join(trace_dir, "**", "*.xplane.pb"), recursive=True)[0]), seconds
+
+
+@dataclasses.dataclass
+class Kernels:
+  """Kernel time of a trace: nanoseconds and runs per kernel label, and where the events were read (``source``)."""
+  ns: collections.Counter
+  runs: collections.Counter
+  source: str
+
+  def kinds(self) -> collections.Counter:
+    """Nanoseconds per kind of kernel (`kernel_kind`)."""
+    kinds = collections.Counter()
+    for label, ns in self.ns.items():
+      kinds[kernel_kind(label)] += ns
+    return kinds
+
+
+def kernel_kind(label: str) -> str:
+  """A kernel's kind from its label: matrix products (XLA's ``dot``/``dot_general``, cuBLAS/CUTLASS kernels), device
+  copies (``memcpy``/``memset``), otherwise the name without its number (``loop_add_fusion``, ``copy``, ``ynn_fusion``:
+  XLA:CPU's YNNPACK fusions, products or elementwise). A GPU label ``op: kernel`` is classified by both parts."""
+  low = label.lower()
+  if re.search(r"(^|[^a-z])(dot|dot_general)([._:\s]|$)|gemm|xmma|cublas|cutlass", low):
+    return "matrix products"
+  if "memcpy" in low or "memset" in low:
+    return "device copies (memcpy/memset)"
+  return re.sub(r"([._]\d+)+$", "", label.split(": ")[0].split()[0]) or label
+
+
+def _stats(event):
+  try:
+    with warnings.catch_warnings():  # jaxlib 0.12's stats type warns that it has no __module__ (Python 3.12)
+      warnings.simplefilter("ignore", DeprecationWarning)
+      return dict(event.stats)
+  except Exception:  # pylint: disable=broad-except
+    return {}
+
+
+def _hlo_op(stats):
+  """The HLO op an event ran, from its stats: ``hlo_op``, or parsed from a kernel annotation (``...hlo_op=NAME...``)."""
+  if stats.get("hlo_op"):
+    return str(stats["hlo_op"])
+  for value in stats.values():
+    match = re.search(r"hlo_op=([^,#\s]+)", str(value))
+    if match:
+      return match.group(1)
+  return None
+
+
+def kernel_times(profile) -> Kernels:
+  """The kernels of a `jax.profiler.ProfileData` trace, summed per label.
+
+  With a device plane (``/device:GPU:0``, ...) holding events, those are the kernels: the events of its stream lines
+  (CUPTI's kernels, memcpys and memsets; the profiler's derived summary lines are skipped), labelled ``op: kernel``
+  when the event names its HLO op and the kernel's name differs (library kernels: cuBLAS's ``sm90_xmma_gemm...``).
+  Otherwise (XLA:CPU, with `enable_cpu_kernel_events`) the host plane's events that name an HLO op, less control flow
+  (``while``/``conditional``/``call`` spans contain the kernels they run), labelled by the op.
+  """
+  ns, runs = collections.Counter(), collections.Counter()
+  device_planes = [p for p in profile.planes if p.name.startswith("/device:") and "CPU" not in p.name]
+  for plane in device_planes:
+    lines = [line for line in plane.lines if line.name not in DERIVED_LINES]
+    streams = [line for line in lines if line.name.startswith("Stream")]
+    for line in streams or lines:
+      for event in line.events:
+        op = _hlo_op(_stats(event))
+        label = event.name if not op or op == event.name else f"{op}: {event.name[:80]}"
+        ns[label] += event.duration_ns
+        runs[label] += 1
+  if ns:
+    return Kernels(ns, runs, "device kernels: " + ", ".join(p.name for p in device_planes))
+  for plane in profile.planes:
+    if not plane.name.startswith("/host:"):
+      continue
+    for line in plane.lines:
+      for event in line.events:
+        op = _hlo_op(_stats(event))
+        if op is None or op.startswith(CONTROL_FLOW):
+          continue
+        ns[op] += event.duration_ns
+        runs[op] += 1
+  note = (" (no device kernel events on " + ", ".join(p.name for p in device_planes) + ": CUPTI unavailable?)"
+          if device_planes else "")
+  return Kernels(ns, runs, "XLA:CPU kernel events on the host plane" + note)
+
+
+def trace_contents(profile, max_lines=6) -> str:
+  """What a trace holds, for diagnosing a reduction that found nothing: each plane with its lines' event counts."""
+  parts = []
+  for plane in profile.planes:
+    lines = [f"{line.name[:40]} ({sum(1 for _ in line.events):,})" for line in plane.lines]
+    more = f", +{len(lines) - max_lines} lines" if len(lines) > max_lines else ""
+    parts.append(f"{plane.name}: {', '.join(lines[:max_lines])}{more}" if lines else plane.name)
+  return "; ".join(parts)
 
 
 def main():
@@ -44,11 +172,9 @@ def main():
   if args.smoke:
     args.pairs, args.calls = 2, 1
   unroll, trajectory, full_es_trajectory = (2, 4, 4) if args.smoke else (10, 50, 200)
-  # Per-kernel trace events of XLA:CPU; must be set before JAX starts its backend.
-  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_xprof_traceme=true").strip()
+  enable_cpu_kernel_events()  # before JAX starts its backend
 
   import jax
-  from jax.profiler import ProfileData
   from metafam.inner import ConstantSchedule
   from metafam.inner.truncated_step import TruncatedStep
   from metafam.optimizers.mlp_lopt import MLPLOpt
@@ -84,29 +210,11 @@ def main():
       jax.block_until_ready(out)
 
   call()  # compile
-  with tempfile.TemporaryDirectory() as trace_dir:
-    with jax.profiler.trace(trace_dir):
-      for _ in range(args.calls):
-        call()
-    profile = ProfileData.from_file(glob.glob(os.path.join(trace_dir, "**", "*.xplane.pb"), recursive=True)[0])
-  per_kernel, counts = collections.Counter(), collections.Counter()
-  for plane in profile.planes:
-    for line in plane.lines:
-      for event in line.events:
-        name = event.name
-        # Host-side frames (Python, dispatch, the executor's own spans) are not kernels, and control flow (loops,
-        # conditionals, calls) spans the kernels inside it, which are counted themselves.
-        if (name.startswith(("$", "ThunkExecutor", "Pjit", "CommonPjRt", "PjRt", "while", "cond", "call"))
-            or "." not in name):
-          continue
-        per_kernel[name] += event.duration_ns
-        counts[name] += 1
+  kernels = kernel_times(trace(call, args.calls)[0])
+  per_kernel, counts = kernels.ns, kernels.runs
   steps = args.calls * steps_per_call
   total = sum(per_kernel.values())
-  kinds = collections.Counter()
-  for name, ns in per_kernel.items():
-    kind = name.split(".")[0]
-    kinds["matrix products (dot)" if kind in ("dot", "dot_general") else kind] += ns
+  kinds = kernels.kinds()
   theta_kind = "one theta for all lanes" if args.shared_theta else "per-lane theta +- eps"
   if not args.shared_theta and args.perturbation == "low_rank":
     theta_kind += f" (low-rank, rank {args.rank})"

@@ -9,7 +9,8 @@ Nothing of LO is vendored. Point the benchmarks at its unpacked source distribut
 
 LO's 2021-era imports are satisfied inside this process only: TensorFlow and TFDS (imported for summary writing and
 dataset loading, neither used here), flax (the `flax.struct` dataclass decorator of its states; its checkpointing
-modules are imported but never called; the real flax is used when installed) and the `jax.tree_*`,
+modules are imported but never called; the real flax is used when installed, with stubs for its modules that do
+not import here, e.g. `flax.metrics.tensorboard` without the real TensorFlow) and the `jax.tree_*`,
 `jax.ShapedArray` and `jax.lib.xla_client` names that JAX has since removed. Its own code runs unchanged:
 `outer_trainers.common.truncated_unroll` (a jitted scan over ``vmap(lax.cond(is_done, reset, train))``), its
 per-parameter `MLPLOpt` ("LOLv2") and `Adam`, and `TruncatedPES`. The task is written against LO's `Task` /
@@ -50,10 +51,11 @@ def _stub_module(name):
 
 
 def _missing(name):
+  """Whether ``name`` fails to import (not installed, or broken against today's packages)."""
   try:
     importlib.import_module(name)
     return False
-  except ImportError:
+  except Exception:  # pylint: disable=broad-except
     return True
 
 
@@ -79,23 +81,33 @@ def _install_shims():
       setattr(jax, name, fn)
   if not hasattr(jax.lib, "xla_client"):  # only read in a type annotation of LO's gradient_learner
     jax.lib.xla_client = types.SimpleNamespace(Device=jax.Device)
-  if _missing("tensorflow"):
+  tf_stubbed = _missing("tensorflow")
+  if tf_stubbed:
     v2 = _module("tensorflow.compat.v2", enable_v2_behavior=lambda: None)
     _module("tensorflow", compat=_module("tensorflow.compat", v2=v2))
   if _missing("tensorflow_datasets"):
     _module("tensorflow_datasets", load=_unused("tensorflow_datasets.load"))
-  if _missing("flax"):
-    field = lambda pytree_node=True, **kw: dataclasses.field(metadata={"pytree_node": pytree_node}, **kw)  # noqa: E731
-    struct = _module("flax.struct", dataclass=_flax_dataclass, field=field)
-    # Checkpointing, serialization and replication: imported by LO's modules, never called by these benchmarks
-    # (registering a serialization handler at import time is a no-op).
-    stubs = {name: _stub_module(f"flax.{name}") for name in (
-        "jax_utils", "serialization", "training.checkpoints", "training.prefetch_iterator", "metrics.tensorboard")}
-    stubs["serialization"].register_serialization_state = lambda *args, **kwargs: None
-    training = _module("flax.training", checkpoints=stubs["training.checkpoints"],
-                       prefetch_iterator=stubs["training.prefetch_iterator"])
-    _module("flax", struct=struct, jax_utils=stubs["jax_utils"], serialization=stubs["serialization"],
-            training=training, metrics=_module("flax.metrics", tensorboard=stubs["metrics.tensorboard"]))
+  # flax's modules that LO imports besides `flax.struct`: checkpointing, serialization, replication and summary
+  # writing, never called by these benchmarks.
+  unused = ("jax_utils", "serialization", "training.checkpoints", "training.prefetch_iterator", "metrics.tensorboard")
+  if not _missing("flax"):
+    # The real flax, with stubs for what of it does not import here. Its `flax.metrics.tensorboard` (LO's summary
+    # module reads its `SummaryWriter` name) imports TensorFlow and tensorboard, whose hparams plugin calls
+    # `tf.make_tensor_proto` at import time: with the TensorFlow stand-in above it is a stub without being tried.
+    for name in unused:
+      if (name == "metrics.tensorboard" and tf_stubbed) or _missing(f"flax.{name}"):
+        package, _, attr = f"flax.{name}".rpartition(".")
+        setattr(importlib.import_module(package), attr, _stub_module(f"flax.{name}"))
+    return
+  field = lambda pytree_node=True, **kw: dataclasses.field(metadata={"pytree_node": pytree_node}, **kw)  # noqa: E731
+  struct = _module("flax.struct", dataclass=_flax_dataclass, field=field)
+  # (registering a serialization handler at import time is a no-op)
+  stubs = {name: _stub_module(f"flax.{name}") for name in unused}
+  stubs["serialization"].register_serialization_state = lambda *args, **kwargs: None
+  training = _module("flax.training", checkpoints=stubs["training.checkpoints"],
+                     prefetch_iterator=stubs["training.prefetch_iterator"])
+  _module("flax", struct=struct, jax_utils=stubs["jax_utils"], serialization=stubs["serialization"],
+          training=training, metrics=_module("flax.metrics", tensorboard=stubs["metrics.tensorboard"]))
 
 
 def load(src: str) -> types.SimpleNamespace:

@@ -14,7 +14,10 @@ emitter for fused loops instead of its MLIR fusion emitters (`TEST_XLA_FLAGS`, a
 multi-process tests' child processes): the same programs, the same operations and results up to rounding, at a
 fraction of the compile time. The LLVM settings took one `tests/test_inner.py` case from 41 s to 17 s of CPU time;
 the emitter flag then took three of the heaviest tests (zoo PES with `hyper_v2`, zoo finite difference with
-`rnn_mlp_lopt`, that `test_inner.py` case) from 53 s to 32 s of CPU time.
+`rnn_mlp_lopt`, that `test_inner.py` case) from 53 s to 32 s of CPU time. XLA aborts on a flag it does not know, and
+jaxlib 0.11.2 and later no longer know the emitter flag (their CPU backend has only the fusion emitters), so the flags
+are probed against the running XLA first (`xla_flags.probed_flags`: one child process of about a second, once per
+run) and a rejected one is left out, named in pytest's header (its summary under ``-q``).
 Programs compiled again after `jax.clear_caches()` (below) or by a second function object of the same computation,
 and the child processes' programs, are read back from a persistent compilation cache private to the run (a temporary
 directory shared by the workers and removed at the end): the whole default suite took 681-772 s instead of
@@ -34,14 +37,21 @@ import jax
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # shared helpers: influence.py, meta_setup.py
+import xla_flags  # pylint: disable=wrong-import-position
+
 TEST_XLA_FLAGS = ("--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true "
                   "--xla_cpu_use_fusion_emitters=false")
 CACHE_MIN_COMPILE_SECONDS = 0.5  # programs that compile faster are not worth a disk round trip
 # What XLA_FLAGS held before this file: for a child process that must compile exactly as production does (a test that
 # compares with numbers the library shipped, e.g. tests/test_heldout.py's rerun of a baseline sweep).
 os.environ.setdefault("METAFAM_TEST_PRODUCTION_XLA_FLAGS", os.environ.get("XLA_FLAGS", ""))
+# Only the flags the running XLA accepts (it aborts the process on an unknown one; newer ones retire flags), probed
+# once per run by a child process (tests/xla_flags.py): the workers and child processes inherit the answer.
+_DROPPED_XLA_FLAGS = []
 if os.environ.get("METAFAM_TEST_XLA_OPTIMIZE", "") in ("", "0"):  # before JAX starts its backend, which reads them
-  os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {TEST_XLA_FLAGS}".strip()
+  _kept, _DROPPED_XLA_FLAGS = xla_flags.probed_flags(TEST_XLA_FLAGS)
+  _present = os.environ.get("XLA_FLAGS", "").split()  # a worker or child process inherits them already added
+  os.environ["XLA_FLAGS"] = " ".join(_present + [flag for flag in _kept if flag not in _present])
 jax.config.update("jax_threefry_partitionable", False)
 # The CLI, called in-process by tests, would otherwise turn on JAX's persistent compilation cache in ~/.cache for the
 # rest of the test process (tests stay hermetic).
@@ -72,6 +82,23 @@ def _release_compiled_programs():
   yield
   jax.clear_caches()
   gc.collect()
+
+
+def _dropped_xla_flags_line():
+  return f"XLA flags dropped (jaxlib {xla_flags.jaxlib_version()} rejects them): {' '.join(_DROPPED_XLA_FLAGS)}"
+
+
+def pytest_report_header(config):
+  """Names the suite's XLA flags that the running XLA rejected, in the header (in the summary under ``-q``)."""
+  if _DROPPED_XLA_FLAGS and config.get_verbosity() >= 0:
+    return [_dropped_xla_flags_line()]
+  return []
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+  del exitstatus
+  if _DROPPED_XLA_FLAGS and config.get_verbosity() < 0:  # -q leaves the header out
+    terminalreporter.write_line(_dropped_xla_flags_line())
 
 
 def pytest_unconfigure(config):

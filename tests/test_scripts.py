@@ -466,6 +466,8 @@ COVERED = {
     # Its documented commands' flags are those of gpu_run.sh's step_cost step, run by tests/test_gpu_run.py, and of
     # its many-members smoke run.
     "benchmarks/step_cost.py": "tests/test_gpu_run.py benchmarks/gpu_run.sh tests/test_benchmark_scripts.py",
+    # Run by gpu_run.sh's profile step (its flags are that step's), in tests/test_gpu_run.py.
+    "benchmarks/profile_inner.py": "tests/test_gpu_run.py benchmarks/gpu_run.sh",
     **{f"experiments/{name}.py": "tests/test_scripts.py" for name in (
         "ablation_table", "export_pretrained", "hand_designed_baselines", "heldout_learned", "long_horizon",
         "meta_train_ablation", "muon_variants", "suite_noise", "user_models")},
