@@ -58,7 +58,7 @@ _float("step_mult", 1e-2, "Scale of the learned optimizer's steps, for the optim
        "in the checkpoint, and `evaluate --checkpoint` rebuilds the optimizer with it.", lower=1e-12)
 _float("meta_learning_rate", 3e-3, "Adam learning rate of the meta-optimizer.", lower=1e-12)
 _int("meta_lr_decay_steps", 6000, "Meta-learning-rate schedule: linear warmup over the first min(100, N // 10) "
-     "meta-steps, cosine decay to 0.1x at meta-step N, constant after (0: a constant rate).", lower=0)
+     "meta-steps, cosine decay to 0.1 times the rate at meta-step N, constant after (0: a constant rate).", lower=0)
 _float("clip_grad_norm", 1.0, "Clip meta-gradients to this global norm (0: no clipping).", lower=0.0)
 flags.DEFINE_string("output_dir", None, "Output directory (default runs/<command>): checkpoints, logs, tables, plots.",
                     flag_values=FLAGS)

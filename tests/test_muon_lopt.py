@@ -9,7 +9,8 @@ import optax
 import pytest
 
 from metafam.optimizers.newton_schulz import orthogonalize  # optax's iteration, its direct form by default
-from metafam.optimizers.muon_lopt import MuonResidualLOpt, muon_dimension_numbers
+from metafam.optimizers.muon_lopt import (AdamAccumulators, MatrixAccumulators, MuonResidualLOpt, matrix_fans,
+                                          muon_dimension_numbers)
 from metafam.optimizers.registry import get_learned_optimizer
 
 LR = 0.02
@@ -79,6 +80,22 @@ def _mlp(theta, x):
 
 def _unit_rms(x):
   return x / np.sqrt(np.mean(np.square(x)) + 1e-12)
+
+
+def test_accumulators_per_kind_of_tensor_are_plain_dicts_in_checkpoints():
+  """`MatrixAccumulators` for the tensors Muon orthogonalizes, `AdamAccumulators` for the others; typed dicts, so a
+  worker state in a meta-training checkpoint keeps the format it had as plain dicts (a dict node with these keys)."""
+  params = _params(np.random.default_rng(0))
+  for conv_kernels, matrices in (("adam", {"w_wide", "w_tall"}), ("matrix", {"w_wide", "w_tall", "conv"})):
+    lopt = MuonResidualLOpt(conv_kernels=conv_kernels)
+    accs = jax.tree.map(lopt.init_accumulators, params)
+    for k, p in params.items():
+      assert type(accs[k]) is dict  # what the checkpoint format records as {"kind": "dict", "keys": [...]}
+      want = MatrixAccumulators.__annotations__ if k in matrices else AdamAccumulators.__annotations__
+      assert list(accs[k]) == list(want) and (matrix_fans(p, conv_kernels) is not None) == (k in matrices)
+      new = lopt.leaf_direction(lopt.init(jax.random.key(0)), jnp.asarray(0), p, p, accs[k])[1]
+      assert type(new) is dict and list(new) == list(want)
+  assert matrix_fans(params["conv"], "matrix") == (18, 4) and matrix_fans(params["conv"]) is None
 
 
 @pytest.mark.parametrize("residual, center", [("after", True), ("before", True), ("after", False), ("before", False)])

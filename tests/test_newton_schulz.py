@@ -1,6 +1,8 @@
 """`metafam.optimizers.newton_schulz`: both forms of Muon's iteration against a float64 recurrence written out here,
 their flop counts by hand, the choice between them, zeros and gradients."""
 
+import inspect
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -34,7 +36,10 @@ def _matrices(shape, seed):
 
 
 def test_coefficients_are_optaxs():
-  assert ns._coefficients() == COEFFS
+  assert ns.NS_COEFFS == COEFFS
+  defaults = inspect.signature(optax.contrib.scale_by_muon).parameters
+  assert tuple(defaults["ns_coeffs"].default) == ns.NS_COEFFS and defaults["ns_steps"].default == ns.NS_STEPS
+  assert defaults["eps"].default == ns.EPS
 
 
 # Relative (Frobenius) error bounds against float64. Measured (tests' shapes and 784 x 128, 192 x 640): Gaussian
@@ -56,11 +61,31 @@ def test_both_forms_compute_the_recurrence(form, shape):
     assert err < BOUNDS[(form, kind)], (kind, err)
 
 
-def test_direct_form_is_optaxs_muon_direction():
-  m = _matrices((24, 10), 0)["gaussian"]
+def _optax_direction(x):
+  """optax's Muon direction of a matrix: `scale_by_muon` without momentum (with beta = 0 its momentum is ``x``)."""
   tx = optax.contrib.scale_by_muon(beta=0.0, nesterov=False)
-  x = jnp.asarray(m, jnp.float32)
-  np.testing.assert_array_equal(np.asarray(ns.orthogonalize(x, "direct")), np.asarray(tx.update(x, tx.init(x))[0]))
+  return tx.update(x, tx.init(x))[0]
+
+
+def _guarded_optax_direction(x):
+  """`_optax_direction` inside `orthogonalize`'s own guard against an all-zero matrix (the guard's `where`s are part
+  of the compiled program, and XLA may round a program differently once they surround it)."""
+  nonzero = jnp.any(x != 0)
+  return jnp.where(nonzero, _optax_direction(jnp.where(nonzero, x, jnp.ones_like(x))), 0.0).astype(x.dtype)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("shape", [(24, 10), (10, 24), (16, 16), (1, 30)])
+def test_direct_form_is_optaxs_muon_direction_bit_for_bit(shape, dtype):
+  """The explicit coefficients and iteration are optax's computation: equal bits eagerly, jitted, and vmapped over
+  a batch of matrices (as vectorized training runs it)."""
+  x = jnp.asarray(_matrices(shape, 0)["gaussian"], dtype)
+  np.testing.assert_array_equal(np.asarray(ns.orthogonalize(x, "direct")), np.asarray(_optax_direction(x)))
+  np.testing.assert_array_equal(np.asarray(jax.jit(ns.orthogonalize, static_argnums=1)(x, "direct")),
+                                np.asarray(jax.jit(_guarded_optax_direction)(x)))
+  batch = jnp.stack([x, 2 * x + 1, -x])
+  np.testing.assert_array_equal(np.asarray(jax.jit(jax.vmap(lambda y: ns.orthogonalize(y, "direct")))(batch)),
+                                np.asarray(jax.jit(jax.vmap(_guarded_optax_direction))(batch)))
 
 
 def test_flop_counts_by_hand_and_the_cheaper_form():

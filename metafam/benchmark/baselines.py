@@ -16,7 +16,8 @@ Procedure, per task (horizon T from `metafam.benchmark.suites.HORIZONS`) and per
   the eval points (every T / ``EVALS_PER_RUN`` steps) are recorded.
 
 The speedup reference (`reference_run`): Adam with its tuned *constant* rate, continued to ``REFERENCE_FACTOR`` * T
-= 4T, so speedups up to 4x are resolved (its curve up to T is the tuned constant-rate Adam run itself).
+= 4T, so speedups up to ``REFERENCE_FACTOR`` are resolved (its curve up to T is the tuned constant-rate Adam run
+itself).
 
 Every run of a task uses the key ``fold_in(key(0), crc32(task name))`` (as `metafam.benchmark.run_benchmark`), so
 seed s of every optimizer, the candidate included, starts from the same initialization and sees the same batches.

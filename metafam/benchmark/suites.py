@@ -2,9 +2,8 @@
 
 * ``tiny``: two tasks that compile and train in seconds (the tests and the CLI's ``--quick`` path).
 * ``small``: the Fashion-MNIST image MLPs at 8x8 and 16x16 and the 8x8 autoencoder and VAE: the registered tasks
-  that train fast on CPU (a 7-rate x 2-seed Adam sweep of 400 steps plus one 2-seed run of 200 steps took 20-45 s per
-  task on two busy cores). The conv and language-model tasks are left out: the same sweep took 160 s (LSTM) and
-  260 s (16x16 conv) there.
+  that train fast on CPU. The conv and language-model tasks, several times slower to tune there, are left out
+  (timings: docs/performance/inner-loop.md).
 * ``full``: every registered task.
 * ``heldout``: 17 tasks unlike meta-training's 8x8 Fashion-MNIST MLPs (`metafam.tasks.registry.HELDOUT_TASKS`):
   other widths (64-1024 units), depths (1-4 hidden layers), resolutions (16x16, 28x28), architectures (conv nets with

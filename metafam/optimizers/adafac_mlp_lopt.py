@@ -24,13 +24,13 @@ Per-element features (``K = 3``: 17), each RMS-normalized over its tensor (and v
   =========================  ===================================================================================
 
 With ``orthogonal_momentum=True`` (registered as ``adafac_muon_mlp_lopt``) one more feature, 2+5K, follows: Muon's
-update direction (Jordan et al. 2024), the momentum ``m_k`` of the decay nearest 0.9 orthogonalized by optax's
-Newton-Schulz iteration (`optax.contrib.scale_by_muon` without its own momentum; a tensor of rank >= 2 as the matrix
+update direction (Jordan et al. 2024), the momentum ``m_k`` of the decay nearest 0.9 orthogonalized by Muon's
+Newton-Schulz iteration (`metafam.optimizers.newton_schulz.orthogonalize`: bit for bit the direction of
+`optax.contrib.scale_by_muon` without its own momentum; a tensor of rank >= 2 as the matrix
 ``[prod(shape[:-1]), shape[-1]]``), and for vectors and scalars the Adafactor-normalized momentum ``m_k /
 sqrt(v_k + eps)`` of that decay, as Muon pairs with Adam for those. It is the direction of steepest descent under
-the spectral norm, a non-diagonal preconditioner no per-element feature can express: on the 8x8 image-MLP family the
-descent init below on it alone (no meta-training, ``step_mult=1e-2``) reaches tuned Adam's step-200 loss 1.6x
-sooner.
+the spectral norm, a non-diagonal preconditioner no per-element feature can express (how the descent init below on
+it alone compares with tuned Adam: docs/results/ablations.md).
 
 With ``unit_rms_step=True`` the network chooses only the step's direction: ``u = d * exp(exp_mult * s)`` is
 normalized to unit RMS over each tensor (and lane) and the step is ``step_mult * u / rms(u)``, so every tensor moves by
@@ -44,9 +44,8 @@ parameterization (reparameterized as ``w = s * w'``, the same rate moves ``w`` b
 direction's invariance to the gradient's scale holds while every feature's RMS is well above ``sqrt(norm_eps)``
 (1e-6): the row and column factors scale like ``(1 - b_k) g^2``, so for the slowest decay (0.999) they reach that floor
 once gradients are below ~0.03 per element, and the network then sees them shrunk. ``fan_in_power`` adds a
-µP-style step scale ``(base_fan_in / fan_in) ** fan_in_power`` for matrices (off by default; on the heldout suite the
-untrained ``adafac_muon_rms_lopt`` with 0.5 scored IQM 2.39 against 2.23 without it, intervals overlapping:
-`docs/results/heldout.md`).
+µP-style step scale ``(base_fan_in / fan_in) ** fan_in_power`` for matrices (off by default; its effect on the
+heldout suite: `docs/results/heldout.md`).
 
 The per-element features are joined by the 11 step features ``tanh(t / tau - 1)`` of
 `metafam.optimizers.mlp_lopt.time_features` (not normalized). The MLP outputs a direction ``d`` and log-magnitude

@@ -91,7 +91,7 @@ class MLPLOpt(LearnedOptimizer):
   """
 
   low_rank_weights = True  # its matrices are read by F.mlp_columns / F.mlp_bias0 only
-  lane_chunk = 16  # see LearnedOptimizer: 256 lanes ran at 77% of the 8-lane throughput in one vmap, ~98% in blocks
+  lane_chunk = 16  # see LearnedOptimizer; measured: docs/performance/inner-loop.md ("Flat lane scaling")
 
   def __init__(self, hidden_sizes: Sequence[int] = (32, 32), decays: Sequence[float] = DEFAULT_DECAYS,
                time_scales: Sequence[float] = DEFAULT_TIME_SCALES, step_mult: float = 1e-3, exp_mult: float = 1e-3,

@@ -6,11 +6,11 @@ optimizer is ``optax.contrib.muon(learning_rate)`` with its defaults, update for
 checks it on matrices, vectors, conv kernels and scalars, to the rounding that float32 Newton-Schulz amplifies):
 
   * a 2-D tensor (Muon's rule, as optax applies it): momentum ``mu <- beta mu + (1 - beta) g`` (``beta`` 0.95), its
-    bias-corrected Nesterov look-ahead ``mu_hat``, orthogonalized by optax's 5 quintic Newton-Schulz iterations
+    bias-corrected Nesterov look-ahead ``mu_hat``, orthogonalized by Muon's 5 quintic Newton-Schulz iterations
     (`metafam.optimizers.newton_schulz.orthogonalize`), times the shape scale ``sqrt(max(1, fan_out / fan_in))``.
     ``orthogonalization`` picks how the iteration is computed: "direct" is optax's computation; the default "auto"
-    computes it in its Gram form where that needs fewer flops (784 x 128: 2.1x fewer), the same polynomial up to
-    float32 rounding (relative 1e-3 at worst measured; see that module);
+    computes it in its Gram form where that needs fewer flops, the same polynomial up to float32 rounding (see that
+    module; flops and accuracy: docs/performance/step-cost.md);
   * every other tensor (vectors, scalars, conv kernels): Nesterov Adam, ``optax.scale_by_adam(0.9, 0.999, 1e-8,
     nesterov=True)``, as optax's Muon pairs it; with ``conv_kernels="matrix"`` a conv kernel ``[kh, kw, c_in, c_out]``
     is instead a ``[kh * kw * c_in, c_out]`` matrix of the rule above (then the initial rule is ``optax.contrib.muon``
@@ -23,11 +23,9 @@ gradient, the parameter, the momentum, and with ``residual="after"`` the rule's 
 "is a matrix" (folded into the first layer's bias), and outputs ``r``; its output layer starts at zero, so ``r = 0``
 at initialization and every other weight still receives a meta-gradient through the output layer. With
 ``center_residual`` (the default) ``r`` is centred over the tensor, ``r - mean(r)``: a residual can then reshape a
-tensor's step but never push all of its entries the same way (a scalar parameter gets no residual at all).
-Uncentred, the first generalist_v2 candidate learned exactly that within 96 meta-steps, a mean residual of +0.14 (matrices) and +0.26 (other tensors) times the
-direction's RMS on every entry, i.e. a steady drift of every parameter; on the dev suite its trained residual alone
-made the optimizer worse than its initialization (paired IQM loss-gain difference -0.15 [-0.19, -0.12]; see
-experiments/generalist_v2/README.md). Where ``r`` enters is the design option the dev suite chooses between:
+tensor's step but never push all of its entries the same way (a scalar parameter gets no residual at all). An
+uncentred residual can learn a steady drift of every parameter instead (what meta-training did with it:
+docs/results/ablations.md). Where ``r`` enters is the design option the dev suite chooses between:
 
   * ``residual="after"``: ``u = gain * (d + rms(d) * r)`` with ``d`` the rule's direction: the residual is in units
     of the direction's own RMS, so ``r`` of order 1 is a change of order 1 whatever the tensor's shape;
@@ -44,9 +42,9 @@ Muon's, the untrained scaling that scored best on the dev suite for ``adafac_muo
 horizon features.
 
 State per tensor: Muon's momentum (matrices) or Adam's two moments (other tensors), float32 (float64 for float64
-params): about 1x the parameters for matrix-dominated models, no copy of the params. The MLP costs about a hundred
-flops per element; the Newton-Schulz iterations (tens of thousands per element for 1,000-wide matrices) dominate, as
-in Muon.
+params): about as many numbers as the parameters for matrix-dominated models, no copy of the params. The MLP costs
+about a hundred flops per element; the Newton-Schulz iterations (tens of thousands per element for 1,000-wide
+matrices) dominate, as in Muon.
 
 Meta-parameters (default config): 61 (``residual="after"``, registered as ``muon_residual_lopt``); with
 ``residual="before"`` (``muon_celo_lopt``): 53.
@@ -54,7 +52,7 @@ Meta-parameters (default config): 61 (``residual="after"``, registered as ``muon
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence, TypedDict, Union
 
 import jax
 import jax.numpy as jnp
@@ -74,7 +72,24 @@ RESIDUALS = ("after", "before")
 CONV_KERNELS = ("adam", "matrix")
 
 
-def matrix_shape(x: Any, conv_kernels: str = "adam"):
+# The accumulators of one tensor. Typed dicts, not NamedTuples: inner optimizer states are stored in meta-training
+# checkpoints (the worker states), whose format records a dict as a dict, so these keep resuming runs written with
+# the plain dicts of earlier versions.
+class MatrixAccumulators(TypedDict):
+  """A tensor Muon orthogonalizes: its momentum."""
+  mu: jax.Array
+
+
+class AdamAccumulators(TypedDict):
+  """Every other tensor (Nesterov Adam): the first and second moments."""
+  mu: jax.Array
+  nu: jax.Array
+
+
+Accumulators = Union[MatrixAccumulators, AdamAccumulators]
+
+
+def matrix_fans(x: Any, conv_kernels: str = "adam") -> Optional[tuple]:
   """The ``(fan_in, fan_out)`` Muon orthogonalizes a tensor as, or None for a tensor Muon leaves to Adam.
 
   A 2-D tensor is its own matrix (optax's Muon by default). A 4-D conv kernel (haiku's ``[kh, kw, c_in, c_out]``) is
@@ -91,14 +106,14 @@ def matrix_shape(x: Any, conv_kernels: str = "adam"):
 
 
 def muon_dimension_numbers(conv_kernels: str = "adam"):
-  """``optax.contrib.muon``'s ``muon_weight_dimension_numbers`` for the same rule as `matrix_shape` (None: optax's
+  """``optax.contrib.muon``'s ``muon_weight_dimension_numbers`` for the same rule as `matrix_fans` (None: optax's
   default, exactly the 2-D tensors)."""
   check_choice("conv_kernels", conv_kernels, CONV_KERNELS)
   if conv_kernels == "adam":
     return None
   dims = optax.contrib.MuonDimensionNumbers
   return lambda params: jax.tree.map(
-      lambda x: None if matrix_shape(x, conv_kernels) is None else
+      lambda x: None if matrix_fans(x, conv_kernels) is None else
       dims(reduction_axis=tuple(range(jnp.ndim(x) - 1)), output_axis=jnp.ndim(x) - 1), params)
 
 
@@ -126,9 +141,9 @@ class MuonResidualLOpt(LearnedOptimizer):
       theta is trained for the learning rates around ``step_mult`` a user's tuning grid tries (s = sqrt(10) spans
       one point of the half-decade grid each way). Evaluation and the optax face are unaffected. 1: off.
     center_residual: subtract the residual's mean over each tensor (see the module docstring; the output layer's
-      bias then has no effect); False is the first candidate's uncentred residual.
+      bias then has no effect); False leaves it uncentred.
     conv_kernels: "adam" (optax's Muon: conv kernels get the Adam part) or "matrix" (orthogonalized as their
-      ``[kh * kw * c_in, c_out]`` matrix, see `matrix_shape`).
+      ``[kh * kw * c_in, c_out]`` matrix, see `matrix_fans`).
   """
 
   low_rank_weights = True  # its 2-D meta-parameters are read by F.mlp_columns / F.mlp_bias0 only
@@ -195,12 +210,11 @@ class MuonResidualLOpt(LearnedOptimizer):
     return F.accumulator_optax(self, theta)
 
   # -- one tensor ---------------------------------------------------------------------------------------------
-  def init_accumulators(self, p: jax.Array) -> dict:
-    """Zero accumulators of one tensor: ``{"mu"}`` for a matrix, ``{"mu", "nu"}`` otherwise."""
-    acc = {"mu": F.zeros_like_in(p)}
-    if matrix_shape(p, self.conv_kernels) is None:
-      acc["nu"] = F.zeros_like_in(p)
-    return acc
+  def init_accumulators(self, p: jax.Array) -> Accumulators:
+    """Zero accumulators of one tensor: `MatrixAccumulators` for a matrix, `AdamAccumulators` otherwise."""
+    if matrix_fans(p, self.conv_kernels) is None:
+      return AdamAccumulators(mu=F.zeros_like_in(p), nu=F.zeros_like_in(p))
+    return MatrixAccumulators(mu=F.zeros_like_in(p))
 
   def step_scale(self, count: jax.Array) -> Any:
     return self.step_mult(count) if callable(self.step_mult) else self.step_mult
@@ -215,21 +229,21 @@ class MuonResidualLOpt(LearnedOptimizer):
       return jnp.asarray(scale, u.dtype) * u, new_acc
     return step
 
-  def leaf_direction(self, theta: dict, count: jax.Array, p: jax.Array, g: jax.Array, acc: dict):
+  def leaf_direction(self, theta: dict, count: jax.Array, p: jax.Array, g: jax.Array, acc: Accumulators):
     """``(u, new accumulators)`` for one tensor at update ``count``: the step is ``step_scale * u``."""
     dt = acc["mu"].dtype
-    g, p_c, fans = g.astype(dt), p.astype(dt), matrix_shape(p, self.conv_kernels)
+    g, p_c, fans = g.astype(dt), p.astype(dt), matrix_fans(p, self.conv_kernels)
     matrix = fans is not None
     if matrix:
       mu = optax.tree.update_moment(g, acc["mu"], self.beta, 1)  # optax.contrib.scale_by_muon, term for term
       count_inc = optax.safe_increment(count)
       m = (self.beta * optax.tree.bias_correction(mu, self.beta, optax.safe_increment(count_inc))
            + (1 - self.beta) * optax.tree.bias_correction(g, self.beta, count_inc))
-      new_acc = {"mu": mu}
+      new_acc = MatrixAccumulators(mu=mu)
     else:
       adam = optax.scale_by_adam(self.adam_b1, self.adam_b2, self.eps, nesterov=True)
       d, state = adam.update(g, optax.ScaleByAdamState(count=count, mu=acc["mu"], nu=acc["nu"]))
-      m, new_acc = state.mu, {"mu": state.mu, "nu": state.nu}
+      m, new_acc = state.mu, AdamAccumulators(mu=state.mu, nu=state.nu)
     features = [g, p_c, m]
     r = None
     if self.residual == "before" and matrix:

@@ -125,7 +125,8 @@ def optax_transform(name: str, learning_rate: LearningRate) -> optax.GradientTra
 
   State size (`metafam.optimizers.adafac_mlp_lopt.AdafacOptaxState`): an int32 count plus, per tensor, 3 momenta of
   the tensor's size and, for a tensor of rank >= 2, 3 row and 3 column factors (3 x (rows + columns) numbers), for a
-  vector or scalar 3 second moments: about 3x the parameter count for matrix-dominated models (Adam: 2x), all float32.
+  vector or scalar 3 second moments: about three numbers per parameter for matrix-dominated models (Adam: two), all
+  float32.
   No copy of the params is kept. ``update(grads, state, params)`` needs ``params``.
   """
   lopt, theta = load(name, _check_learning_rate(learning_rate))

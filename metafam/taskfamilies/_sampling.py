@@ -68,8 +68,7 @@ def init_from_one_draw(net: hk.Transformed, key: jax.Array, *inputs) -> Any:
   Conv, LSTM) ~ N(0, 1 / fan_in) and ``embeddings`` / ``position_embeddings`` ~ N(0, 1), truncated at 2 std; ``b``
   and ``offset`` zeros, ``scale`` ones; any other parameter name is a ValueError. Only the random stream differs
   from ``net.init``: one random op instead of one (plus a key split) per tensor, so a vmapped init of many
-  instances compiles several times faster on CPU (check_family over the four conv/autoencoder/LM families:
-  86 s -> 35 s).
+  instances compiles several times faster on CPU (measured: docs/performance/inner-loop.md).
   """
   abstract = jax.eval_shape(net.init, key, *inputs)
   leaves, treedef = jax.tree_util.tree_flatten_with_path(abstract)

@@ -61,9 +61,9 @@ def conv2d_same(x: jax.Array, w: jax.Array, stride: int = 1) -> jax.Array:
   The same function as ``jax.lax.conv_general_dilated(x, w, (stride, stride), "SAME", ("NHWC", "HWIO", "NHWC"))``
   (padding split as XLA splits it, the odd pixel after), written as the ``k * k`` strided slices of the padded input
   concatenated along the channels (im2col) times ``w`` reshaped to ``[k * k * C, O]``. Why: XLA's CPU backend runs a
-  convolution inside a loop (``lax.scan``, so every training run) about 5x slower than called alone; in this form the
-  test suite's conv net trains 10-12x faster in a loop, one model or 21 vmapped (``benchmarks/conv_in_loop.py``,
-  ``docs/performance/inner-loop.md``). Only float rounding differs from the convolution.
+  convolution inside a loop (``lax.scan``, so every training run) several times slower than called alone, and this
+  form does not pay that cost (measured with ``benchmarks/conv_in_loop.py``: ``docs/performance/inner-loop.md``).
+  Only float rounding differs from the convolution.
   """
   k = w.shape[0]
   if w.ndim != 4 or w.shape[1] != k or w.shape[2] != x.shape[-1]:
