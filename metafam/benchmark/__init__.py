@@ -10,6 +10,9 @@
 * `heldout`: `evaluate_suite`, which scores one optimizer on ``heldout`` or ``test`` against the shipped baselines.
 * `paired`: paired comparisons of two optimizers on the same (task, seed) runs: `probability_of_improvement` and
   the paired bootstrap `difference` of an aggregate (IQM by default).
+* `planted` (``from metafam.benchmark import planted``): planted problems whose meta-training answer is known (a
+  matrix quadratic family, the rate sweep that finds the best step gain, the drift test for a meta-parameter with
+  no effect); tests/test_planted.py and docs/guide/planted.md.
 """
 
 from metafam.evaluation.metrics import (Aggregate, RunCurves, Speedup, aggregate, iqm, median, running_min,
