@@ -1,7 +1,9 @@
 """The flags and commands of the `metafam` command line (`metafam.cli`), and its help texts.
 
 Every flag is defined here once, with its default, bounds and help; `COMMANDS` says which flags each command takes
-(any other is refused). ``metafam --help`` prints `usage`, ``metafam COMMAND --help`` prints `command_usage`.
+(any other is refused). The defaults of meta-train's flags that describe the run are read from the recipe it runs
+with no flags (`metafam.outer_trainers.recipe_flags.main_job`), so the two cannot disagree.
+``metafam --help`` prints `usage`, ``metafam COMMAND --help`` prints `command_usage`.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ import math
 from typing import Any, Dict
 
 from absl import flags
+
+from metafam.outer_trainers.recipe_flags import flag_defaults, main_job
 
 FLAGS = flags.FlagValues()
 
@@ -30,8 +34,9 @@ def _float(name: str, default: float, help_text: str, lower: float) -> None:
                            flag_values=FLAGS)
 
 
-# meta-train
-flags.DEFINE_string("family", "fmnist_mlp_family_8x8_32", "Registered task family to meta-train on.", flag_values=FLAGS)
+# meta-train (the run's flags default to the main job's recipe)
+RUN_DEFAULTS = flag_defaults(main_job())
+flags.DEFINE_string("family", RUN_DEFAULTS["family"], "Registered task family to meta-train on.", flag_values=FLAGS)
 flags.DEFINE_string("recipe", None, "A meta-training recipe: a shipped one (generalist) or a recipe JSON file "
                     "(metafam.outer_trainers.recipes). It sets the learned optimizer, the families (one estimator "
                     "each), the estimator, the trajectory lengths and the meta-optimizer, so it excludes --family, "
@@ -39,27 +44,31 @@ flags.DEFINE_string("recipe", None, "A meta-training recipe: a shipped one (gene
                     "--sigma, --step_mult, --perturbation(_rank) and the meta-optimizer flags override its values "
                     "when given.",
                     flag_values=FLAGS)
-flags.DEFINE_string("optimizer", "adafac_muon_mlp_lopt", "Optimizer: a registered learned optimizer, or for "
+flags.DEFINE_string("optimizer", RUN_DEFAULTS["optimizer"], "Optimizer: a registered learned optimizer, or for "
                     "evaluate/benchmark a hand-designed one (`metafam list` names both).", flag_values=FLAGS)
-flags.DEFINE_string("estimator", "nres", "Meta-gradient estimator (`metafam list` names them).", flag_values=FLAGS)
-_int("num_steps", 6000, "Meta-training steps (total; a resumed run continues to this count).")
-_int("num_pairs", 8, "Antithetic pairs (ES estimators) or lanes (tbptt).", upper=MAX_LANES)
-_int("unroll_length", 10, "Inner steps per truncation.")
-_int("trajectory_length", 200, "Inner steps per trajectory (full_es: per estimate); train on the horizon you "
-     "evaluate on (--eval_steps).")
-_float("sigma", 0.01, "ES perturbation standard deviation.", lower=1e-12)
-flags.DEFINE_enum("perturbation", "full", ["full", "low_rank"], "ES noise of the matrix meta-parameters: full "
-                  "Gaussian, or low_rank (rank --perturbation_rank factors, applied as shared weights plus per-lane "
-                  "factors; same covariance). Recorded in the checkpoint.", flag_values=FLAGS)
-_int("perturbation_rank", 1, "Factor rank of --perturbation low_rank.", upper=4096)
-_float("step_mult", 1e-2, "Scale of the learned optimizer's steps, for the optimizers that have one (mlp_lopt, "
-       "adafac_mlp_lopt, adafac_muon_mlp_lopt, mlp_nom_lopt, rnn_mlp_lopt; their library default is 1e-3, and 1e-2 "
-       "meta-trains faster here; for adafac_muon_rms_lopt it is the learning rate, the RMS of every step); recorded "
-       "in the checkpoint, and `evaluate --checkpoint` rebuilds the optimizer with it.", lower=1e-12)
-_float("meta_learning_rate", 3e-3, "Adam learning rate of the meta-optimizer.", lower=1e-12)
-_int("meta_lr_decay_steps", 6000, "Meta-learning-rate schedule: linear warmup over the first min(100, N // 10) "
-     "meta-steps, cosine decay to 0.1 times the rate at meta-step N, constant after (0: a constant rate).", lower=0)
-_float("clip_grad_norm", 1.0, "Clip meta-gradients to this global norm (0: no clipping).", lower=0.0)
+flags.DEFINE_string("estimator", RUN_DEFAULTS["estimator"], "Meta-gradient estimator (`metafam list` names them).",
+                    flag_values=FLAGS)
+_int("num_steps", RUN_DEFAULTS["num_steps"], "Meta-training steps (total; a resumed run continues to this count).")
+_int("num_pairs", RUN_DEFAULTS["num_pairs"], "Antithetic pairs (ES estimators) or lanes (tbptt).", upper=MAX_LANES)
+_int("unroll_length", RUN_DEFAULTS["unroll_length"], "Inner steps per truncation.")
+_int("trajectory_length", RUN_DEFAULTS["trajectory_length"], "Inner steps per trajectory (full_es: per estimate); "
+     "train on the horizon you evaluate on (--eval_steps).")
+_float("sigma", RUN_DEFAULTS["sigma"], "ES perturbation standard deviation.", lower=1e-12)
+flags.DEFINE_enum("perturbation", RUN_DEFAULTS["perturbation"], ["full", "low_rank"], "ES noise of the matrix "
+                  "meta-parameters: full Gaussian, or low_rank (rank --perturbation_rank factors, applied as shared "
+                  "weights plus per-lane factors; same covariance). Recorded in the checkpoint.", flag_values=FLAGS)
+_int("perturbation_rank", RUN_DEFAULTS["perturbation_rank"], "Factor rank of --perturbation low_rank.", upper=4096)
+_float("step_mult", RUN_DEFAULTS["step_mult"], "Scale of the learned optimizer's steps, for the optimizers that have "
+       "one (mlp_lopt, adafac_mlp_lopt, adafac_muon_mlp_lopt, mlp_nom_lopt, rnn_mlp_lopt; their library default "
+       "is 1e-3, and 1e-2 meta-trains faster here; for adafac_muon_rms_lopt it is the learning rate, the RMS of every "
+       "step); recorded in the checkpoint, and `evaluate --checkpoint` rebuilds the optimizer with it.", lower=1e-12)
+_float("meta_learning_rate", RUN_DEFAULTS["meta_learning_rate"], "Adam learning rate of the meta-optimizer.",
+       lower=1e-12)
+_int("meta_lr_decay_steps", RUN_DEFAULTS["meta_lr_decay_steps"], "Meta-learning-rate schedule: linear warmup over "
+     "the first min(100, N // 10) meta-steps, cosine decay to 0.1 times the rate at meta-step N, constant after "
+     "(0: a constant rate).", lower=0)
+_float("clip_grad_norm", RUN_DEFAULTS["clip_grad_norm"], "Clip meta-gradients to this global norm (0: no "
+       "clipping).", lower=0.0)
 flags.DEFINE_string("output_dir", None, "Output directory (default runs/<command>): checkpoints, logs, tables, plots.",
                     flag_values=FLAGS)
 _int("checkpoint_every", 50, "Meta-steps between checkpoints (SIGTERM / SIGINT also write one, at the step in "

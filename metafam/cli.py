@@ -216,8 +216,8 @@ def process_group():
 
 
 def meta_train_recipe():
-  """The `Recipe` of meta-train's flags (`metafam.outer_trainers.recipes.recipe_from_command`)."""
-  from metafam.outer_trainers.recipes import recipe_from_command
+  """The `Recipe` of meta-train's flags (`metafam.outer_trainers.recipe_flags.recipe_from_command`)."""
+  from metafam.outer_trainers.recipe_flags import recipe_from_command
   names = COMMANDS["meta-train"]["flags"]
   try:
     return recipe_from_command({n: FLAGS[n].value for n in names}, {n for n in names if FLAGS[n].present})

@@ -107,3 +107,47 @@ def test_the_command_line_holds_no_run_logic():
   for name in ("load_recipe", "takes_step_mult", "HAND_DESIGNED", "learned_optimizer_from_checkpoint"):
     assert name not in source, name  # recipes.recipe_from_command, benchmark.runner.optimizer_by_name
   assert source.count("\n") <= 400  # the command line: parsing, calls, printing
+
+
+def _dependencies(path, modules):
+  """The modules of ``modules`` that the file at ``path`` imports anywhere (inside functions too). ``from package
+  import submodule`` depends on the submodule alone: importing it runs the package's ``__init__`` first in any case,
+  and that edge (every module to its package) is not one a module can avoid."""
+  deps = set()
+  with open(path, encoding="utf-8") as f:
+    tree = ast.parse(f.read())
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      deps.update(alias.name for alias in node.names)
+    elif isinstance(node, ast.ImportFrom) and node.module:
+      for alias in node.names:
+        sub = f"{node.module}.{alias.name}"
+        deps.add(sub if sub in modules else node.module)
+  return deps & set(modules)
+
+
+def test_the_package_has_no_import_cycles():
+  """No module of `metafam` imports (at module level or inside a function) a module that leads back to it, the
+  package ``__init__``s aside: they re-export what their modules define, so each imports the modules below it."""
+  modules = _modules("metafam")
+  graph = {name: sorted(m for m in _dependencies(path, modules) if m != name and not path.endswith("__init__.py")
+                        and not modules[m].endswith("__init__.py"))
+           for name, path in modules.items()}
+  assert sum(len(v) for v in graph.values()) > 300          # the graph is really read
+  assert "metafam.outer_trainers.loop" in graph["metafam.outer_trainers.meta_trainer"]  # the delegate is counted
+  assert _cycle(graph) is None, _cycle(graph)
+
+
+def test_the_run_modules_are_small_and_meta_trainer_knows_no_run_directory():
+  """The meta-training package's run concerns live in modules of their own (the run directory, the loop, the legacy
+  configs, the run object), each under ~300 lines; `MetaTrainer` neither reads nor writes files."""
+  sizes = {name: sum(1 for _ in open(os.path.join(ROOT, "metafam/outer_trainers", f"{name}.py"), encoding="utf-8"))
+           for name in ("meta_trainer", "recipes", "recipe_flags", "run", "run_dir", "loop", "legacy")}
+  assert all(n <= 320 for n in sizes.values()), sizes
+  path = os.path.join(ROOT, "metafam/outer_trainers/meta_trainer.py")
+  source = open(path, encoding="utf-8").read()
+  for name in ("open(", "os.path", "DirectoryLock", "import json"):
+    assert name not in source, name
+  banned = {f"metafam.outer_trainers.{m}" for m in ("checkpoint", "run_dir", "run", "recipes", "legacy")} | {
+      "metafam.io", "os", "json"}
+  assert not _imported(path) & banned, _imported(path) & banned

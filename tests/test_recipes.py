@@ -168,7 +168,7 @@ def test_a_run_object_is_the_library_form_of_meta_train(tmp_path):
   """`MetaTrainingRun`: the recipe's identity is its trainer's checkpointed config, `run` trains to the recipe's
   length and returns the closing comparison and the files it wrote; another recipe in its directory is refused."""
   from metafam.outer_trainers import MetaTrainingRun
-  from metafam.outer_trainers.recipes import stored_identity
+  from metafam.outer_trainers.legacy import stored_identity
   recipe = Recipe.from_dict(TINY_RECIPE)
   out = str(tmp_path / "run")
   built = MetaTrainingRun(recipe, out, seed=3, eval_tasks=2, eval_steps=5)
@@ -213,7 +213,8 @@ V1_ARGS = {
 
 def test_the_configs_of_earlier_versions_map_to_the_recipe_identity():
   """`stored_identity` of each stored config is the identity of the recipe the same command line builds now."""
-  from metafam.outer_trainers.recipes import recipe_from_flags, stored_identity
+  from metafam.outer_trainers.legacy import stored_identity
+  from metafam.outer_trainers.recipe_flags import recipe_from_flags
   flags = dict(family="quadratic_family_10", estimator="pes", num_pairs=2, unroll_length=5, trajectory_length=10,
                sigma=0.05, meta_learning_rate=3e-3, meta_lr_decay_steps=6000, clip_grad_norm=1.0)
   want = {"flags": recipe_from_flags(dict(flags, optimizer="learnable_sgd", step_mult=1e-2)),
@@ -271,3 +272,34 @@ def test_the_generalist_v2_candidate_recipes_avoid_the_test_tasks_and_c_changes_
   assert sorted(k for k in b if b[k] != c[k]) == ["description", "name", "optimizer_kwargs"]
   assert c["optimizer_kwargs"] == dict(b["optimizer_kwargs"], conv_kernels="matrix")
   assert recipes["recipe_c.json"].build_learned_optimizer().conv_kernels == "matrix"
+
+
+def test_meta_train_flag_defaults_are_the_main_job_recipe():
+  """The defaults of ``metafam meta-train``'s flags come from one source: the flags that describe the run from
+  `recipe_flags.main_job` (the recipe the command runs with no flags, the README's main job), the others from the
+  defaults of `MetaTrainingRun` and its loop; so the command line and the library cannot drift apart."""
+  import inspect
+
+  from metafam._cli_spec import COMMANDS, FLAGS
+  from metafam.outer_trainers.loop import DEFAULT_MAX_SKIPPED_STEPS
+  from metafam.outer_trainers.recipe_flags import (FLAG_KEYS, flag_defaults, main_job, recipe_from_command,
+                                                   recipe_from_flags)
+  from metafam.outer_trainers.run import MetaTrainingRun
+  main = main_job()
+  run_flags = FLAG_KEYS + ("perturbation", "perturbation_rank", "num_steps")
+  assert {name: FLAGS[name].default for name in run_flags} == flag_defaults(main)
+  names = COMMANDS["meta-train"]["flags"]
+  assert set(run_flags) <= set(names)
+  assert recipe_from_command({n: FLAGS[n].default for n in names}, set()) == recipe_from_flags(flag_defaults(main))
+  assert recipe_from_flags(flag_defaults(main)) == main
+  # The main job's values (bit-identical runs of `metafam meta-train` with no flags), where they differ from Recipe's.
+  assert (main.unroll_length, main.trajectory_lengths, main.meta_lr_decay_steps, main.num_steps) == (
+      10, (200, 200), 6000, 6000)
+  assert (main.optimizer, main.step_mult, main.estimator, main.num_pairs) == ("adafac_muon_mlp_lopt", 1e-2, "nres", 8)
+  init = inspect.signature(MetaTrainingRun.__init__).parameters
+  run = inspect.signature(MetaTrainingRun.run).parameters
+  assert FLAGS["eval_tasks"].default == init["eval_tasks"].default
+  assert FLAGS["eval_steps"].default == init["eval_steps"].default
+  assert FLAGS["seed"].default == init["seed"].default
+  assert FLAGS["checkpoint_every"].default == run["checkpoint_every"].default
+  assert FLAGS["max_skipped_steps"].default == run["max_skipped_steps"].default == DEFAULT_MAX_SKIPPED_STEPS

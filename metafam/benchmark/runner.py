@@ -91,7 +91,7 @@ def learned_optimizer_from_checkpoint(name: str, path: Union[str, os.PathLike]) 
   was meta-trained: a meta-training checkpoint records the run's recipe, whose ``step_mult`` is passed back (a wrong
   scale would silently change every update); otherwise the library default."""
   from metafam.optimizers.registry import get_learned_optimizer, takes_step_mult
-  from metafam.outer_trainers.recipes import stored_identity
+  from metafam.outer_trainers.legacy import stored_identity
   try:
     identity = stored_identity(checkpoint.read_metadata(os.fspath(path)).get("config"))
   except checkpoint.CheckpointError:

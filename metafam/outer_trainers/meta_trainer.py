@@ -12,8 +12,10 @@ then keeps theta and the meta-optimizer state replicated there and each worker s
 when they divide evenly, and runs on one device otherwise (the numbers are the same up to float rounding). When the
 devices belong to several processes (`metafam.distributed`), every process runs the same meta-steps.
 
-The loop around it (run directory, checkpoints, ``metrics.jsonl``, lock, signals, divergence, memory pre-check and
-the closing report) is `metafam.outer_trainers.run`.
+The loop around it (checkpoints, the metrics file, lock, signals, divergence, memory pre-check) is
+`metafam.outer_trainers.loop`, the run directory `metafam.outer_trainers.run_dir`, and a whole run with its closing
+report `metafam.outer_trainers.run`; none of them is imported here (``train`` delegates to the loop, which does not
+import this module).
 """
 
 from __future__ import annotations
@@ -294,10 +296,10 @@ class MetaTrainer(DataPytree):
     the one `step` then runs (same shapes and layout), so the check costs no second compilation."""
     return resources.program_memory(self._step.lower(self, self.abstract_state(key)).compile())
 
-  # -- the loop (metafam.outer_trainers.run) --------------------------------------------------------------------
+  # -- the loop (metafam.outer_trainers.loop) -------------------------------------------------------------------
   def train(self, num_steps: int, key: Optional[jax.Array] = None, state: Optional[MetaTrainState] = None,
             **options: Any):
-    """`metafam.outer_trainers.run.train` on this trainer: meta-steps until ``state.step == num_steps`` (with
-    ``output_dir``: checkpointed, logged, resumable); returns ``(state, history)``."""
-    from metafam.outer_trainers.run import train
+    """A convenience: `metafam.outer_trainers.loop.train` on this trainer (meta-steps until ``state.step ==
+    num_steps``; with ``output_dir``: checkpointed, logged, resumable); returns ``(state, history)``."""
+    from metafam.outer_trainers.loop import train
     return train(self, num_steps, key=key, state=state, **options)

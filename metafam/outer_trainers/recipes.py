@@ -3,8 +3,8 @@
 A `Recipe` names a registered learned optimizer and its ``step_mult``, a mixture of task families (`FamilySpec`s:
 each family gets its own estimator, and a meta-step averages their meta-gradients, so families of different shapes
 share one theta), the estimator, its truncations and perturbation, and the meta-optimizer. It is the only
-description of a run: ``metafam meta-train``'s flags build a one-family recipe (`recipe_from_flags`), or
-``--recipe`` loads one that given flags override (`recipe_from_command`). Recipes are JSON files; the shipped ones
+description of a run: ``metafam meta-train``'s flags build a one-family recipe, or ``--recipe`` loads one that given
+flags override (`metafam.outer_trainers.recipe_flags`). Recipes are JSON files; the shipped ones
 live in ``metafam/outer_trainers/recipes/`` and are named in `RECIPES`:
 
     recipe = load_recipe("generalist")                 # or load_recipe("path/to/my_recipe.json")
@@ -12,8 +12,8 @@ live in ``metafam/outer_trainers/recipes/`` and are named in `RECIPES`:
     result = run.run()
 
 A run's identity (what must match to resume it) is `Recipe.identity`: the recipe less its name, prose and length,
-plus the seed. `stored_identity` maps the config a checkpoint stores to it, whichever metafam wrote it (the flag
-runs and ``--recipe`` runs of earlier versions included), so those resume.
+plus the seed. `metafam.outer_trainers.legacy.stored_identity` maps the config a checkpoint stores to it, whichever
+metafam wrote it (the flag runs and ``--recipe`` runs of earlier versions included), so those resume.
 """
 
 from __future__ import annotations
@@ -21,9 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Any, Collection, Dict, Mapping, Optional, Tuple
-
-import numpy as np
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from metafam._checks import check_number, check_positive_int
 from metafam.taskfamilies.spec import FamilySpec
@@ -200,101 +198,6 @@ class Recipe:
                           clip_grad_norm=self.clip_grad_norm or None, eval_family=families[0],
                           eval_num_tasks=eval_num_tasks, eval_steps=eval_steps, config=self.identity(seed))
     return lopt, trainer
-
-
-# The flags of `metafam meta-train` that describe the run (and, with the seed, the config of checkpoints written by
-# metafam before recipes described every run).
-FLAG_KEYS = ("family", "optimizer", "estimator", "num_pairs", "unroll_length", "trajectory_length", "sigma",
-             "meta_learning_rate", "meta_lr_decay_steps", "clip_grad_norm", "step_mult")
-
-
-def recipe_from_flags(values: Mapping[str, Any]) -> Recipe:
-  """The one-family recipe of meta-train's flags (``FLAG_KEYS``, optionally ``perturbation``,
-  ``perturbation_rank`` and ``num_steps``): the registered family, a constant trajectory length, and ``step_mult``
-  only for an optimizer that has one."""
-  from metafam.optimizers.registry import takes_step_mult
-  perturbation = values.get("perturbation") or "full"
-  extra = {"num_steps": values["num_steps"]} if values.get("num_steps") is not None else {}
-  return Recipe(name=values["family"], optimizer=values["optimizer"],
-                step_mult=values["step_mult"] if takes_step_mult(values["optimizer"]) else None,
-                families=(FamilySpec("registered", {"name": values["family"]}),), estimator=values["estimator"],
-                num_pairs=values["num_pairs"], unroll_length=values["unroll_length"],
-                trajectory_lengths=(values["trajectory_length"],) * 2, sigma=values["sigma"],
-                perturbation=perturbation,
-                perturbation_rank=values.get("perturbation_rank") or 1 if perturbation != "full" else 1,
-                meta_learning_rate=values["meta_learning_rate"], meta_lr_decay_steps=values["meta_lr_decay_steps"],
-                clip_grad_norm=values["clip_grad_norm"], **extra)
-
-
-# What ``--recipe`` sets and a flag may not (the recipe's families replace --family), and what a given flag overrides.
-RECIPE_EXCLUDES = ("family", "optimizer", "estimator", "trajectory_length")
-RECIPE_OVERRIDES = ("num_steps", "num_pairs", "unroll_length", "sigma", "step_mult", "meta_learning_rate",
-                    "meta_lr_decay_steps", "clip_grad_norm", "perturbation", "perturbation_rank")
-
-
-def recipe_from_command(values: Mapping[str, Any], given: Collection[str]) -> Recipe:
-  """The `Recipe` that ``metafam meta-train``'s flags describe.
-
-  ``values`` maps the command's flag names to their values and ``given`` names the flags set on the command line.
-  With ``values["recipe"]``, that recipe (`load_recipe`) with the given `RECIPE_OVERRIDES` applied; otherwise the
-  one-family recipe of the flags (`recipe_from_flags`). Raises ValueError naming the flag (an `UnknownNameError`
-  listing the registered names for an unknown family, optimizer or estimator) before anything is built.
-  """
-  from metafam._registry import lookup
-  from metafam.optimizers.registry import LEARNED_OPTIMIZERS, takes_step_mult
-  from metafam.outer_trainers.registry import ESTIMATORS
-  from metafam.taskfamilies.registry import FAMILIES
-  path = values.get("recipe")
-  if path is not None:
-    excluded = [f"--{name}" for name in RECIPE_EXCLUDES if name in given]
-    if excluded:
-      raise ValueError(f"--recipe sets the learned optimizer, families, estimator and trajectory lengths; remove "
-                       f"{', '.join(excluded)} (or edit a copy of the recipe file).")
-    try:
-      recipe = load_recipe(path)
-    except ValueError as e:
-      raise ValueError(f"--recipe {path}: {e}") from None
-    estimator = recipe.estimator
-  else:
-    lookup(FAMILIES, values["family"], "family")
-    lookup(LEARNED_OPTIMIZERS, values["optimizer"], "learned optimizer (--optimizer)")
-    lookup(ESTIMATORS, values["estimator"], "estimator")
-    estimator = values["estimator"]
-  if values["perturbation"] != "full" and estimator == "tbptt":
-    raise ValueError("--perturbation low_rank: --estimator tbptt perturbs nothing; use an ES estimator.")
-  if "perturbation_rank" in given and values["perturbation"] == "full":
-    raise ValueError("--perturbation_rank applies to --perturbation low_rank.")
-  if "step_mult" in given and path is None and not takes_step_mult(values["optimizer"]):
-    raise ValueError(f"--step_mult: --optimizer={values['optimizer']} has no step_mult; it applies to "
-                     f"{', '.join(n for n in sorted(LEARNED_OPTIMIZERS) if takes_step_mult(n))}.")
-  try:
-    if path is not None:
-      return recipe.replace(**{name: values[name] for name in RECIPE_OVERRIDES if name in given})
-    return recipe_from_flags(values)
-  except ValueError as e:
-    raise ValueError(f"--recipe {path}: {e}" if path else str(e)) from None
-
-def stored_identity(config: Any) -> Optional[Dict[str, Any]]:
-  """The `Recipe.identity` of the run whose checkpoint stores ``config``, or None if it is no recipe run's.
-
-  Reads the config of every metafam version: the current one, ``--recipe`` runs of earlier versions (the recipe
-  with its name, the perturbation beside it) and flag runs of earlier versions (the flags, `FLAG_KEYS`).
-  """
-  if not isinstance(config, Mapping) or not isinstance(config.get("seed"), (int, np.integer)):
-    return None
-  perturbation = {k: config[k] for k in ("perturbation", "perturbation_rank") if config.get(k) is not None}
-  try:
-    if isinstance(config.get("recipe"), Mapping):
-      data = dict(config["recipe"], **perturbation)
-      data = {k: v for k, v in data.items() if not (k == "perturbation_rank" and v is None)}
-      recipe = Recipe.from_dict(dict(data, name=data.get("name") or "stored"))
-    elif all(k in config for k in FLAG_KEYS):
-      recipe = recipe_from_flags(dict(config, **perturbation))
-    else:
-      return None
-  except (TypeError, ValueError, KeyError):
-    return None
-  return recipe.identity(config["seed"])
 
 
 def list_recipes():
