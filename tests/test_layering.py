@@ -110,20 +110,10 @@ def test_the_command_line_holds_no_run_logic():
 
 
 def _dependencies(path, modules):
-  """The modules of ``modules`` that the file at ``path`` imports anywhere (inside functions too). ``from package
-  import submodule`` depends on the submodule alone: importing it runs the package's ``__init__`` first in any case,
-  and that edge (every module to its package) is not one a module can avoid."""
-  deps = set()
-  with open(path, encoding="utf-8") as f:
-    tree = ast.parse(f.read())
-  for node in ast.walk(tree):
-    if isinstance(node, ast.Import):
-      deps.update(alias.name for alias in node.names)
-    elif isinstance(node, ast.ImportFrom) and node.module:
-      for alias in node.names:
-        sub = f"{node.module}.{alias.name}"
-        deps.add(sub if sub in modules else node.module)
-  return deps & set(modules)
+  """The modules of ``modules`` that the file at ``path`` imports anywhere (inside functions too); ``from package
+  import submodule`` names both, and the package's ``__init__`` is left out by the caller (every module depends on
+  its package's ``__init__`` in any case)."""
+  return _imported(path) & set(modules)
 
 
 def test_the_package_has_no_import_cycles():
