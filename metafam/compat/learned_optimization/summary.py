@@ -264,7 +264,11 @@ def _eval_collect(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any]) -> Tup
 
 def _scan_collect(params: Mapping[str, Any], invals: Sequence[Any]) -> Tuple[List[Any], List[Tuple]]:
   """A scan whose body's marked values become extra stacked outputs (one entry per step)."""
-  body, n_consts, n_carry = params["jaxpr"], params["num_consts"], params["num_carry"]
+  body = params["jaxpr"]
+  if "num_consts" in params:
+    n_consts, n_carry = params["num_consts"], params["num_carry"]
+  else:  # JAX 0.12 and later: the operand groups (consts, carry, xs) as flat trees
+    n_consts, n_carry = (len(list(group.vals)) for group in list(params["ft_in"].unpack())[:2])
   consts, carry, xs = invals[:n_consts], invals[n_consts:n_consts + n_carry], invals[n_consts + n_carry:]
   keys: List[str] = []
 
