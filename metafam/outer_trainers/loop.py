@@ -221,8 +221,9 @@ class Loop:
       result = trainer.evaluate(state.theta, jax.random.fold_in(jax.random.key(EVAL_KEY), step))
       record.update(eval_final_loss=float(result["eval_final_loss"]), eval_mean_loss=float(result["eval_mean_loss"]))
       clock["last"] = time.perf_counter()  # the evaluation's time is not the next step's
-    bar.update(1)
-    bar.set_postfix(meta_loss=f"{record['meta_loss']:.4f}", grad_norm=f"{record['grad_norm']:.3g}")
+    if self.progress:
+      bar.update(1)
+      bar.set_postfix(meta_loss=f"{record['meta_loss']:.4f}", grad_norm=f"{record['grad_norm']:.3g}")
     if self.writes:
       line = json.dumps(finite_or_null(record), allow_nan=False)
       self.write(self.metrics_path, lambda: append_line(self.metrics_path, line))
