@@ -461,13 +461,15 @@ def _program(command):
 # Every flag a documented command passes must be passed by one of those runs (checked below against their source).
 COVERED = {
     **{f"benchmarks/{name}.py": "tests/test_benchmark_scripts.py" for name in (
-        "conv_in_loop", "distributed", "heldout_baselines", "inner_training", "low_rank_estimates", "lowered_cost",
+        "conv_in_loop", "distributed", "heldout_baselines", "low_rank_estimates", "lowered_cost",
         "meta_training", "outer_training", "profile_estimate", "suite")},
     # Its documented commands' flags are those of gpu_run.sh's step_cost step, run by tests/test_gpu_run.py, and of
     # its many-members smoke run.
     "benchmarks/step_cost.py": "tests/test_gpu_run.py benchmarks/gpu_run.sh tests/test_benchmark_scripts.py",
     # Run by gpu_run.sh's profile step (its flags are that step's), in tests/test_gpu_run.py.
     "benchmarks/profile_inner.py": "tests/test_gpu_run.py benchmarks/gpu_run.sh",
+    # Its GPU command's flags (--skip, --other_reset, --rounds) are gpu_run.sh's inner_training step's.
+    "benchmarks/inner_training.py": "tests/test_benchmark_scripts.py tests/test_gpu_run.py benchmarks/gpu_run.sh",
     **{f"experiments/{name}.py": "tests/test_scripts.py" for name in (
         "ablation_table", "export_pretrained", "hand_designed_baselines", "heldout_learned", "long_horizon",
         "meta_train_ablation", "muon_variants", "suite_noise", "user_models")},
