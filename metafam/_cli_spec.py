@@ -13,6 +13,8 @@ from typing import Any, Dict
 
 from absl import flags
 
+from metafam.optimizers.registry import list_learned_optimizers, takes_step_mult
+from metafam.outer_trainers.base import PERTURBATIONS
 from metafam.outer_trainers.recipe_flags import flag_defaults, main_job
 
 FLAGS = flags.FlagValues()
@@ -54,14 +56,15 @@ _int("unroll_length", RUN_DEFAULTS["unroll_length"], "Inner steps per truncation
 _int("trajectory_length", RUN_DEFAULTS["trajectory_length"], "Inner steps per trajectory (full_es: per estimate); "
      "train on the horizon you evaluate on (--eval_steps).")
 _float("sigma", RUN_DEFAULTS["sigma"], "ES perturbation standard deviation.", lower=1e-12)
-flags.DEFINE_enum("perturbation", RUN_DEFAULTS["perturbation"], ["full", "low_rank"], "ES noise of the matrix "
+flags.DEFINE_enum("perturbation", RUN_DEFAULTS["perturbation"], list(PERTURBATIONS), "ES noise of the matrix "
                   "meta-parameters: full Gaussian, or low_rank (rank --perturbation_rank factors, applied as shared "
                   "weights plus per-lane factors; same covariance). Recorded in the checkpoint.", flag_values=FLAGS)
 _int("perturbation_rank", RUN_DEFAULTS["perturbation_rank"], "Factor rank of --perturbation low_rank.", upper=4096)
-_float("step_mult", RUN_DEFAULTS["step_mult"], "Scale of the learned optimizer's steps, for the optimizers that have "
-       "one (mlp_lopt, adafac_mlp_lopt, adafac_muon_mlp_lopt, mlp_nom_lopt, rnn_mlp_lopt; their library default "
-       "is 1e-3, and 1e-2 meta-trains faster here; for adafac_muon_rms_lopt it is the learning rate, the RMS of every "
-       "step); recorded in the checkpoint, and `evaluate --checkpoint` rebuilds the optimizer with it.", lower=1e-12)
+_float("step_mult", RUN_DEFAULTS["step_mult"], "Scale of the learned optimizer's steps, for the registered optimizers "
+       f"that take one ({', '.join(n for n in list_learned_optimizers() if takes_step_mult(n))}; each has its own "
+       "library default, and this default is the main job's; for adafac_muon_rms_lopt it is the learning rate, the "
+       "RMS of every step); recorded in the checkpoint, and `evaluate --checkpoint` rebuilds the optimizer with it.",
+       lower=1e-12)
 _float("meta_learning_rate", RUN_DEFAULTS["meta_learning_rate"], "Adam learning rate of the meta-optimizer.",
        lower=1e-12)
 _int("meta_lr_decay_steps", RUN_DEFAULTS["meta_lr_decay_steps"], "Meta-learning-rate schedule: linear warmup over "

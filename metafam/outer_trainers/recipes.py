@@ -24,6 +24,7 @@ import os
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from metafam._checks import check_number, check_positive_int
+from metafam.outer_trainers.base import PERTURBATIONS
 from metafam.taskfamilies.spec import FamilySpec
 
 _HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "recipes")
@@ -102,8 +103,8 @@ class Recipe:
         raise ValueError(f"Recipe.step_mult: optimizer {self.optimizer} has no step_mult; it applies to "
                          f"{', '.join(n for n in sorted(LEARNED_OPTIMIZERS) if takes_step_mult(n))}.")
     self._check_optimizer_kwargs()
-    if self.perturbation not in ("full", "low_rank"):
-      raise ValueError(f"Recipe.perturbation must be 'full' or 'low_rank', got {self.perturbation!r}.")
+    if self.perturbation not in PERTURBATIONS:
+      raise ValueError(f"Recipe.perturbation must be one of {PERTURBATIONS}, got {self.perturbation!r}.")
     check_positive_int("Recipe.perturbation_rank", self.perturbation_rank)
     if self.perturbation != "full" and self.estimator == "tbptt":
       raise ValueError("Recipe.perturbation low_rank: estimator tbptt perturbs nothing; use an ES estimator.")
