@@ -17,7 +17,7 @@ from metafam import MetaTrainer
 from metafam.benchmark import planted
 from metafam.inner.truncated_step import TruncatedStep
 from metafam.outer_trainers.estimators import NoiseReuseES
-from metafam.outer_trainers.meta_trainer import meta_optimizer
+from metafam.outer_trainers.meta_trainer import meta_learning_rate_schedule, meta_optimizer
 from metafam.outer_trainers.recipes import load_recipe
 
 RECIPE = load_recipe(os.path.join(os.path.dirname(__file__), "..", "experiments", "generalist_v2", "recipe_c.json"))
@@ -120,8 +120,7 @@ def null_run():
 
 def _drift(grads, schedule_steps=NULL_STEPS):
   """`noise_drift_test` with the run's meta-optimizer (its learning-rate schedule replayed)."""
-  lr = optax.warmup_cosine_decay_schedule(0.0, RECIPE.meta_learning_rate, 100, schedule_steps,
-                                          0.1 * RECIPE.meta_learning_rate)
+  lr = meta_learning_rate_schedule(RECIPE.meta_learning_rate, schedule_steps)
   return planted.noise_drift_test(grads, lr, BLOCK, jax.random.key(7))
 
 

@@ -14,8 +14,8 @@ devices belong to several processes (`metafam.distributed`), every process runs 
 
 The loop around it (checkpoints, the metrics file, lock, signals, divergence, memory pre-check) is
 `metafam.outer_trainers.loop`, the run directory `metafam.outer_trainers.run_dir`, and a whole run with its closing
-report `metafam.outer_trainers.run`; none of them is imported here (``train`` delegates to the loop, which does not
-import this module).
+report `metafam.outer_trainers.run`. Only the ``train`` convenience imports one of them (the loop, inside the method),
+and none of them imports this module.
 """
 
 from __future__ import annotations
@@ -46,17 +46,24 @@ def meta_optimizer(learning_rate: float, decay_steps: int = 0, warmup_steps: Opt
   after (`optax.warmup_cosine_decay_schedule`), so a run continued past ``decay_steps`` keeps the final rate. ES
   meta-gradients are noisy; the decay lets theta settle instead of jittering at the noise floor of a constant rate.
   """
+  return optax.adam(meta_learning_rate_schedule(learning_rate, decay_steps, warmup_steps, end_fraction))
+
+
+def meta_learning_rate_schedule(learning_rate: float, decay_steps: int = 0, warmup_steps: Optional[int] = None,
+                                end_fraction: float = 0.1) -> Any:
+  """`meta_optimizer`'s learning rate: the float ``learning_rate`` (``decay_steps=0``), or its warmup-cosine schedule
+  (an optax schedule: meta-step -> rate); the arguments as `meta_optimizer` takes them."""
   lr = check_positive("learning_rate", learning_rate)
   if isinstance(decay_steps, bool) or not isinstance(decay_steps, (int, np.integer)) or decay_steps < 0:
     raise ValueError(f"decay_steps must be an int >= 0 (0: constant learning rate), got {decay_steps!r}.")
   if not 0 <= end_fraction <= 1:
     raise ValueError(f"end_fraction must lie in [0, 1], got {end_fraction!r}.")
   if decay_steps == 0:
-    return optax.adam(lr)
+    return lr
   warmup = min(100, decay_steps // 10) if warmup_steps is None else warmup_steps
   if isinstance(warmup, bool) or not isinstance(warmup, (int, np.integer)) or not 0 <= warmup < decay_steps:
     raise ValueError(f"warmup_steps must be an int in [0, decay_steps={decay_steps}), got {warmup_steps!r}.")
-  return optax.adam(optax.warmup_cosine_decay_schedule(0.0, lr, int(warmup), int(decay_steps), end_fraction * lr))
+  return optax.warmup_cosine_decay_schedule(0.0, lr, int(warmup), int(decay_steps), end_fraction * lr)
 
 
 NONFINITE_POLICIES = ("skip", "zero")
