@@ -86,7 +86,8 @@ def per_step(build, lanes):
   with _unrolled_scans():
     one, two = (_costs(*build(n)) for n in (1, 2))
   step = [(b - a) / lanes for pa, pb in zip(one, two) for a, b in zip(pa, pb)]
-  text = jax.jit(build(2)[0]).trace(*build(2)[1]).lower(lowering_platforms=("cuda",)).as_text()
+  program, args = build(2)
+  text = jax.jit(program).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
   # The unroll's own scan is the outermost while; count what sits inside it (draws are made before it).
   whiles = len(re.findall(r"stablehlo\.while", text)) - 1
   cases = len(re.findall(r"stablehlo\.case|\"stablehlo\.if\"", text))
