@@ -50,7 +50,7 @@ import optax
 import bench_common  # benchmarks/ is on sys.path when this runs as a script
 from metafam.inner import ConstantSchedule
 from metafam.optimizers import get_learned_optimizer
-from metafam.outer_trainers import MetaTrainer, make_estimator
+from metafam.outer_trainers import MetaTrainer, make_estimator, train
 
 
 META_LOSSES = {  # setting -> (metafam estimator arguments, LO's TruncatedPES train_and_meta)
@@ -93,7 +93,7 @@ def time_round_robin(runs, steps, rounds=5):
     for name, box in runs.items():
       trainer = box["trainer"]
       start = time.perf_counter()
-      box["state"], _ = trainer.train(int(box["state"].step) + per_block, state=box["state"], progress=False)
+      box["state"], _ = train(trainer, int(box["state"].step) + per_block, state=box["state"], progress=False)
       times[name, "loop"].append((time.perf_counter() - start) / per_block)
       start = time.perf_counter()
       for _ in range(per_block):

@@ -12,7 +12,7 @@ import optax
 
 from metafam.inner import ConstantSchedule, TruncatedStep
 from metafam.optimizers import LearnableAdam
-from metafam.outer_trainers import PES, MetaTrainer
+from metafam.outer_trainers import PES, MetaTrainer, MetaValidation, train
 from metafam.taskfamilies import ImageMLPFamily
 
 
@@ -27,14 +27,16 @@ def main():
   step = TruncatedStep(family, lopt, 8, ConstantSchedule(100), random_initial_iteration=True,
                        meta_loss_split="outer_valid")
   pes = PES(step, unroll_length=10, sigma=0.05)
-  trainer = MetaTrainer(lopt, [pes], optax.adam(0.03), clip_grad_norm=1.0, eval_family=family, eval_steps=100)
+  trainer = MetaTrainer(lopt, [pes], optax.adam(0.03), clip_grad_norm=1.0)
+  # Held-out instances (the same at every call), trained for 100 steps, scored on outer_valid.
+  validation = MetaValidation(lopt, [family], num_tasks=8, num_steps=100)
   key = jax.random.key(0)
-  before = trainer.evaluate(trainer.initial_theta(key), jax.random.key(1))
-  state, history = trainer.train(args.num_steps, key=key)
-  after = trainer.evaluate(state.theta, jax.random.key(1))
+  before = validation(trainer.initial_theta(key))
+  state, history = train(trainer, args.num_steps, key=key)
+  after = validation(state.theta)
   hp = lopt.hyperparameters(state.theta)
   print(f"learning rate 1e-4 -> {float(hp['lr']):.2e}; beta1 {float(hp['beta1']):.3f}, beta2 {float(hp['beta2']):.4f}")
-  print(f"held-out normalized test loss after 100 steps: {before['eval_final_loss']:.3f} -> "
+  print(f"held-out normalized outer_valid loss after 100 steps: {before['eval_final_loss']:.3f} -> "
         f"{after['eval_final_loss']:.3f}")
 
 

@@ -37,7 +37,7 @@ import numpy as np
 import optax
 
 from metafam.benchmark import baseline_evaluations, evaluate_suite, format_suite, load_normalizers, write_suite_report
-from metafam.benchmark.heldout import PAIRED_HEADERS, paired_rows
+from metafam.benchmark.heldout import PAIRED_HEADERS, check_suite_choice, paired_rows
 from metafam.benchmark.report import format_table
 from metafam.benchmark.runner import load_theta
 from metafam.optimizers.registry import get_learned_optimizer
@@ -68,8 +68,10 @@ def main():
                  help="update the rate x seed lanes in blocks of this many (1: faster on a CPU for Newton-Schulz "
                       "optimizers; only float rounding differs; default: the optimizer's own choice)")
   args = p.parse_args()
-  if args.suite == "test" and not args.confirm_test:
-    p.error("--suite test is the test split, scored once per shipped optimizer: add --confirm_test")
+  try:
+    check_suite_choice(args.suite, args.confirm_test, flags=True)
+  except ValueError as e:
+    p.error(str(e))
   if args.vs_init and (args.checkpoint is None or args.pretrained is not None):
     p.error("--vs_init compares a --checkpoint's theta with the optimizer's initial theta: give --checkpoint "
             "(and no --pretrained)")

@@ -78,10 +78,12 @@ _int("checkpoint_every", 50, "Meta-steps between checkpoints (SIGTERM / SIGINT a
      "flight).")
 _int("max_skipped_steps", 50, "Stop (exit code 3) after this many consecutive meta-steps whose update was skipped "
      "because no estimate was finite (0: never stop).", lower=0)
-_int("eval_every", 0, "Meta-steps between evaluations during training (0: only at the end).", lower=0)
-_int("eval_tasks", 16, "Held-out task instances per evaluation (the speedup interval is over these).",
-     upper=MAX_LANES)
-_int("eval_steps", 200, "Inner steps per evaluation.")
+_int("eval_every", 0, "Meta-steps between meta-validation checks: the same held-out instances of every family of "
+     "the recipe, trained --eval_steps steps from initialization and scored on outer_valid, into metrics.jsonl "
+     "(eval_final_loss ...) and meta_validation.png (0: none; the closing report runs in any case).", lower=0)
+_int("eval_tasks", 16, "Held-out task instances per evaluation (per family for meta-validation; the closing report's "
+     "speedup interval is over these).", upper=MAX_LANES)
+_int("eval_steps", 200, "Inner steps per evaluation (meta-validation checks and the closing report).")
 _int("seed", 0, "Random seed of the run (0 to 2**31 - 1).", lower=0)
 _int("devices", 1, "Spread the estimator's lanes over this many devices (on CPU: cores; JAX is asked for that many "
      "CPU devices), and the evaluation instances when --eval_tasks divides evenly. Same numbers up to float "

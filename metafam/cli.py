@@ -132,11 +132,11 @@ def build_heldout_candidate() -> Any:
   if fixed:
     raise UsageError(f"{', '.join(fixed)}: the {suite} suite fixes its tasks, horizons, seeds and keys, and tunes a "
                      "hand-designed optimizer's learning rate itself; drop these flags.")
-  if suite == "test" and not FLAGS.confirm_test:
-    raise UsageError("--suite test is the test split, scored once per shipped optimizer and never used for design "
-                     "choices: add --confirm_test (or use --suite heldout, the development suite).")
-  if suite != "test" and FLAGS.confirm_test:
-    raise UsageError("--confirm_test only applies to --suite test.")
+  from metafam.benchmark.heldout import check_suite_choice
+  try:
+    check_suite_choice(suite, FLAGS.confirm_test, flags=True)
+  except ValueError as e:
+    raise UsageError(str(e)) from None
   if not FLAGS["optimizer"].present and FLAGS.checkpoint is None:
     raise UsageError(f"--suite {suite} needs --optimizer (a hand-designed name, tuned on the rate grid, or a learned "
                      "optimizer with --checkpoint).")
@@ -232,10 +232,14 @@ def check_meta_train_flags():
   group = process_group()
   if group.process_id == 0:
     check_output_dir(_output_dir("meta-train", FLAGS.output_dir), "--output_dir")
-  total = FLAGS.num_processes * FLAGS.devices
-  if FLAGS.num_processes > 1 and recipe.num_pairs % total:
-    raise UsageError(f"--num_pairs {recipe.num_pairs} lanes cannot be split evenly over --num_processes "
-                     f"{FLAGS.num_processes} x --devices {FLAGS.devices} = {total} devices; use a multiple of {total}.")
+  if FLAGS.num_processes > 1:  # the library's rule, checked before the processes start
+    from metafam.inner.sharding import check_lane_split
+    total = FLAGS.num_processes * FLAGS.devices
+    try:
+      check_lane_split(recipe.num_pairs, total, "--num_pairs",
+                       f"--num_processes {FLAGS.num_processes} x --devices {FLAGS.devices} =")
+    except ValueError as e:
+      raise UsageError(str(e)) from None
   if FLAGS.tensorboard:
     import importlib.util
     if importlib.util.find_spec("tensorboardX") is None:

@@ -11,7 +11,7 @@ replicated, and the jitted meta-step averages the estimate across processes insi
   atomically; on resume process 0 reads the checkpoint and broadcasts it, so a run resumes with any process count
   whose devices divide the lanes (the lanes are re-split), and the other processes need no shared file system;
 - ``metrics.jsonl`` is written by process 0 only; held-out evaluation runs on each process's own devices;
-- when another process dies, the collective of the next meta-step fails and `MetaTrainer.train` raises
+- when another process dies, the collective of the next meta-step fails and `metafam.outer_trainers.loop.train` raises
   `PeerFailureError` (no hang: JAX's heartbeat also ends a process whose peer stopped answering).
 
 This module holds what is about processes rather than arrays: `initialize` (argument checks, a busy or unreachable

@@ -41,7 +41,7 @@ def main():
   import optax
   from metafam.inner import ConstantSchedule, TruncatedStep
   from metafam.optimizers import MLPLOpt
-  from metafam.outer_trainers import PES, MetaTrainer
+  from metafam.outer_trainers import PES, MetaTrainer, train
   from metafam.taskfamilies.quadratic import QuadraticFamily
 
   family, lopt = QuadraticFamily(8, scale_range=(0.5, 2.0)), MLPLOpt()
@@ -49,10 +49,9 @@ def main():
   step = TruncatedStep(family, lopt, 4, ConstantSchedule(30), random_initial_iteration=True,
                        meta_loss_split="outer_valid", devices=devices if devices > 1 else None)
   trainer = MetaTrainer(lopt, [PES(step, unroll_length=10, sigma=0.05, loss_kind="meta_loss")], optax.adam(1e-2),
-                        clip_grad_norm=10.0, eval_family=family, eval_num_tasks=4, eval_steps=20,
-                        config={"test": "distributed_driver"})
+                        clip_grad_norm=10.0)
   log = (lambda record: time.sleep(args.sleep)) if args.sleep else None
-  state, _ = trainer.train(args.num_steps, key=jax.random.key(3), output_dir=args.out_dir,
+  state, _ = train(trainer, args.num_steps, key=jax.random.key(3), output_dir=args.out_dir,
                            checkpoint_every=args.checkpoint_every, progress=False, log_fn=log)
   theta = distributed.to_host(state.theta)
   if distributed.is_main_process():

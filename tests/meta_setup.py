@@ -6,7 +6,7 @@ import optax
 
 from metafam.inner import ConstantSchedule, TruncatedStep
 from metafam.optimizers.learned import LearnableSGD
-from metafam.outer_trainers import PES, MetaTrainer, TruncatedBPTT
+from metafam.outer_trainers import PES, MetaTrainer, TruncatedBPTT, train
 from metafam.taskfamilies.quadratic import QuadraticFamily
 
 
@@ -22,12 +22,11 @@ def build_trainer(num_pairs=8, unroll_length=10, trajectory=50, lr=0.05, with_tb
   estimators = [PES(step, unroll_length=unroll_length, sigma=0.1, loss_kind="meta_loss")]
   if with_tbptt:
     estimators.append(TruncatedBPTT(step.replace(num_tasks=4), unroll_length=unroll_length, loss_kind="meta_loss"))
-  return MetaTrainer(lopt, estimators, optax.adam(lr), clip_grad_norm=10.0, eval_family=family, eval_num_tasks=4,
-                     eval_steps=20, config={"test": "meta_setup", "with_tbptt": with_tbptt})
+  return MetaTrainer(lopt, estimators, optax.adam(lr), clip_grad_norm=10.0)
 
 
 if __name__ == "__main__":  # python meta_setup.py OUTPUT_DIR NUM_STEPS
   import jax
   jax.config.update("jax_threefry_partitionable", False)  # the random streams of the test process (conftest.py)
   trainer = build_trainer(with_tbptt=True)
-  trainer.train(int(sys.argv[2]), key=jax.random.key(7), output_dir=sys.argv[1], checkpoint_every=2, progress=False)
+  train(trainer, int(sys.argv[2]), key=jax.random.key(7), output_dir=sys.argv[1], checkpoint_every=2, progress=False)

@@ -21,9 +21,9 @@ from metafam.inner import ConstantSchedule
 from metafam.io import atomic_write, write_json
 from metafam.optimizers import SGD, HandDesigned, LearnableAdam, LearnableSGD, LearnedOptimizer, MLPLOpt
 from metafam import optimizers as optimizers_module
-from metafam.outer_trainers import MetaTrainState, MetaTrainer, checkpoint, make_estimator
+from metafam.outer_trainers import MetaTrainState, MetaTrainer, checkpoint, make_estimator, train
 from metafam.outer_trainers.checkpoint import CheckpointError
-from metafam.outer_trainers import run
+from metafam.outer_trainers import run, run_dir
 from metafam.outer_trainers.run import CHECKPOINT_NAME, LEGACY_CHECKPOINT_NAME
 from metafam.tasks.quadratic import QuadraticTask
 
@@ -85,7 +85,7 @@ LOADERS = {
     "learned_optimizer": lambda p: learned_optimizer(LearnableSGD(), p),
     "run_benchmark": lambda p: run_benchmark([QuadraticTask(2)], {"l": (LearnableSGD(), p)}, num_steps=2,
                                              tuned=None, reference=None, progress=False),
-    "run.restore": lambda p: run.restore(build_trainer(), p, None),
+    "run.restore": lambda p: run.restore(build_trainer(), p, None, {}),
 }
 
 
@@ -115,7 +115,7 @@ def test_meta_train_resume_refuses_a_pickle_in_the_output_dir(tmp_path, evil, na
   path = write(os.path.join(out, name))
   before = open(path, "rb").read()
   with pytest.raises(CheckpointError) as e:
-    build_trainer().train(2, output_dir=out, progress=False)
+    train(build_trainer(), 2, output_dir=out, progress=False)
   assert_legacy_refusal(str(e.value))
   if name == LEGACY_CHECKPOINT_NAME:  # the suggested conversion writes the file a resumed run reads
     assert str(e.value).endswith(f"{path} {os.path.join(out, CHECKPOINT_NAME)} --trust_pickle")
@@ -168,15 +168,19 @@ def estimator_trainer():
   estimators = [make_estimator("pes", family, lopt, num_tasks=2, unroll_length=4, schedule=ConstantSchedule(8)),
                 make_estimator("nres", family, lopt, num_tasks=2, unroll_length=4, schedule=ConstantSchedule(8)),
                 make_estimator("tbptt", family, lopt, num_tasks=2, unroll_length=4, schedule=ConstantSchedule(8))]
-  return MetaTrainer(lopt, estimators, optax.adam(0.1), config={"kinds": ("pes", "nres", "tbptt"), "n": 3})
+  return MetaTrainer(lopt, estimators, optax.adam(0.1))
+
+
+IDENTITY = {"kinds": ("pes", "nres", "tbptt"), "n": 3}
 
 
 def test_meta_train_state_round_trips_exactly(tmp_path, estimator_trainer):
   trainer = estimator_trainer
   state = trainer.init(jax.random.key(3))
   path = str(tmp_path / "state.npz")
-  run.save(trainer, state, path)
-  restored = run.restore(trainer, path, trainer.init(jax.random.key(4)))  # the config's tuple is stored as a list
+  identity = run_dir.run_identity(trainer, IDENTITY)
+  run.save(trainer, state, path, identity)
+  restored = run.restore(trainer, path, trainer.init(jax.random.key(4)), identity)  # the tuple is stored as a list
   assert isinstance(restored, MetaTrainState)
   same(state, restored)
   header = checkpoint.read_header(path)
@@ -332,28 +336,29 @@ def write_v1(path, tree, metadata):
 
 def test_converted_legacy_checkpoint_resumes_bit_identically(tmp_path, capsys):
   trainer = build_trainer()
-  straight, _ = trainer.train(4, key=jax.random.key(5), progress=False)
-  half, _ = trainer.train(2, key=jax.random.key(5), progress=False)
+  straight, _ = train(trainer, 4, key=jax.random.key(5), progress=False)
+  half, _ = train(trainer, 2, key=jax.random.key(5), progress=False)
   out = str(tmp_path / "run")
   os.makedirs(out)
   old, new = os.path.join(out, LEGACY_CHECKPOINT_NAME), os.path.join(out, CHECKPOINT_NAME)
-  write_v1(old, half, {"step": 2, "config": trainer.config})
+  identity = run_dir.run_identity(trainer)
+  write_v1(old, half, {"step": 2, "config": identity})
   with pytest.raises(CheckpointError, match="convert-checkpoint"):  # not resumed, not started over
-    trainer.train(4, key=jax.random.key(5), output_dir=out, progress=False)
+    train(trainer, 4, key=jax.random.key(5), output_dir=out, progress=False)
   with pytest.raises(CheckpointError, match="trust_pickle=True"):
     checkpoint.convert_legacy_checkpoint(old, new)
   assert not os.path.exists(new)
   code = cli.main(["metafam", "convert-checkpoint", old, new, "--trust_pickle"])  # the command the error gives
   assert code == 0, capsys.readouterr().err
-  assert checkpoint.read_metadata(new) == {"step": 2, "config": trainer.config}
+  assert checkpoint.read_metadata(new) == {"step": 2, "config": identity}
   with pytest.raises(CheckpointError, match="already exists"):
     checkpoint.convert_legacy_checkpoint(old, new, trust_pickle=True)
   with pytest.raises(CheckpointError, match="is not a pickle"):
     checkpoint.convert_legacy_checkpoint(new, str(tmp_path / "again.npz"), trust_pickle=True)
-  resumed, history = trainer.train(4, key=jax.random.key(5), output_dir=out, progress=False)
+  resumed, history = train(trainer, 4, key=jax.random.key(5), output_dir=out, progress=False)
   assert [h["step"] for h in history] == [3, 4]
   same(straight, resumed)
-  same(straight, run.restore(trainer, new, trainer.init(jax.random.key(0))))  # the final checkpoint, in v2
+  same(straight, run.restore(trainer, new, trainer.init(jax.random.key(0)), identity))  # the final one, in v2
 
 
 # -- permissions ----------------------------------------------------------------------------------------------------

@@ -188,7 +188,7 @@ def _cli(args, capsys, tmp_path):
     (["--num_processes=2", "--process_id=2", "--coordinator=127.0.0.1:1"], "process_id must be an int in [0, 2)"),
     (["--num_processes=2", "--coordinator=127.0.0.1"], "not HOST:PORT"),
     (["--num_processes=2", "--coordinator=127.0.0.1:1", "--num_pairs=3"],
-     "--num_pairs 3 lanes cannot be split evenly over --num_processes 2 x --devices 1 = 2 devices"),
+     "--num_pairs=3 lanes cannot be split evenly over --num_processes 2 x --devices 1 = 2 devices"),
 ])
 def test_cli_bad_process_flags_are_one_line_exit_2(args, message, capsys, tmp_path):
   code, err = _cli(["meta-train", f"--output_dir={tmp_path}/run"] + args, capsys, tmp_path)
@@ -215,7 +215,7 @@ def test_cli_launch_checks_its_command_first(capsys, tmp_path):
       (["launch", "--num_processes=2", "--", "evaluate"], "launch runs meta-train"),
       (["launch", "--num_processes=2", "--", "meta-train", "--process_id=1"], "launch sets --process_id itself"),
       (["launch", "--num_processes=2", "--", "meta-train", "--num_pairs=3", f"--output_dir={tmp_path}/x"],
-       "--num_pairs 3 lanes cannot be split evenly"),
+       "--num_pairs=3 lanes cannot be split evenly"),
       (["launch", "--num_processes=2", "--", "meta-train", "--family=nope", f"--output_dir={tmp_path}/x"],
        "unknown family 'nope'"),
       (["launch", "--num_processes=2"], "launch takes COMMAND"),

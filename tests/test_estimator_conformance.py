@@ -14,7 +14,7 @@ import pytest
 from metafam.inner import ConstantSchedule, TruncatedStep
 from metafam.optimizers.learned import LearnableSGD
 from metafam.optimizers.mlp_lopt import MLPLOpt
-from metafam.outer_trainers import (ESTIMATORS, GradientEstimate, GradientEstimator, MetaTrainer, get_estimator,
+from metafam.outer_trainers import (ESTIMATORS, train, GradientEstimate, GradientEstimator, MetaTrainer, get_estimator,
                                     make_estimator)
 from metafam.outer_trainers.registry import estimator_arguments
 from metafam.taskfamilies.quadratic import QuadraticFamily
@@ -58,7 +58,7 @@ class FiniteDifferenceSGD(GradientEstimator):
 
 
 def _trainer(est, lopt):
-  return MetaTrainer(lopt, [est], optax.adam(0.05), clip_grad_norm=1.0, config={"estimator": est.name})
+  return MetaTrainer(lopt, [est], optax.adam(0.05), clip_grad_norm=1.0)
 
 
 def _user_estimator(lopt):
@@ -70,9 +70,9 @@ def test_estimator_meta_trains_checkpoints_and_resumes(name, tmp_path):
   lopt = LearnableSGD(0.01)
   build = (lambda: _user_estimator(lopt)) if name == "user" else (
       lambda: make_estimator(name, FAMILY, lopt, num_tasks=2, schedule=ConstantSchedule(4), **_kwargs(name)))
-  full, _ = _trainer(build(), lopt).train(4, key=jax.random.key(1), progress=False)
-  _trainer(build(), lopt).train(2, key=jax.random.key(1), output_dir=str(tmp_path), progress=False)
-  resumed, history = _trainer(build(), lopt).train(4, key=jax.random.key(1), output_dir=str(tmp_path),
+  full, _ = train(_trainer(build(), lopt), 4, key=jax.random.key(1), progress=False)
+  train(_trainer(build(), lopt), 2, key=jax.random.key(1), output_dir=str(tmp_path), progress=False)
+  resumed, history = train(_trainer(build(), lopt), 4, key=jax.random.key(1), output_dir=str(tmp_path),
                                                    progress=False)
   assert [r["step"] for r in history] == [3, 4]
   assert all(np.isfinite(r["meta_loss"]) and np.isfinite(r["grad_norm"]) for r in history)

@@ -27,7 +27,8 @@ from metafam import cli, distributed, resources
 from metafam.benchmark import load_theta
 from metafam.io import DirectoryBusyError, DirectoryLock, append_line
 from metafam.optimizers.learned import LearnableSGD
-from metafam.outer_trainers import GradientEstimate, GradientEstimator, MetaTrainer, checkpoint, read_metrics
+from metafam.outer_trainers import (GradientEstimate, GradientEstimator, MetaTrainer, checkpoint, read_metrics,
+                                    train)
 from metafam.outer_trainers.checkpoint import CheckpointError
 from metafam.outer_trainers.run import CHECKPOINT_NAME, METRICS_NAME, RunDivergedError, check_memory
 from metafam.outer_trainers.preemption import EXIT_PREEMPTED
@@ -300,7 +301,7 @@ def test_a_bad_line_before_the_last_is_corruption_not_a_crash(tmp_path):
 # -- two runs, one directory -----------------------------------------------------------------------------------------
 def test_a_directory_in_use_is_refused_by_every_command_and_nothing_changes(tmp_path, capsys):
   out = str(tmp_path / "run")
-  build_trainer(num_pairs=2).train(2, key=jax.random.key(0), output_dir=out, progress=False)  # a run's files
+  train(build_trainer(num_pairs=2), 2, key=jax.random.key(0), output_dir=out, progress=False)  # a run's files
   holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from metafam.io import DirectoryLock; "
                              f"DirectoryLock({out!r}).acquire(); print('held', flush=True); time.sleep(600)"],
                             stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=REPO))
@@ -315,14 +316,14 @@ def test_a_directory_in_use_is_refused_by_every_command_and_nothing_changes(tmp_
       line = one_line(capsys.readouterr().err, "metafam: error: --output_dir ")
       assert f"is in use by a live metafam run (process {holder.pid} holds" in line, line
     with pytest.raises(DirectoryBusyError):  # the library's own loop too
-      build_trainer(num_pairs=2).train(4, output_dir=out, progress=False)
+      train(build_trainer(num_pairs=2), 4, output_dir=out, progress=False)
     assert snapshot(out) == before
   finally:
     holder.kill()  # SIGKILL: the holder gets no chance to clean up
     holder.wait()
   with DirectoryLock(out):  # and leaves no stale lock behind
     pass
-  build_trainer(num_pairs=2).train(4, key=jax.random.key(0), output_dir=out, progress=False)
+  train(build_trainer(num_pairs=2), 4, key=jax.random.key(0), output_dir=out, progress=False)
   assert steps_logged(out) == [1, 2, 3, 4]
 
 
@@ -371,8 +372,8 @@ def test_a_lock_released_with_restore_leaves_the_directory_as_it_was(tmp_path):
 def test_consecutive_skipped_updates_stop_the_run_naming_the_step_and_checkpoint(tmp_path):
   trainer = MetaTrainer(LearnableSGD(0.1), [_NaNAfter(3)], optax.adam(0.1))
   with pytest.raises(RunDivergedError) as e:
-    trainer.train(100, key=jax.random.key(0), output_dir=str(tmp_path), checkpoint_every=4, max_skipped_steps=5,
-                  progress=False)
+    train(trainer, 100, key=jax.random.key(0), output_dir=str(tmp_path), checkpoint_every=4, max_skipped_steps=5,
+          progress=False)
   message = str(e.value)
   assert message.startswith("meta-step 8: the last 5 meta-updates were all skipped")
   assert f"{os.path.join(str(tmp_path), CHECKPOINT_NAME)} at meta-step 8" in message and "sigma" in message
@@ -381,11 +382,11 @@ def test_consecutive_skipped_updates_stop_the_run_naming_the_step_and_checkpoint
   np.testing.assert_allclose(theta["theta"]["log_lr"], float(LearnableSGD(0.1).init(None)["log_lr"]) - 0.3,
                              rtol=1e-5)
   # max_skipped_steps=None never stops; skips that are not consecutive never add up.
-  _, history = MetaTrainer(LearnableSGD(0.1), [_NaNAfter(3)], optax.adam(0.1)).train(
-      20, key=jax.random.key(0), max_skipped_steps=None, progress=False)
+  _, history = train(MetaTrainer(LearnableSGD(0.1), [_NaNAfter(3)], optax.adam(0.1)), 20, key=jax.random.key(0),
+                     max_skipped_steps=None, progress=False)
   assert sum(h["update_skipped"] for h in history) == 17
   with pytest.raises(ValueError, match="max_skipped_steps"):
-    trainer.train(1, key=jax.random.key(0), max_skipped_steps=0)
+    train(trainer, 1, key=jax.random.key(0), max_skipped_steps=0)
 
 
 def test_cli_run_gone_bad_exits_3_with_one_line(tmp_path, cache_dir):

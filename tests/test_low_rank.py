@@ -241,19 +241,19 @@ def test_low_rank_pes_checkpoints_and_resumes_bit_identically(tmp_path):
   """The worker state holds the factors of the current perturbations (and the dense accumulator): a run resumed
   from its checkpoint ends bit-identical to an uninterrupted one."""
   import optax
-  from metafam.outer_trainers import MetaTrainer
+  from metafam.outer_trainers import MetaTrainer, train
   lopt = MLPLOpt(hidden_sizes=(8,), decays=(0.5, 0.9), time_scales=(3.0, 10.0))
   family = QuadraticFamily(4, scale_range=(0.5, 2.0))
 
   def trainer():
     est = make_estimator("pes", family, lopt, num_tasks=2, unroll_length=3, schedule=ConstantSchedule(5),
                          **LOW_RANK, rank=2)
-    return MetaTrainer(lopt, [est], optax.adam(0.01), config={"estimator": "pes", "rank": 2})
+    return MetaTrainer(lopt, [est], optax.adam(0.01))
 
   run = trainer()  # one trainer (one compilation); the resumed run starts from what the checkpoint holds
-  full, _ = run.train(4, key=jax.random.key(1), progress=False)
-  run.train(2, key=jax.random.key(1), output_dir=str(tmp_path), progress=False)
-  resumed, history = run.train(4, key=jax.random.key(1), output_dir=str(tmp_path), progress=False)
+  full, _ = train(run, 4, key=jax.random.key(1), progress=False)
+  train(run, 2, key=jax.random.key(1), output_dir=str(tmp_path), progress=False)
+  resumed, history = train(run, 4, key=jax.random.key(1), output_dir=str(tmp_path), progress=False)
   assert [r["step"] for r in history] == [3, 4]
   eps = resumed.worker_states[0].eps["w0"]
   assert isinstance(eps, low_rank.LowRank) and eps.a.shape == (2, 6, 2)

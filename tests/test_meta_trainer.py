@@ -13,8 +13,10 @@ import pytest
 from meta_setup import build_trainer, quadratic_family
 from metafam.inner import ConstantSchedule, TruncatedStep
 from metafam.optimizers.learned import LearnableSGD
-from metafam.outer_trainers import CheckpointError
+from metafam.outer_trainers import CheckpointError, MetaValidation, train
 from metafam.outer_trainers.run import restore
+from metafam.outer_trainers.run_dir import run_identity
+from metafam.taskfamilies.quadratic import QuadraticFamily
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -39,7 +41,7 @@ def grid_search_log_lr(trajectory=50, lanes=256):
 def test_pes_meta_training_moves_log_lr_to_the_grid_search_optimum():
   best, values = grid_search_log_lr()
   trainer = build_trainer()
-  state, history = trainer.train(300, key=jax.random.key(0), progress=False)
+  state, history = train(trainer, 300, key=jax.random.key(0), progress=False)
   start, final = np.log(0.01), float(state.theta["log_lr"])
   # The optimum is far from the start (log 0.01 = -4.6); PES must close most of the gap.
   assert best - start > 3.0
@@ -52,13 +54,14 @@ def test_pes_meta_training_moves_log_lr_to_the_grid_search_optimum():
 def test_kill_and_resume_in_a_new_process_equals_an_uninterrupted_run(tmp_path):
   n = 6
   trainer = build_trainer(with_tbptt=True)
-  straight, _ = trainer.train(n, key=jax.random.key(7), progress=False)
+  straight, _ = train(trainer, n, key=jax.random.key(7), progress=False)
   out = str(tmp_path / "run")
   env = dict(os.environ, PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
   for steps in (n // 2, n):  # first process stops at n/2 (a checkpoint), the second resumes from it
     subprocess.run([sys.executable, os.path.join(HERE, "meta_setup.py"), out, str(steps)], check=True, env=env,
                    capture_output=True, timeout=600)
-  resumed = restore(trainer, os.path.join(out, "checkpoint.npz"), trainer.init(jax.random.key(7)))
+  resumed = restore(trainer, os.path.join(out, "checkpoint.npz"), trainer.init(jax.random.key(7)),
+                    run_identity(trainer))
   assert int(resumed.step) == n
   jax.tree.map(lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7),
                straight, resumed)
@@ -69,26 +72,46 @@ def test_kill_and_resume_in_a_new_process_equals_an_uninterrupted_run(tmp_path):
 
 def test_checkpoint_from_another_run_or_corrupted_is_refused(tmp_path):
   trainer = build_trainer()
-  state, _ = trainer.train(2, key=jax.random.key(0), output_dir=str(tmp_path), progress=False)
+  state, _ = train(trainer, 2, key=jax.random.key(0), output_dir=str(tmp_path), progress=False)
   ckpt = tmp_path / "checkpoint.npz"
   before = ckpt.read_bytes()
   other = build_trainer(with_tbptt=True)
   with pytest.raises(CheckpointError, match="different run"):
-    other.train(4, output_dir=str(tmp_path), progress=False)
+    train(other, 4, output_dir=str(tmp_path), progress=False)
   assert ckpt.read_bytes() == before  # nothing was overwritten
   ckpt.write_bytes(before[: len(before) // 2])
   with pytest.raises(CheckpointError, match="corrupted"):
-    trainer.train(4, output_dir=str(tmp_path), progress=False)
+    train(trainer, 4, output_dir=str(tmp_path), progress=False)
 
 
-def test_evaluate_reports_a_learning_curve():
-  trainer = build_trainer()
-  theta = trainer.learned_opt.init(None)
-  good = trainer.evaluate({"log_lr": jnp.log(jnp.float32(0.5))}, jax.random.key(0))
-  bad = trainer.evaluate(theta, jax.random.key(0))
-  assert good["eval_curve"].shape == (20,)
-  assert good["eval_final_loss"] < 0.01 * bad["eval_final_loss"]  # lr 0.5 vs 0.01 after 20 steps
-  assert np.all(np.diff(good["eval_curve"]) < 0)
+def test_meta_validation_scores_the_same_instances_of_every_family_at_every_check():
+  lopt = LearnableSGD(0.01)
+  families = [quadratic_family(), QuadraticFamily(4, scale_range=(1.0, 1.0))]
+  validation = MetaValidation(lopt, families, num_tasks=4, num_steps=20)
+  good, bad = {"log_lr": jnp.log(jnp.float32(0.5))}, lopt.init(None)
+  first, again = validation(good, 1), validation(good, 500)
+  assert first == again  # fixed instances and batches: the meta-step does not enter
+  worse = validation(bad, 1)
+  names = validation.names
+  assert names == [families[0].name, families[1].name] and len(set(names)) == 2
+  for name in names:
+    # SGD at rate 0.5 against 0.01 on quadratics of curvature about 1, 20 steps: the first converges, the second
+    # has barely moved.
+    assert first[f"eval/{name}/final_loss"] < 0.01 * worse[f"eval/{name}/final_loss"]
+    assert first[f"eval/{name}/final_loss_sd"] >= 0
+    assert first[f"eval/{name}/mean_loss"] >= first[f"eval/{name}/final_loss"]
+  np.testing.assert_allclose(worse["eval_final_loss"], np.mean([worse[f"eval/{n}/final_loss"] for n in names]))
+  # The numbers are the per-instance curves' (one program): the mean and spread of the last step over instances.
+  curves = validation.instance_curves(bad)[names[0]]
+  assert curves.shape == (20, 4)
+  np.testing.assert_allclose(worse[f"eval/{names[0]}/final_loss"], curves[-1].mean(), rtol=1e-6)
+  np.testing.assert_allclose(worse[f"eval/{names[0]}/final_loss_sd"], curves[-1].std(), rtol=1e-6)
+  with pytest.raises(ValueError, match="eval_every needs evaluate="):
+    train(build_trainer(), 2, eval_every=1, progress=False)
+  with pytest.raises(ValueError, match="num_tasks"):
+    MetaValidation(lopt, families, num_tasks=0)
+  good_curve = validation.instance_curves(good)[names[0]].mean(axis=1)
+  assert np.all(np.diff(good_curve) < 0)  # deterministic gradient descent at a stable rate: every step improves
 
 
 def test_meta_optimizer_schedule_warms_up_decays_and_holds():
@@ -148,8 +171,10 @@ def test_loop_dispatches_the_next_meta_step_before_fetching_metrics(tmp_path):
   for _ in range(7):
     ref_state, metrics = reference.step(ref_state)
     ref_metrics.append({k: float(v) for k, v in jax.device_get(metrics).items()})
-  _, history = trainer.train(7, state=state, output_dir=str(tmp_path), checkpoint_every=3, eval_every=5,
-                             progress=False, log_fn=lambda record: seen.append((record["step"], len(dispatched))))
+  validation = MetaValidation(trainer.learned_opt, [quadratic_family()], num_tasks=4, num_steps=20)
+  _, history = train(trainer, 7, state=state, output_dir=str(tmp_path), checkpoint_every=3, evaluate=validation,
+                     eval_every=5, progress=False,
+                     log_fn=lambda record: seen.append((record["step"], len(dispatched))))
   assert [s for s, _ in seen] == [1, 2, 3, 4, 5, 6, 7]
   # Steps 3 and 6 (checkpoints), 5 (evaluation) and 7 (the last) are recorded before the next dispatch.
   assert seen == [(1, 2), (2, 3), (3, 3), (4, 5), (5, 5), (6, 6), (7, 7)]

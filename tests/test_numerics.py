@@ -24,8 +24,9 @@ from metafam.inner import ConstantSchedule, LogUniformSchedule, TruncatedStep
 from metafam.optimizers import (SGD, SGDM, Adam, HandDesigned, LearnableAdam, LearnableSGD, LearnedOptimizer, MLPLOpt,
                                 OptaxOptimizer, Optimizer)
 from metafam.optimizers.learned import log1p_neg_safe, sqrt_zero_safe
-from metafam.outer_trainers import GradientEstimate, GradientEstimator, MetaTrainer, make_estimator
+from metafam.outer_trainers import GradientEstimate, GradientEstimator, MetaTrainer, make_estimator, train
 from metafam.outer_trainers.run import METRICS_NAME, read_metrics
+from metafam.outer_trainers.run_dir import run_identity
 from metafam.taskfamilies.augmentations import LowPrecisionFamily
 from metafam.taskfamilies.base import TaskFamily, single_task_to_family
 from metafam.taskfamilies.quadratic import QuadraticFamily
@@ -288,7 +289,7 @@ class _Scripted(GradientEstimator):
 def test_meta_trainer_skips_and_logs_updates_without_information(tmp_path):
   lopt = LearnableSGD(0.1)
   trainer = MetaTrainer(lopt, [_Scripted()], optax.adam(0.1), clip_grad_norm=1.0)
-  state, history = trainer.train(4, key=jax.random.key(0), output_dir=str(tmp_path), progress=False)
+  state, history = train(trainer, 4, key=jax.random.key(0), output_dir=str(tmp_path), progress=False)
   assert [h["update_skipped"] for h in history] == [0.0, 1.0, 1.0, 0.0]
   assert [h["nonfinite_grad_entries"] for h in history] == [0.0, 1.0, 0.0, 0.0]
   assert np.isnan(history[2]["meta_loss"]) and np.isnan(history[1]["grad_norm"])
@@ -338,7 +339,7 @@ def test_meta_update_skips_or_zeroes_a_nonfinite_gradient(nonfinite):
     assert float(metrics["update_skipped"]) == 1.0 and np.isnan(float(metrics["grad_norm"]))
     np.testing.assert_array_equal(state.theta["w"], np.zeros(3))
     assert int(adam.count) == 0 and not np.any(adam.mu["w"]) and not np.any(adam.nu["w"])
-    assert "nonfinite" not in trainer.config  # the default leaves checkpoints' configs as they were
+    assert "nonfinite" not in run_identity(trainer)  # the default leaves checkpoints' configs as they were
   else:
     # learned_optimization's semantics: the mean gradient with NaN and +-inf entries set to 0, [2, 0, 0], is applied
     # whatever the meta-loss. Adam's first step is -lr * g / (|g| + eps): [-0.1, 0, 0]; mu = 0.1 g, nu = 0.001 g^2.
@@ -347,7 +348,7 @@ def test_meta_update_skips_or_zeroes_a_nonfinite_gradient(nonfinite):
     assert int(adam.count) == 1
     np.testing.assert_allclose(adam.mu["w"], [0.2, 0.0, 0.0], rtol=1e-6)
     np.testing.assert_allclose(adam.nu["w"], [0.004, 0.0, 0.0], rtol=1e-6)
-    assert trainer.config["nonfinite"] == "zero"
+    assert run_identity(trainer)["nonfinite"] == "zero"
 
 
 def test_meta_update_nonfinite_policy_is_checked():

@@ -120,8 +120,8 @@ def test_unknown_recipe_and_bad_json(tmp_path):
 
 def test_build_gives_one_estimator_per_family():
   recipe = Recipe.from_dict(TINY_RECIPE)
-  lopt, trainer = recipe.build(eval_num_tasks=2, eval_steps=5)
-  assert len(trainer.estimators) == 2
+  lopt, families, trainer = recipe.build()
+  assert len(trainer.estimators) == 2 and [f.dim for f in families] == [4, 7]
   assert [e.step.family.dim for e in trainer.estimators] == [4, 7]
   # Per meta-step: per family 2 pairs = 4 lanes of 3 inner steps.
   assert trainer.inner_steps_per_meta_step == 2 * 4 * 3
@@ -165,14 +165,15 @@ def test_meta_train_recipe_resumes_bit_identically_and_reports_its_totals(tmp_pa
 
 
 def test_a_run_object_is_the_library_form_of_meta_train(tmp_path):
-  """`MetaTrainingRun`: the recipe's identity is its trainer's checkpointed config, `run` trains to the recipe's
-  length and returns the closing comparison and the files it wrote; another recipe in its directory is refused."""
+  """`MetaTrainingRun`: the recipe's identity is the checkpointed config, `run` trains to the recipe's length and
+  returns the closing comparison and the files it wrote; another recipe in its directory is refused."""
   from metafam.outer_trainers import MetaTrainingRun
   from metafam.outer_trainers.legacy import stored_identity
+  from metafam.outer_trainers.run_dir import run_identity
   recipe = Recipe.from_dict(TINY_RECIPE)
   out = str(tmp_path / "run")
   built = MetaTrainingRun(recipe, out, seed=3, eval_tasks=2, eval_steps=5)
-  assert built.identity == recipe.identity(3) == stored_identity(built.trainer.config)
+  assert built.identity == recipe.identity(3) == stored_identity(run_identity(built.trainer, built.identity))
   assert built.identity["seed"] == 3 and "name" not in built.identity["recipe"]
   result = built.run(progress=False, checkpoint_every=2)
   assert result.meta_steps == 4 and result.totals["inner_steps_total"] == 96 and result.written[0] == "summary.json"
@@ -214,6 +215,7 @@ V1_ARGS = {
 def test_the_configs_of_earlier_versions_map_to_the_recipe_identity():
   """`stored_identity` of each stored config is the identity of the recipe the same command line builds now."""
   from metafam.outer_trainers.legacy import stored_identity
+  from metafam.outer_trainers.run_dir import run_identity
   from metafam.outer_trainers.recipe_flags import recipe_from_flags
   flags = dict(family="quadratic_family_10", estimator="pes", num_pairs=2, unroll_length=5, trajectory_length=10,
                sigma=0.05, meta_learning_rate=3e-3, meta_lr_decay_steps=6000, clip_grad_norm=1.0)

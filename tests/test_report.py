@@ -10,7 +10,7 @@ import pytest
 
 from metafam.benchmark.metrics import aggregate
 from metafam.evaluation.comparison import HeldOutComparison, LearnedResult, instance_speedups
-from metafam.evaluation.report import ema, meta_train_summary, write_meta_train_report
+from metafam.evaluation.report import ema, meta_train_summary, validation_series, write_meta_train_report
 
 T, N = 20, 4
 
@@ -29,8 +29,10 @@ def comparison():
 
 
 HISTORY = [{"step": s, "meta_loss": float("nan") if s == 3 else 1.0 / s, "grad_norm": 1.0} for s in range(1, 13)]
-HISTORY[5]["eval_final_loss"] = 0.4
-HISTORY[11]["eval_final_loss"] = 0.2
+HISTORY[5].update({"eval_final_loss": 0.4, "eval_final_loss_sd": 0.1, "eval/a/final_loss": 0.5,
+                   "eval/a/final_loss_sd": 0.1, "eval/b/final_loss": 0.3, "eval/b/final_loss_sd": 0.1})
+HISTORY[11].update({"eval_final_loss": 0.2, "eval_final_loss_sd": 0.05, "eval/a/final_loss": 0.25,
+                    "eval/a/final_loss_sd": float("inf"), "eval/b/final_loss": 0.15, "eval/b/final_loss_sd": 0.05})
 
 
 def test_report_writes_the_summary_and_plots(tmp_path):
@@ -38,7 +40,7 @@ def test_report_writes_the_summary_and_plots(tmp_path):
   cmp, config = comparison(), {"family": "synthetic", "seed": 0}
   written = write_meta_train_report(str(tmp_path), HISTORY, cmp, config, meta_steps=12, train_seconds=3.5,
                                     inner_steps_per_meta_step=160)
-  assert written == ["summary.json", "meta_loss.png", "inner_curves.png"]
+  assert written == ["summary.json", "meta_loss.png", "inner_curves.png", "meta_validation.png"]
   assert sorted(os.listdir(tmp_path)) == sorted(written)  # no temporary files left behind
   for name in written[1:]:
     assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -55,6 +57,19 @@ def test_report_writes_the_summary_and_plots(tmp_path):
   assert summary["meta_loss_first_10"] == [1.0, 0.5, None] + [1.0 / s for s in range(4, 11)]
   assert summary["meta_loss_last_10"] == [None] + [1.0 / s for s in range(4, 13)]  # steps 3..12
   assert summary == json.loads(json.dumps(meta_train_summary(HISTORY, cmp, config, 12, 3.5, 160)))
+
+
+def test_validation_series_reads_the_checks_per_family_and_their_mean():
+  series = validation_series(HISTORY)
+  assert list(series) == ["a", "b", "mean over families"]
+  np.testing.assert_array_equal(series["a"]["step"], [6, 12])
+  np.testing.assert_array_equal(series["a"]["final_loss"], [0.5, 0.25])
+  np.testing.assert_array_equal(series["a"]["final_loss_sd"], [0.1, np.inf])
+  np.testing.assert_array_equal(series["mean over families"]["final_loss"], [0.4, 0.2])
+  assert validation_series(HISTORY[:5]) == {}
+  old = [{"step": 4, "meta_loss": 1.0, "eval_final_loss": 0.3}]  # a record of a run from before the families
+  assert list(validation_series(old)) == ["held-out loss"] and np.isnan(validation_series(old)["held-out loss"][
+      "final_loss_sd"][0])
 
 
 def test_without_matplotlib_only_the_summary_is_written(tmp_path, monkeypatch):

@@ -12,7 +12,7 @@ from metafam.inner import ConstantSchedule, LogUniformSchedule, TruncatedStep
 from metafam.inner.sharding import lane_mesh
 from metafam.optimizers.base import Adam
 from metafam.optimizers.learned import LearnableSGD
-from metafam.outer_trainers import MetaTrainer, make_estimator
+from metafam.outer_trainers import MetaTrainer, make_estimator, train
 from metafam.taskfamilies.quadratic import NoisyQuadraticFamily
 
 pytestmark = pytest.mark.skipif(len(jax.devices()) < 2, reason="needs 2 devices (tests/conftest.py asks for 2 CPUs)")
@@ -134,11 +134,11 @@ def test_meta_trainer_on_two_devices_matches_one_and_resumes(tmp_path, caplog):
   single = build_trainer(num_pairs=4, with_tbptt=True)
   sharded = build_trainer(num_pairs=4, with_tbptt=True, devices=2)
   assert single.mesh is None and sharded.mesh is not None
-  want, _ = single.train(4, key=jax.random.key(3), progress=False)
+  want, _ = train(single, 4, key=jax.random.key(3), progress=False)
   with jax.log_compiles():
-    sharded.train(2, key=jax.random.key(3), progress=False, output_dir=str(tmp_path), checkpoint_every=2)
+    train(sharded, 2, key=jax.random.key(3), progress=False, output_dir=str(tmp_path), checkpoint_every=2)
     # The run resumes from its checkpoint, and the restored host arrays are placed on both devices again.
-    resumed, history = sharded.train(4, key=jax.random.key(3), progress=False, output_dir=str(tmp_path))
+    resumed, history = train(sharded, 4, key=jax.random.key(3), progress=False, output_dir=str(tmp_path))
   # Every step's output is laid out like its input, so all 4 steps (resumed ones included) ran one compiled program
   # (the training loop's `step_fn` with its metrics packed, `MetaTrainer._step_and_pack`).
   assert sum("Compiling jit(_step_and_pack)" in r.getMessage() for r in caplog.records) == 1

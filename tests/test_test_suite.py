@@ -71,6 +71,8 @@ def test_test_suite_runs_only_when_confirmed():
     heldout.evaluate_suite(optax.adam, suite="test", confirm_test=True, data={"suite": "heldout", "tasks": {}})
   with pytest.raises(KeyError, match="unknown suite with shipped baselines 'dev'"):
     heldout.evaluate_suite(optax.adam, suite="dev")
+  with pytest.raises(ValueError, match="confirm_test only applies to suite='test'"):
+    heldout.evaluate_suite(optax.adam, suite="heldout", confirm_test=True)
 
 
 def test_normalizer_file_of_another_suite_or_missing_is_refused(tmp_path):

@@ -288,6 +288,21 @@ def _resolve(candidate: Candidate) -> Tuple[str, Any, bool]:
                   f"{type(candidate).__name__}.")
 
 
+def check_suite_choice(suite: str, confirm_test: Any, *, flags: bool = False) -> None:
+  """Raises ValueError unless ``suite`` is a suite of `metafam.benchmark.suites` and ``confirm_test`` is True exactly
+  when it is ``"test"`` (the suite scored once per shipped optimizer, never used for design choices). Cheap: callers
+  check before any work. ``flags``: name the arguments as the command line's ``--suite`` and ``--confirm_test``."""
+  bl.suite_spec(suite)
+  name, test, yes = (("--confirm_test", "--suite test", "add --confirm_test") if flags else
+                     ("confirm_test", "suite='test'", "pass confirm_test=True to run it"))
+  if suite == "test" and confirm_test is not True:
+    raise ValueError(f"{test} is the test split, scored once per shipped optimizer and never used for design choices: "
+                     f"{yes} (or use {'--suite heldout' if flags else 'suite=' + repr('heldout')}, the development "
+                     "suite).")
+  if suite != "test" and confirm_test not in (False, None):
+    raise ValueError(f"{name} only applies to {test}.")
+
+
 def evaluate_suite(candidate: Candidate, *, tasks: Optional[Sequence[str]] = None,
                    data: Optional[Mapping[str, Any]] = None, name: Optional[str] = None,
                    learning_rates: Optional[Sequence[float]] = None, schedules: Sequence[str] = ("constant",),
@@ -307,8 +322,8 @@ def evaluate_suite(candidate: Candidate, *, tasks: Optional[Sequence[str]] = Non
     name: the label (default from the candidate).
     progress: a tqdm bar over tasks.
     suite: ``"heldout"`` (development, the default) or ``"test"``.
-    confirm_test: must be True to score on ``test``, the suite that is run once per shipped optimizer and never
-      tuned on; the result records the suite and the time (``evaluated_at``).
+    confirm_test: must be True to score on ``test`` (and only there; `check_suite_choice`), the suite that is run
+      once per shipped optimizer and never tuned on; the result records the suite and the time (``evaluated_at``).
     cache_dir: a directory keeping each finished task's curves (``<task>.json``, written atomically), so that an
       interrupted evaluation resumes where it stopped: a task whose file is there is read instead of trained. Each
       file records what produced it (suite, task and its evaluation points, label, the grid and schedules of a tuned
@@ -323,9 +338,7 @@ def evaluate_suite(candidate: Candidate, *, tasks: Optional[Sequence[str]] = Non
   """
   from tqdm.auto import tqdm
   from metafam.tasks.registry import get_task
-  if suite == "test" and confirm_test is not True:
-    raise ValueError("suite='test' is the test split, scored once per shipped optimizer and never used for design "
-                     "choices: pass confirm_test=True to run it (use suite='heldout' for development).")
+  check_suite_choice(suite, confirm_test)
   spec = bl.suite_spec(suite)
   data = load_normalizers(suite=suite) if data is None else data
   if data.get("suite", "heldout") != suite:

@@ -7,7 +7,10 @@
   JSON, atomically;
 * ``meta_loss.png``: the raw meta-loss per meta-step, its bias-corrected EMA, and the held-out test loss where the
   history logged one (``eval_final_loss``);
-* ``inner_curves.png``: the instance-mean held-out curves of each learned theta and of tuned Adam (log scale).
+* ``inner_curves.png``: the instance-mean held-out curves of each learned theta and of tuned Adam (log scale);
+* ``meta_validation.png``, when the history holds meta-validation checks (``eval_every``,
+  `metafam.outer_trainers.validation.MetaValidation`): the loss at the horizon of the same held-out instances at
+  every check, per family and averaged, with a band of one standard deviation over instances (`plot_meta_validation`).
 
 Every file goes through `metafam.io.atomic_write`. Without matplotlib only ``summary.json`` is written.
 """
@@ -24,6 +27,7 @@ from metafam.io import save_figure, write_json
 
 SUMMARY_NAME = "summary.json"
 PLOT_NAMES = ("meta_loss.png", "inner_curves.png")
+VALIDATION_PLOT_NAME = "meta_validation.png"
 
 
 def _json_number(value: Any) -> Any:
@@ -89,7 +93,51 @@ def plot_meta_train(output_dir: str, history: Sequence[Mapping[str, Any]],
          yscale="log")
   ax.legend(fontsize=8)
   save_figure(fig, os.path.join(output_dir, PLOT_NAMES[1]))
-  return list(PLOT_NAMES)
+  return list(PLOT_NAMES) + plot_meta_validation(output_dir, history)
+
+
+def validation_series(history: Sequence[Mapping[str, Any]]) -> Dict[str, Dict[str, np.ndarray]]:
+  """The meta-validation checks of ``history`` as ``{label: {"step", "final_loss", "final_loss_sd"}}`` arrays: one
+  series per family (``eval/FAMILY/...`` keys) and ``"mean over families"`` (``eval_final_loss``); ``{}`` if none."""
+  checks = [h for h in history if "eval_final_loss" in h]
+  if not checks:
+    return {}
+  families = sorted({k[len("eval/"):-len("/final_loss")] for h in checks for k in h
+                     if k.startswith("eval/") and k.endswith("/final_loss")})
+  prefixes = {f"eval/{f}/": f for f in families}
+  prefixes["eval_"] = "mean over families" if families else "held-out loss"
+  out = {}
+  for prefix, label in prefixes.items():
+    rows = [h for h in checks if f"{prefix}final_loss" in h]
+    out[label] = {"step": np.asarray([h["step"] for h in rows], np.int64),
+                  "final_loss": np.asarray([float(h[f"{prefix}final_loss"]) for h in rows]),
+                  "final_loss_sd": np.asarray([float(h.get(f"{prefix}final_loss_sd", float("nan"))) for h in rows])}
+  return out
+
+
+def plot_meta_validation(output_dir: str, history: Sequence[Mapping[str, Any]]) -> List[str]:
+  """Writes ``meta_validation.png`` (see the module docstring) and returns ``[its name]``; ``[]`` without
+  matplotlib or without checks in ``history``."""
+  series = validation_series(history)
+  try:
+    from matplotlib.figure import Figure
+  except ImportError:
+    return []
+  if not series:
+    return []
+  fig = Figure(figsize=(6.5, 4))
+  ax = fig.subplots()
+  for i, (label, s) in enumerate(series.items()):
+    mean = label in ("mean over families", "held-out loss")
+    ax.plot(s["step"], s["final_loss"], "o-", ms=3, lw=2.0 if mean else 1.0, color="k" if mean else f"C{i}",
+            label=label)
+    sd = np.where(np.isfinite(s["final_loss_sd"]), s["final_loss_sd"], np.nan)
+    if not mean and np.any(np.isfinite(sd)):
+      ax.fill_between(s["step"], s["final_loss"] - sd, s["final_loss"] + sd, color=f"C{i}", alpha=0.15, lw=0)
+  ax.set(xlabel="meta-step", ylabel="normalized loss at the horizon (same instances)", title="meta-validation")
+  ax.legend(fontsize=8)
+  save_figure(fig, os.path.join(output_dir, VALIDATION_PLOT_NAME))
+  return [VALIDATION_PLOT_NAME]
 
 
 def write_meta_train_report(output_dir: str, history: Sequence[Mapping[str, Any]], comparison: Any,

@@ -22,6 +22,15 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 LANE_AXIS = "task"
 
 
+def check_lane_split(num_tasks: int, num_devices: int, lanes: str = "num_tasks", devices: str = "") -> None:
+  """Raises ValueError unless ``num_tasks`` lanes split evenly over ``num_devices`` devices (`lane_mesh`'s rule,
+  checkable before any device exists). ``lanes`` names the lane count; ``devices`` says how the devices were asked
+  for (default: their count)."""
+  if num_tasks % num_devices:
+    raise ValueError(f"{lanes}={num_tasks} lanes cannot be split evenly over {devices or num_devices} devices; use a "
+                     f"multiple of {num_devices}.")
+
+
 def lane_mesh(devices: Union[None, int, Sequence[Any]], num_tasks: int) -> Optional[Mesh]:
   """A 1-D ``("task",)`` mesh over ``devices``, or None when that is a single device (nothing to shard).
 
@@ -48,9 +57,7 @@ def lane_mesh(devices: Union[None, int, Sequence[Any]], num_tasks: int) -> Optio
       raise ValueError(f"devices lists a device twice: {devs}.")
   if len(devs) == 1:
     return None
-  if num_tasks % len(devs):
-    raise ValueError(f"num_tasks={num_tasks} lanes cannot be split evenly over {len(devs)} devices; use a "
-                     f"multiple of {len(devs)}.")
+  check_lane_split(num_tasks, len(devs))
   return Mesh(np.asarray(devs), (LANE_AXIS,), axis_types=(AxisType.Auto,))
 
 

@@ -1,9 +1,10 @@
 """The meta-training loop: `train` runs a trainer's meta-steps, with checkpoints, metrics, evaluation and signals.
 
 `train` works on any trainer shaped like `metafam.outer_trainers.meta_trainer.MetaTrainer` (``init``, ``place``,
-``step_packed``, ``memory_estimate``, ``evaluate``, ``config``; this module does not import it, so the trainer's
-``train`` can delegate here without an import circle). The run directory's files and the refusal rule are
-`metafam.outer_trainers.run_dir`; whether a checkpoint belongs to the run is the ``same_run`` function passed in.
+``step_packed``, ``memory_estimate``, ``mesh``; this module does not import it). The run directory's files, the
+run identity a checkpoint stores and the refusal rule are `metafam.outer_trainers.run_dir`; whether a checkpoint
+belongs to the run is the ``same_run`` function passed in; evaluation is the ``evaluate`` callback (e.g.
+`metafam.outer_trainers.validation.MetaValidation`, the meta-validation curve).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import dataclasses
 import json
 import os
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 import jax
 import numpy as np
@@ -22,15 +23,16 @@ from tqdm.auto import tqdm
 from metafam import distributed, resources
 from metafam._checks import check_number, check_positive
 from metafam.inner import sharding
-from metafam.io import DirectoryLock, append_line
+from metafam.io import append_line
+from metafam.io import lock_output_dir as _lock_dir
 from metafam.outer_trainers import checkpoint
 from metafam.outer_trainers.preemption import Preempted, StopRequests
 from metafam.outer_trainers.run_dir import (CHECKPOINT_NAME, LEGACY_CHECKPOINT_NAME, METRICS_NAME, WriteFailedError,
-                                            check_checkpoint, finite_or_null, holding, restore, same_config, save,
-                                            truncate_metrics)
+                                            check_checkpoint, finite_or_null, holding, restore, run_identity,
+                                            same_config, save, truncate_metrics)
 
 DEFAULT_MAX_SKIPPED_STEPS = 50
-EVAL_KEY = 12345  # evaluations during training use fold_in(key(EVAL_KEY), step): the same instances in every run
+Evaluate = Callable[[Any, int], Mapping[str, float]]  # (theta, meta-step) -> numbers for the step's record
 
 
 class RunDivergedError(RuntimeError):
@@ -47,19 +49,35 @@ def check_memory(trainer: Any, key: jax.Array) -> resources.MemoryEstimate:
 
 
 def train(trainer: Any, num_steps: int, *, key: Optional[jax.Array] = None, state: Optional[Any] = None,
-          output_dir: Optional[str] = None, checkpoint_every: int = 50,
-          eval_every: Optional[int] = None, progress: bool = True,
-          log_fn: Optional[Callable[[Dict[str, Any]], None]] = None, handle_signals: bool = False,
-          max_skipped_steps: Optional[int] = DEFAULT_MAX_SKIPPED_STEPS, check_memory: bool = True,
-          lock_output_dir: bool = True, same_run: Callable[[Any, Any], bool] = same_config):
-  """Runs ``trainer``'s meta-steps until ``state.step == num_steps``; returns ``(state, history)``.
+          output_dir: Optional[str] = None, identity: Optional[Mapping[str, Any]] = None,
+          checkpoint_every: int = 50, evaluate: Optional[Evaluate] = None, eval_every: Optional[int] = None,
+          progress: bool = True, log_fn: Optional[Callable[[Dict[str, Any]], None]] = None,
+          handle_signals: bool = False, max_skipped_steps: Optional[int] = DEFAULT_MAX_SKIPPED_STEPS,
+          check_memory: bool = True, lock_output_dir: bool = True,
+          same_run: Callable[[Any, Any], bool] = same_config,
+          finish: Optional[Callable[[Any, List[Dict[str, Any]]], Any]] = None):
+  """Runs ``trainer``'s meta-steps until ``state.step == num_steps``; returns ``(state, history)``, or with
+  ``finish`` ``(state, history, finish(state, history))``.
 
   With ``output_dir``, an existing checkpoint there is resumed (refused if it belongs to a different run or holds
   non-finite meta-parameters), a checkpoint is written atomically every ``checkpoint_every`` steps and at the
-  end, and every logged record is appended to ``metrics.jsonl`` (see the module docstring). With ``eval_every`` and
-  an ``eval_family``, `MetaTrainer.evaluate` runs every that many steps and at the end (held-out instances, key
-  derived from the step). ``history`` is the list of records (step, metrics, inner steps/s, and eval results where
-  evaluated).
+  end, and every logged record is appended to ``metrics.jsonl`` (see `metafam.outer_trainers.run`). ``history`` is
+  the list of this call's records (step, metrics, inner steps/s, and the evaluation's numbers where evaluated).
+
+  Args:
+    trainer: a `metafam.outer_trainers.meta_trainer.MetaTrainer`.
+    num_steps: train until the state's step is this.
+    key: a fresh run's key (default ``key(0)``); state: start from this state instead (no checkpoint is read).
+    output_dir: the run directory (None: nothing is written or resumed).
+    identity: the run's identity stored in its checkpoints (`run_dir.run_identity` completes it; default: the
+      trainer's estimators and learned optimizer).
+    checkpoint_every: meta-steps between checkpoints.
+    evaluate: ``evaluate(theta, step) -> {name: number}`` (e.g. `metafam.outer_trainers.validation.MetaValidation`),
+      called every ``eval_every`` meta-steps and at the last one; its numbers join the step's record.
+    log_fn: called with every record (e.g. `metafam.outer_trainers.run.tensorboard_logger`).
+    same_run: ``same_run(stored config, identity)``: whether a checkpoint in ``output_dir`` belongs to this run
+      (default `metafam.outer_trainers.run_dir.same_config`, equal as JSON); a checkpoint of another run is refused.
+    finish: called with the final state and the history while the directory is still locked (a closing report).
 
   Failures (each leaves the last checkpoint loadable, and a rerun resumes exactly):
 
@@ -71,22 +89,25 @@ def train(trainer: Any, num_steps: int, *, key: Optional[jax.Array] = None, stat
     `RunDivergedError` naming the step and the last checkpoint (None: never stop).
   * ``check_memory``: before anything is allocated, the compiled meta-step's memory is compared with what the
     devices can give (`check_memory`); `metafam.resources.InsufficientMemoryError` if it cannot fit.
-  * ``lock_output_dir``: ``output_dir`` is locked for the run (`metafam.io.DirectoryLock`); a second run into it
-    raises `metafam.io.DirectoryBusyError` before changing anything, and a refused run restores the lock file.
-    Pass False when the caller holds the lock.
-  * ``same_run(stored config, trainer.config)``: whether a checkpoint in ``output_dir`` belongs to this run (default
-    `metafam.outer_trainers.run_dir.same_config`, equal as JSON); a checkpoint of another run is refused.
+  * ``lock_output_dir``: ``output_dir`` is created, proven writable and locked for the run
+    (`metafam.io.lock_output_dir`); a second run into it raises `metafam.io.DirectoryBusyError` before changing
+    anything, and a refused run restores the lock file.
   """
-  loop = Loop(trainer, output_dir, checkpoint_every, eval_every, progress, log_fn, max_skipped_steps, same_run)
-  lock = DirectoryLock(output_dir).acquire() if loop.writes and lock_output_dir else None
+  if eval_every is not None:
+    check_positive("eval_every", eval_every, integer=True)
+    if evaluate is None:
+      raise ValueError("eval_every needs evaluate= (e.g. metafam.outer_trainers.validation.MetaValidation).")
+  loop = Loop(trainer, output_dir, checkpoint_every, eval_every, progress, log_fn, max_skipped_steps, same_run,
+              identity=run_identity(trainer, identity), evaluate=evaluate)
+  lock = _lock_dir(output_dir) if loop.writes and lock_output_dir else None
   with holding(lock, loop):
-    return loop.train(num_steps, key=key, state=state, handle_signals=handle_signals, memory=check_memory)
+    state, history = loop.train(num_steps, key=key, state=state, handle_signals=handle_signals, memory=check_memory)
+    return (state, history) if finish is None else (state, history, finish(state, history))
 
 
 @dataclasses.dataclass
 class Loop:
-  """The state of one `train` call: where it writes, what it wrote, and its settings (`train`, and
-  `metafam.outer_trainers.run.MetaTrainingRun`, which holds the directory's lock across the loop and its report)."""
+  """The state of one `train` call: where it writes, what it wrote, and its settings."""
   trainer: Any
   output_dir: Optional[str]
   checkpoint_every: int
@@ -95,6 +116,8 @@ class Loop:
   log_fn: Optional[Callable[[Dict[str, Any]], None]]
   max_skipped_steps: Optional[int]
   same_run: Callable[[Any, Any], bool] = same_config
+  identity: Optional[Mapping[str, Any]] = None
+  evaluate: Optional[Evaluate] = None
   wrote: bool = False
 
   def __post_init__(self):
@@ -109,10 +132,6 @@ class Loop:
     check_positive("checkpoint_every", self.checkpoint_every, integer=True)
     if self.max_skipped_steps is not None:
       check_positive("max_skipped_steps", self.max_skipped_steps, integer=True)
-    if self.eval_every is not None:
-      check_positive("eval_every", self.eval_every, integer=True)
-      if self.trainer.evaluator is None:
-        raise ValueError("eval_every needs an eval_family (MetaTrainer(..., eval_family=...)).")
     with StopRequests() if handle_signals else contextlib.nullcontext() as stop:
       state, had_checkpoint = self.start(num_steps, key, state, memory)
       return self.run(state, num_steps, had_checkpoint, stop)
@@ -137,7 +156,7 @@ class Loop:
         os.makedirs(self.output_dir, exist_ok=True)
         had_checkpoint = os.path.exists(self.ckpt)
         if had_checkpoint and state is None:  # a checkpoint that will be refused is refused before compiling
-          check_checkpoint(trainer, self.ckpt, same_run=self.same_run)
+          check_checkpoint(self.ckpt, self.identity, same_run=self.same_run)
       except (checkpoint.CheckpointError, OSError) as e:
         error = e
     if trainer.multi_process:  # every process stops on process 0's error, and resumes when it does
@@ -151,7 +170,7 @@ class Loop:
         check_memory(trainer, key)
       state = trainer.init(key)
       if had_checkpoint:
-        state = restore(trainer, self.ckpt, state, same_run=self.same_run)
+        state = restore(trainer, self.ckpt, state, self.identity, same_run=self.same_run)
         if self.writes:
           self.write(self.metrics_path, lambda: truncate_metrics(self.metrics_path, int(state.step)))
     self.last_saved = int(state.step)
@@ -182,7 +201,7 @@ class Loop:
           history.append(self.record(*pending, state=state, num_steps=num_steps, clock=clock, bar=bar))
           pending = None
         if checkpoint_due:
-          self.write(self.ckpt, lambda: save(trainer, state, self.ckpt))
+          self.write(self.ckpt, lambda: save(trainer, state, self.ckpt, self.identity))
           self.last_saved = step
         if stopping:
           raise Preempted(step, self.ckpt, stop.signal_name, state)
@@ -202,7 +221,7 @@ class Loop:
     finally:
       bar.close()
     if self.output_dir and step == start_step and not had_checkpoint:
-      self.write(self.ckpt, lambda: save(trainer, state, self.ckpt))
+      self.write(self.ckpt, lambda: save(trainer, state, self.ckpt, self.identity))
     return state, history
 
   def record(self, step: int, names: List[str], packed: jax.Array, *, state: Optional[Any],
@@ -218,8 +237,7 @@ class Loop:
     # On several processes only process 0 evaluates (on its own devices); the others go on to the next step.
     if (state is not None and self.eval_every and (step % self.eval_every == 0 or step == num_steps)
         and trainer.is_main_process):
-      result = trainer.evaluate(state.theta, jax.random.fold_in(jax.random.key(EVAL_KEY), step))
-      record.update(eval_final_loss=float(result["eval_final_loss"]), eval_mean_loss=float(result["eval_mean_loss"]))
+      record.update({k: float(v) for k, v in self.evaluate(state.theta, step).items()})
       clock["last"] = time.perf_counter()  # the evaluation's time is not the next step's
     if self.progress:
       bar.update(1)

@@ -8,21 +8,21 @@ an uninterrupted run.
 
 Estimators built with ``devices`` (all with the same devices) spread their lanes over those devices; the trainer
 then keeps theta and the meta-optimizer state replicated there and each worker state split by lane (`place`), from
-`init` and after a restore. Evaluation (`evaluate`) spreads its ``eval_num_tasks`` instances over the same devices
-when they divide evenly, and runs on one device otherwise (the numbers are the same up to float rounding). When the
-devices belong to several processes (`metafam.distributed`), every process runs the same meta-steps.
+`init` and after a restore. When the devices belong to several processes (`metafam.distributed`), every process
+runs the same meta-steps.
 
-The loop around it (checkpoints, the metrics file, lock, signals, divergence, memory pre-check) is
-`metafam.outer_trainers.loop`, the run directory `metafam.outer_trainers.run_dir`, and a whole run with its closing
-report `metafam.outer_trainers.run`. Only the ``train`` convenience imports one of them (the loop, inside the method),
-and none of them imports this module.
+The trainer is the algorithm only, like an optax transformation: it has no files, no run identity and no
+evaluation. The loop around it (checkpoints, the metrics file, evaluation, lock, signals, divergence, memory
+pre-check) is `metafam.outer_trainers.loop.train`, the run directory and the identity stored in checkpoints
+`metafam.outer_trainers.run_dir`, the meta-validation curve `metafam.outer_trainers.validation`, and a whole run
+with its closing report `metafam.outer_trainers.run`. None of them is imported here.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -32,7 +32,6 @@ import optax
 from metafam import distributed, resources
 from metafam._checks import check_positive
 from metafam._pytree import DataPytree
-from metafam.evaluation.family_eval import FamilyEvaluator
 from metafam.inner import sharding
 from metafam.outer_trainers.base import GradientEstimator, count_nonfinite, zero_nonfinite
 
@@ -128,26 +127,20 @@ class MetaTrainer(DataPytree):
     clip_grad_norm: clip the averaged gradient to this global norm with `optax.clip_by_global_norm` before the
       meta-optimizer (None: no clipping; the same as putting that clip first in a chain, without adding its empty
       state to the checkpointed meta-optimizer state).
-    eval_family: family for `evaluate` (held-out instances trained on ``train``, scored on ``eval_split``).
-    eval_num_tasks, eval_steps: instances and inner steps per evaluation.
-    eval_split: the split scored by `evaluate` (default "test").
-    config: JSON-able description of the run, stored in checkpoints; resuming from a checkpoint whose config
-      differs is refused.
     nonfinite: what a meta-step does with a bad estimate (`NONFINITE_POLICIES`, see `mean_estimate`):
       ``"skip"`` (default): a meta-step in which some estimate had no finite step or pair (its ``meta_loss`` is NaN)
       or whose averaged gradient has non-finite entries leaves theta and the meta-optimizer state unchanged; its
       metrics say ``update_skipped = 1`` (the worker states advance as usual). ``"zero"``: the non-finite entries
       of the averaged gradient are set to 0 and the update is applied (learned_optimization's semantics, for
       `metafam.compat.learned_optimization`); ``update_skipped`` is then always 0 and ``grad_norm`` is the norm of
-      the gradient applied. Recorded in ``config`` when not the default.
+      the gradient applied. Part of a run's default identity when not the default (`run_dir.run_identity`).
   """
 
   _data_fields = ("estimators",)
 
   def __init__(self, learned_opt: Any, estimators: Sequence[GradientEstimator],
                meta_optimizer: optax.GradientTransformation, clip_grad_norm: Optional[float] = None,
-               eval_family: Any = None, eval_num_tasks: int = 8, eval_steps: int = 100, eval_split: str = "test",
-               config: Optional[Dict[str, Any]] = None, nonfinite: str = "skip"):
+               nonfinite: str = "skip"):
     estimators = list(estimators) if isinstance(estimators, (list, tuple)) else [estimators]
     if not estimators:
       raise ValueError("MetaTrainer needs at least one estimator.")
@@ -168,19 +161,7 @@ class MetaTrainer(DataPytree):
     self.mesh = meshes[0]
     self.learned_opt, self.estimators, self.meta_optimizer = learned_opt, estimators, meta_optimizer
     self.clip_grad_norm, self.nonfinite = clip_grad_norm, nonfinite
-    self.config = dict(config or {})
-    if nonfinite != "skip":  # the default is left out, so that the configs of existing checkpoints still match
-      self.config.setdefault("nonfinite", nonfinite)
-    self.config.setdefault("estimators", [type(e).__name__ for e in estimators])
-    self.config.setdefault("learned_opt", type(learned_opt).__name__)
     self._step = jax.jit(MetaTrainer._step_and_pack, donate_argnums=1)  # the trainer passes itself: see step_fn
-    self.evaluator = None
-    if eval_family is not None:
-      # Evaluation is not a collective: on a mesh of several processes each evaluates on its own devices.
-      devices = [] if self.mesh is None else sharding.local_devices(self.mesh)
-      divides = len(devices) > 1 and eval_num_tasks % len(devices) == 0
-      self.evaluator = FamilyEvaluator(eval_family, eval_num_tasks, eval_steps, split=eval_split,
-                                       devices=devices if divides else None)
 
   @property
   def inner_steps_per_meta_step(self) -> int:
@@ -258,21 +239,7 @@ class MetaTrainer(DataPytree):
     one float32 vector in the order of ``sorted(metrics)``, so a loop fetches them in one device-to-host copy."""
     return self._step(self, state)
 
-  # -- evaluation -------------------------------------------------------------------------------------------------
-  def evaluate(self, theta: Any, key: jax.Array) -> Dict[str, Any]:
-    """Trains ``eval_num_tasks`` fresh instances for ``eval_steps`` steps with ``opt_fn(theta)``.
-
-    Returns the normalized ``eval_split`` loss after each step averaged over instances (``eval_curve``), its last
-    value and its mean (see `metafam.evaluation.family_eval.FamilyEvaluator`).
-    """
-    if self.evaluator is None:
-      raise ValueError("MetaTrainer was built without eval_family; pass one to evaluate.")
-    if self.multi_process:  # each process evaluates on its own devices: a host copy of the replicated theta
-      theta = distributed.to_host(theta)
-    curve = self.evaluator.evaluate(self.learned_opt, theta, key)
-    return {"eval_final_loss": float(curve[-1]), "eval_mean_loss": float(np.mean(curve)), "eval_curve": curve}
-
-  # -- checkpoints ------------------------------------------------------------------------------------------------
+  # -- processes --------------------------------------------------------------------------------------------------
   @property
   def multi_process(self) -> bool:
     """Whether the lanes are spread over the devices of several processes (`metafam.distributed`)."""
@@ -302,11 +269,3 @@ class MetaTrainer(DataPytree):
     """XLA's memory analysis of the compiled meta-step (per device), from shapes alone. The program compiled here is
     the one `step` then runs (same shapes and layout), so the check costs no second compilation."""
     return resources.program_memory(self._step.lower(self, self.abstract_state(key)).compile())
-
-  # -- the loop (metafam.outer_trainers.loop) -------------------------------------------------------------------
-  def train(self, num_steps: int, key: Optional[jax.Array] = None, state: Optional[MetaTrainState] = None,
-            **options: Any):
-    """A convenience: `metafam.outer_trainers.loop.train` on this trainer (meta-steps until ``state.step ==
-    num_steps``; with ``output_dir``: checkpointed, logged, resumable); returns ``(state, history)``."""
-    from metafam.outer_trainers.loop import train
-    return train(self, num_steps, key=key, state=state, **options)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 from metafam._checks import check_number, check_positive_int
 from metafam.outer_trainers.base import PERTURBATIONS
@@ -188,17 +188,23 @@ class Recipe:
     return [make_estimator(self.estimator, family, lopt, num_tasks=self.num_pairs, schedule=self.schedule(),
                            devices=devices, **kwargs) for family in families]
 
-  def build(self, *, devices: Any = None, eval_num_tasks: int = 16, eval_steps: int = 200, seed: int = 0):
-    """``(learned optimizer, MetaTrainer)``; the trainer evaluates on the first family, and its config (stored in
-    checkpoints) is `identity` with ``seed``."""
+  def build(self, *, devices: Any = None) -> "BuiltRecipe":
+    """The learned optimizer, the families and the `MetaTrainer` (its estimators' lanes over ``devices``)."""
     from metafam.outer_trainers.meta_trainer import MetaTrainer, meta_optimizer
     lopt = self.build_learned_optimizer()
     families = [spec.build() for spec in self.families]
     estimators = self.build_estimators(lopt, devices=devices, families=families)
     trainer = MetaTrainer(lopt, estimators, meta_optimizer(self.meta_learning_rate, self.meta_lr_decay_steps),
-                          clip_grad_norm=self.clip_grad_norm or None, eval_family=families[0],
-                          eval_num_tasks=eval_num_tasks, eval_steps=eval_steps, config=self.identity(seed))
-    return lopt, trainer
+                          clip_grad_norm=self.clip_grad_norm or None)
+    return BuiltRecipe(lopt, families, trainer)
+
+
+class BuiltRecipe(NamedTuple):
+  """What `Recipe.build` returns: the learned optimizer, the built families (in the recipe's order) and the
+  `metafam.outer_trainers.meta_trainer.MetaTrainer`."""
+  learned_opt: Any
+  families: List[Any]
+  trainer: Any
 
 
 def list_recipes():

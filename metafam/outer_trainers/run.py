@@ -2,8 +2,9 @@
 
 `MetaTrainingRun` is what ``metafam meta-train`` runs (the command line only parses flags into a `Recipe`, calls it
 and prints). It composes `metafam.outer_trainers.run_dir` (the directory's files, the refusal rule),
-`metafam.outer_trainers.loop` (`train`, the loop, usable on any `MetaTrainer`; ``MetaTrainer.train`` calls it) and
-`metafam.outer_trainers.legacy` (the identity check that reads every metafam version's checkpoint configs).
+`metafam.outer_trainers.loop` (`train`, the loop, usable on any `MetaTrainer`),
+`metafam.outer_trainers.validation` (the meta-validation curve) and `metafam.outer_trainers.legacy` (the identity
+check that reads every metafam version's checkpoint configs).
 
 A run directory holds, for one run identity (`Recipe.identity`: the recipe less its name, prose and length, plus the
 seed):
@@ -17,6 +18,10 @@ seed):
   from it, bit for bit.
 * ``metrics.jsonl``: one strict-JSON record per meta-step (non-finite values as null), appended after each step; on
   resume the records past the checkpoint (they run again) and a partial last line left by a crash are dropped.
+  With ``eval_every``, every that many meta-steps and at the last one the record also holds the meta-validation
+  curve's point (`metafam.outer_trainers.validation.MetaValidation` on every family of the recipe, the same
+  instances at every check): ``eval_final_loss``, ``eval_final_loss_sd``, ``eval_mean_loss`` and per family
+  ``eval/FAMILY/...``.
 * ``summary.json``, ``meta_loss.png``, ``inner_curves.png``: the closing report (`MetaTrainingRun.report`:
   the learned optimizer before and after against Adam tuned on ``inner_valid``, on held-out test instances),
   written once after the last meta-step (`metafam.evaluation.report`).
@@ -39,20 +44,20 @@ import jax
 
 from metafam import distributed
 from metafam._checks import check_number
-from metafam.io import lock_output_dir as _lock_dir
 from metafam.outer_trainers.legacy import same_run
-from metafam.outer_trainers.loop import (DEFAULT_MAX_SKIPPED_STEPS, EVAL_KEY, Loop, RunDivergedError, check_memory,
-                                         train)
+from metafam.outer_trainers.loop import DEFAULT_MAX_SKIPPED_STEPS, RunDivergedError, check_memory, train
 from metafam.outer_trainers.meta_trainer import MetaTrainState
 from metafam.outer_trainers.recipes import Recipe
 from metafam.outer_trainers.run_dir import (CHECKPOINT_NAME, LEGACY_CHECKPOINT_NAME, METRICS_NAME, REFUSALS,
-                                            WriteFailedError, check_checkpoint, holding, read_metrics, restore, save)
+                                            WriteFailedError, check_checkpoint, read_metrics, restore, run_identity,
+                                            save)
+from metafam.outer_trainers.validation import MetaValidation, evaluator_on
 
 # Re-exported from the modules they live in (names of this module before the split).
 __all__ = ["MetaTrainingRun", "RunResult", "tensorboard_logger", "REPORT_KEY_OFFSET", "CHECKPOINT_NAME",
-           "LEGACY_CHECKPOINT_NAME", "METRICS_NAME", "DEFAULT_MAX_SKIPPED_STEPS", "EVAL_KEY", "REFUSALS",
-           "RunDivergedError", "WriteFailedError", "check_checkpoint", "check_memory", "read_metrics", "restore",
-           "same_run", "save", "train"]
+           "LEGACY_CHECKPOINT_NAME", "METRICS_NAME", "DEFAULT_MAX_SKIPPED_STEPS", "REFUSALS", "RunDivergedError",
+           "WriteFailedError", "check_checkpoint", "check_memory", "read_metrics", "restore", "same_run", "save",
+           "train"]
 
 REPORT_KEY_OFFSET = 1_000_003  # the closing report's instances: key(seed + this), apart from the run's own streams
 
@@ -90,16 +95,17 @@ class RunResult:
 class MetaTrainingRun:
   """``recipe`` meta-trained with ``seed`` into ``output_dir`` (see the module docstring for the directory).
 
-  Building it builds the learned optimizer, the estimators (lanes over ``devices``) and the `MetaTrainer` (whose
-  config is the run's identity); nothing is compiled or written. `run` trains (resuming a checkpoint of the same run),
-  then writes the closing report.
+  Building it builds the learned optimizer, the families, the estimators (lanes over ``devices``) and the
+  `MetaTrainer`; nothing is compiled or written. `run` trains (resuming a checkpoint of the same run), then writes
+  the closing report.
 
   Args:
     recipe: the `Recipe` (for ``metafam meta-train``'s flags:
       `metafam.outer_trainers.recipe_flags.recipe_from_command`).
     output_dir: the run directory (None: nothing is written, nothing resumed).
     seed: the run's seed: its key is ``jax.random.key(seed)``; part of its identity.
-    eval_tasks, eval_steps: held-out instances and inner steps of evaluations and of the closing report.
+    eval_tasks, eval_steps: held-out instances (per family) and inner steps of the meta-validation checks and of the
+      closing report (which runs on the recipe's first family).
     devices: spread the lanes over this many devices (or these devices; None: one).
   """
 
@@ -108,12 +114,15 @@ class MetaTrainingRun:
     if not isinstance(recipe, Recipe):
       raise TypeError(f"recipe must be a Recipe (metafam.outer_trainers.recipes), got {type(recipe).__name__}.")
     self.recipe, self.output_dir, self.seed = recipe, output_dir, int(check_number("seed", seed, low=0, integer=True))
-    self.lopt, self.trainer = recipe.build(devices=devices, eval_num_tasks=eval_tasks, eval_steps=eval_steps,
-                                           seed=seed)
+    self.lopt, self.families, self.trainer = recipe.build(devices=devices)
+    self.validation = MetaValidation(self.lopt, self.families, num_tasks=eval_tasks, num_steps=eval_steps,
+                                     mesh=self.trainer.mesh)
+    self.evaluator = evaluator_on(self.trainer.mesh, self.families[0], eval_tasks, eval_steps, split="test")
 
   @property
   def identity(self) -> Dict[str, Any]:
-    """What must match to resume a checkpoint in the run directory (`Recipe.identity`)."""
+    """What must match to resume a checkpoint in the run directory: `Recipe.identity` (stored as the checkpoint's
+    config, completed by `metafam.outer_trainers.run_dir.run_identity`)."""
     return self.recipe.identity(self.seed)
 
   @property
@@ -124,16 +133,14 @@ class MetaTrainingRun:
           progress: bool = True, log_fn: Optional[Callable[[Dict[str, Any]], None]] = None,
           handle_signals: bool = True, max_skipped_steps: Optional[int] = DEFAULT_MAX_SKIPPED_STEPS,
           report: bool = True) -> RunResult:
-    """Meta-trains to ``num_steps`` (default the recipe's) with the directory locked (process 0), then, with
-    ``report``, compares and writes the closing report (process 0). A refusal leaves the directory as it was."""
+    """Meta-trains to ``num_steps`` (default the recipe's; with ``eval_every``, the meta-validation curve every that
+    many meta-steps) with the directory locked (process 0), then, with ``report``, compares and writes the closing
+    report (process 0) before the lock is released. A refusal leaves the directory as it was."""
     num_steps = self.recipe.num_steps if num_steps is None else num_steps
     main = self.trainer.is_main_process and distributed.is_main_process()
-    lock = _lock_dir(self.output_dir) if self.output_dir and main else None
-    loop = Loop(self.trainer, self.output_dir, checkpoint_every, eval_every, progress and main, log_fn,
-                max_skipped_steps, same_run)
-    with holding(lock, loop):
-      start = time.perf_counter()
-      state, _ = loop.train(num_steps, key=self.key, state=None, handle_signals=handle_signals, memory=True)
+    start = time.perf_counter()
+
+    def finish(state: MetaTrainState, _) -> RunResult:
       train_seconds = time.perf_counter() - start
       # Host copies of the thetas to compare: process 0 evaluates alone, so no array of a multi-process mesh may
       # enter its programs (placing the initial theta on that mesh is itself a collective: every process takes part).
@@ -146,6 +153,12 @@ class MetaTrainingRun:
                          per_step)
       return self.report(result, thetas, history) if report and main else result
 
+    return train(self.trainer, num_steps, key=self.key, output_dir=self.output_dir,
+                 identity=run_identity(self.trainer, self.identity), checkpoint_every=checkpoint_every,
+                 evaluate=self.validation if eval_every else None, eval_every=eval_every or None,
+                 progress=progress and main, log_fn=log_fn, handle_signals=handle_signals,
+                 max_skipped_steps=max_skipped_steps, lock_output_dir=main, same_run=same_run, finish=finish)[2]
+
   def history(self) -> List[Dict[str, Any]]:
     """The records of the run directory's ``metrics.jsonl`` (every session's; ``[]`` if none)."""
     path = os.path.join(self.output_dir, METRICS_NAME) if self.output_dir else None
@@ -156,12 +169,13 @@ class MetaTrainingRun:
     key ``seed + REPORT_KEY_OFFSET``) and, with a run directory, its report files."""
     from metafam.evaluation.comparison import compare_with_tuned_adam
     from metafam.evaluation.report import write_meta_train_report
-    comparison = compare_with_tuned_adam(self.trainer.evaluator, self.lopt, thetas,
+    comparison = compare_with_tuned_adam(self.evaluator, self.lopt, thetas,
                                          jax.random.key(self.seed + REPORT_KEY_OFFSET), min_tasks=1)
     written = None
     if self.output_dir:
       try:
-        written = write_meta_train_report(self.output_dir, history, comparison, self.trainer.config,
+        written = write_meta_train_report(self.output_dir, history, comparison,
+                                          run_identity(self.trainer, self.identity),
                                           meta_steps=result.meta_steps, train_seconds=result.train_seconds,
                                           inner_steps_per_meta_step=result.inner_steps_per_meta_step)
       except OSError as e:  # the run itself is checkpointed: only the report is missing

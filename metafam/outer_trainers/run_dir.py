@@ -1,10 +1,12 @@
 """A run directory: the checkpoint of a trainer's state and its identity check, ``metrics.jsonl``, the refusal rule.
 
-What a directory holds is listed in `metafam.outer_trainers.run`. The functions here take any trainer that has a
-``config`` (its run identity, stored in checkpoints), ``place``, ``multi_process`` and ``is_main_process``
-(`metafam.outer_trainers.meta_trainer.MetaTrainer`); this module imports neither the trainer nor the recipes. Whether
-a checkpoint's stored config names the same run is a function passed in (``same_run``): `same_config` (equal as JSON)
-by default, `metafam.outer_trainers.legacy.same_run` (every metafam version's configs) for recipe runs.
+What a directory holds is listed in `metafam.outer_trainers.run`. A checkpoint stores the run's *identity* as its
+``config`` (`run_identity`: a JSON-able dict; resuming a checkpoint of another identity is refused). The functions
+here take any trainer that has ``estimators``, ``learned_opt``, ``nonfinite``, ``place``, ``multi_process`` and
+``is_main_process`` (`metafam.outer_trainers.meta_trainer.MetaTrainer`); this module imports neither the trainer nor
+the recipes. Whether a checkpoint's stored config names the same run is a function passed in (``same_run``):
+`same_config` (equal as JSON) by default, `metafam.outer_trainers.legacy.same_run` (every metafam version's configs)
+for recipe runs.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import contextlib
 import json
 import os
 import warnings
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -44,17 +46,31 @@ class WriteFailedError(RuntimeError):
 
 
 # -- checkpoints of a trainer's state --------------------------------------------------------------------------------
-def save(trainer: Any, state: Any, path: str) -> None:
-  """Writes ``state`` to ``path`` atomically with ``{"step", "config": trainer.config}``. On several processes the
+def run_identity(trainer: Any, config: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+  """The identity a checkpoint of ``trainer``'s run stores: ``config`` (a JSON-able description of the run, e.g.
+  `metafam.outer_trainers.recipes.Recipe.identity`), completed with the estimators' and the learned optimizer's
+  class names (``estimators``, ``learned_opt``) and the trainer's ``nonfinite`` policy when it is not the default,
+  unless ``config`` sets them."""
+  identity = dict(config or {})
+  if trainer.nonfinite != "skip":  # the default is left out, so that the configs of older checkpoints still match
+    identity.setdefault("nonfinite", trainer.nonfinite)
+  identity.setdefault("estimators", [type(e).__name__ for e in trainer.estimators])
+  identity.setdefault("learned_opt", type(trainer.learned_opt).__name__)
+  return identity
+
+
+def save(trainer: Any, state: Any, path: str, identity: Mapping[str, Any]) -> None:
+  """Writes ``state`` to ``path`` atomically with ``{"step", "config": identity}``. On several processes the
   lanes are gathered first (every process must call this) and process 0 writes the global state: a checkpoint does
   not depend on the process count."""
   tree = distributed.to_host(state) if trainer.multi_process else state
   if trainer.is_main_process:
-    checkpoint.save(path, tree, {"step": int(tree.step), "config": trainer.config})
+    checkpoint.save(path, tree, {"step": int(tree.step), "config": identity})
 
 
-def restore(trainer: Any, path: str, like: Any, same_run: Optional[Callable[[Any, Any], bool]] = None) -> Any:
-  """Loads a checkpoint written by `save` for the same run (`check_checkpoint` with ``same_run``, default
+def restore(trainer: Any, path: str, like: Any, identity: Mapping[str, Any],
+            same_run: Optional[Callable[[Any, Any], bool]] = None) -> Any:
+  """Loads a checkpoint written by `save` for the run of ``identity`` (`check_checkpoint` with ``same_run``, default
   `same_config`); ``like`` gives the structure.
 
   The state is rebuilt into ``like``'s types (structure, shapes and dtypes must match; see `checkpoint.load`). On
@@ -63,7 +79,7 @@ def restore(trainer: Any, path: str, like: Any, same_run: Optional[Callable[[Any
   process.
   """
   def read(like):
-    check_checkpoint(trainer, path, read_theta=False, same_run=same_run or same_config)
+    check_checkpoint(path, identity, read_theta=False, same_run=same_run or same_config)
     tree, _ = checkpoint.load(path, like=like)
     checkpoint.check_finite(tree.theta, path, "meta-parameter theta")
     return tree
@@ -82,20 +98,20 @@ def restore(trainer: Any, path: str, like: Any, same_run: Optional[Callable[[Any
 
 
 def same_config(stored: Any, mine: Any) -> bool:
-  """Whether a checkpoint's stored config and ``mine`` (a trainer's config) are equal as stored JSON (tuples become
+  """Whether a checkpoint's stored config and ``mine`` (a run's identity) are equal as stored JSON (tuples become
   lists): the default identity check of `check_checkpoint`."""
   return stored == json.loads(json.dumps(mine, sort_keys=True))
 
 
-def check_checkpoint(trainer: Any, path: str, read_theta: bool = True,
+def check_checkpoint(path: str, identity: Mapping[str, Any], read_theta: bool = True,
                      same_run: Callable[[Any, Any], bool] = same_config) -> None:
-  """Raises `checkpoint.CheckpointError` unless ``path`` is a checkpoint of this run (``same_run(stored config,
-  trainer.config)``) whose theta is finite (``read_theta``); cheap next to compiling, so a resume checks it first."""
+  """Raises `checkpoint.CheckpointError` unless ``path`` is a checkpoint of the run of ``identity`` (``same_run(stored
+  config, identity)``) whose theta is finite (``read_theta``); cheap next to compiling, so a resume checks it first."""
   stored = checkpoint.read_metadata(path).get("config")
-  if not same_run(stored, trainer.config):
+  if not same_run(stored, identity):
     raise checkpoint.CheckpointError(
         f"{path} belongs to a different run: its config is {json.dumps(stored, sort_keys=True)}, this run's is "
-        f"{json.dumps(trainer.config, sort_keys=True)}.")
+        f"{json.dumps(identity, sort_keys=True)}.")
   if read_theta:
     header, tree = checkpoint.read(path)
     if header.root_class == "MetaTrainState":
