@@ -74,14 +74,19 @@ def select_tasks() -> str:
   return FLAGS.suite
 
 
+def _checked(fn: Any, *args: Any, **kwargs: Any) -> Any:
+  """``fn(*args, **kwargs)``; its ValueError (a library's check of what the flags asked for) as a usage error."""
+  try:
+    return fn(*args, **kwargs)
+  except ValueError as e:
+    raise UsageError(str(e)) from None
+
+
 def build_optimizers(name: str, *, learning_rate: float, checkpoint: Optional[str]) -> Dict[str, Any]:
   """``{label: optimizer}`` of --optimizer (`metafam.benchmark.runner.optimizer_by_name`)."""
   from metafam.benchmark.runner import optimizer_by_name
-  try:
-    return optimizer_by_name(name, learning_rate=learning_rate, checkpoint=checkpoint,
-                             names=("--optimizer", "--checkpoint"))
-  except ValueError as e:
-    raise UsageError(str(e)) from None
+  return _checked(optimizer_by_name, name, learning_rate=learning_rate, checkpoint=checkpoint,
+                  names=("--optimizer", "--checkpoint"))
 
 
 def _prepare_output_dir(command: str) -> str:
@@ -133,10 +138,7 @@ def build_heldout_candidate() -> Any:
     raise UsageError(f"{', '.join(fixed)}: the {suite} suite fixes its tasks, horizons, seeds and keys, and tunes a "
                      "hand-designed optimizer's learning rate itself; drop these flags.")
   from metafam.benchmark.heldout import check_suite_choice
-  try:
-    check_suite_choice(suite, FLAGS.confirm_test, flags=True)
-  except ValueError as e:
-    raise UsageError(str(e)) from None
+  _checked(check_suite_choice, suite, FLAGS.confirm_test, flags=True)
   if not FLAGS["optimizer"].present and FLAGS.checkpoint is None:
     raise UsageError(f"--suite {suite} needs --optimizer (a hand-designed name, tuned on the rate grid, or a learned "
                      "optimizer with --checkpoint).")
@@ -219,10 +221,7 @@ def meta_train_recipe():
   """The `Recipe` of meta-train's flags (`metafam.outer_trainers.recipe_flags.recipe_from_command`)."""
   from metafam.outer_trainers.recipe_flags import recipe_from_command
   names = COMMANDS["meta-train"]["flags"]
-  try:
-    return recipe_from_command({n: FLAGS[n].value for n in names}, {n for n in names if FLAGS[n].present})
-  except ValueError as e:
-    raise UsageError(str(e)) from None
+  return _checked(recipe_from_command, {n: FLAGS[n].value for n in names}, {n for n in names if FLAGS[n].present})
 
 
 def check_meta_train_flags():
@@ -234,12 +233,8 @@ def check_meta_train_flags():
     check_output_dir(_output_dir("meta-train", FLAGS.output_dir), "--output_dir")
   if FLAGS.num_processes > 1:  # the library's rule, checked before the processes start
     from metafam.inner.sharding import check_lane_split
-    total = FLAGS.num_processes * FLAGS.devices
-    try:
-      check_lane_split(recipe.num_pairs, total, "--num_pairs",
-                       f"--num_processes {FLAGS.num_processes} x --devices {FLAGS.devices} =")
-    except ValueError as e:
-      raise UsageError(str(e)) from None
+    _checked(check_lane_split, recipe.num_pairs, FLAGS.num_processes * FLAGS.devices, "--num_pairs",
+             f"--num_processes {FLAGS.num_processes} x --devices {FLAGS.devices} =")
   if FLAGS.tensorboard:
     import importlib.util
     if importlib.util.find_spec("tensorboardX") is None:

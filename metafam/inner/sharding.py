@@ -25,9 +25,10 @@ LANE_AXIS = "task"
 def check_lane_split(num_tasks: int, num_devices: int, lanes: str = "num_tasks", devices: str = "") -> None:
   """Raises ValueError unless ``num_tasks`` lanes split evenly over ``num_devices`` devices (`lane_mesh`'s rule,
   checkable before any device exists). ``lanes`` names the lane count; ``devices`` says how the devices were asked
-  for (default: their count)."""
+  for, before their count (default: nothing)."""
   if num_tasks % num_devices:
-    raise ValueError(f"{lanes}={num_tasks} lanes cannot be split evenly over {devices or num_devices} devices; use a "
+    asked = f"{devices} " if devices else ""
+    raise ValueError(f"{lanes}={num_tasks} lanes cannot be split evenly over {asked}{num_devices} devices; use a "
                      f"multiple of {num_devices}.")
 
 
