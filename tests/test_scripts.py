@@ -357,6 +357,20 @@ def test_suite_noise(monkeypatch, capsys):
   assert code == 0 and "| fmnist_mlp_16x16_64_b32 | 5 |" in out
 
 
+def test_self_tuning_baselines_table(monkeypatch, capsys):
+  """The table of each dev baseline's single best setting, from the shipped sweeps alone (no training)."""
+  code, out = run_script("experiments/self_tuning_baselines.py", ["--optimizers", "adam,muon"], monkeypatch, capsys)
+  assert code == 0 and out.count("\n| adam |") + out.count("\n| muon |") == 2, out
+  code, _ = run_script("experiments/self_tuning_baselines.py", ["--optimizers", "adamx"], monkeypatch, capsys)
+  assert code == 2
+
+
+@pytest.mark.slow  # the statistics are tested in tests/test_meta_gradient_signal.py; this runs the estimators
+def test_meta_gradient_signal_quick(monkeypatch, capsys):
+  code, out = run_script("experiments/meta_gradient_signal.py", ["--quick"], monkeypatch, capsys)
+  assert code == 0 and out.count("\n| ") >= 3, out
+
+
 def test_heldout_tables(monkeypatch, capsys):
   code, out = run_script("tools/heldout_tables.py", ["baselines"], monkeypatch, capsys)
   assert code == 0 and out.startswith("|") and "Tasks:" in out and "IQM loss gain" in out
@@ -472,7 +486,8 @@ COVERED = {
     "benchmarks/inner_training.py": "tests/test_benchmark_scripts.py tests/test_gpu_run.py benchmarks/gpu_run.sh",
     **{f"experiments/{name}.py": "tests/test_scripts.py" for name in (
         "ablation_table", "export_pretrained", "hand_designed_baselines", "heldout_learned", "long_horizon",
-        "meta_train_ablation", "muon_variants", "suite_noise", "user_models")},
+        "meta_train_ablation", "muon_variants", "suite_noise", "user_models", "self_tuning_baselines",
+        "meta_gradient_signal")},
     **{f"tools/{name}.py": "tests/test_scripts.py" for name in (
         "heldout_tables", "lo_surface", "hyperv2_parity", "make_mnist_slice")},
     "tools/lo_test_suite.py": "tests/compat/test_lo_test_suite_tool.py",
