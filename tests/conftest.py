@@ -88,6 +88,18 @@ def _dropped_xla_flags_line():
   return f"XLA flags dropped (jaxlib {xla_flags.jaxlib_version()} rejects them): {' '.join(_DROPPED_XLA_FLAGS)}"
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(config, items):
+  """Marks ``slow`` the cases a test module lists in ``SLOW_CASES`` (``{(test function name, parameter id)}``):
+  parameterized tests whose other cases already exercise the mechanism in the default suite (the module says which)."""
+  del config
+  for item in items:
+    cases = getattr(item.module, "SLOW_CASES", ())
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and (item.originalname, callspec.id) in cases:
+      item.add_marker(pytest.mark.slow)
+
+
 def pytest_report_header(config):
   """Names the suite's XLA flags that the running XLA rejected, in the header (in the summary under ``-q``)."""
   if _DROPPED_XLA_FLAGS and config.get_verbosity() >= 0:

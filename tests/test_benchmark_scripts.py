@@ -17,6 +17,7 @@ def _rows(markdown_path):
           and not line.startswith("| model") and not line.startswith("| estimate only")]
 
 
+@pytest.mark.slow  # the script: test_outer_training; sharded FullES: tests/test_sharding.py
 def test_outer_training_full_es_on_two_devices(monkeypatch, capsys):
   # PES with the default noise kinds on one device is gpu_run.sh's outer_training step (tests/test_gpu_run.py).
   # FullES on one and two devices (the default --devices 2).
@@ -76,6 +77,7 @@ def test_inner_training_against_the_reference_library(monkeypatch, capsys):
   assert code == 0 and "best/LO" in out
 
 
+@pytest.mark.slow  # low-rank PES: tests/test_low_rank.py
 def test_low_rank_estimates(monkeypatch, capsys):
   code, out = run_script("benchmarks/low_rank_estimates.py", ["--smoke", "--tables", 1, 2, 3], monkeypatch, capsys)
   assert code == 0
@@ -92,6 +94,7 @@ def test_step_cost_of_muon_with_fewer_newton_schulz_iterations(tmp_path, monkeyp
   assert code == 2
 
 
+@pytest.mark.slow  # the script: test_step_cost_of_muon_with_fewer_newton_schulz_iterations; blocks: tests/test_lane_chunk.py
 def test_step_cost_with_many_members_in_blocks(tmp_path, monkeypatch, capsys):
   """The many-models path (gpu_run.sh's step_cost step, tests/test_gpu_run.py, covers the single-model one): every
   optimizer vmapped and again in blocks of 1, ratios against the vmapped Adam and Muon."""
@@ -108,6 +111,7 @@ def test_step_cost_with_many_members_in_blocks(tmp_path, monkeypatch, capsys):
   assert rows["muon, blocks of 1"]["state"] == rows["muon"]["state"] and rows["adam"]["state"] == "2.00"
 
 
+@pytest.mark.slow  # the estimate it profiles: tests/test_estimator_conformance.py
 def test_profile_estimate(monkeypatch, capsys):
   # As a child process: the per-kernel trace flag must be set before JAX starts.
   # --top large enough to list every kind of kernel: which kinds lead a smoke-size profile depends on the load.
@@ -119,6 +123,7 @@ def test_profile_estimate(monkeypatch, capsys):
   assert code == 0 and "one theta for all lanes" in out
 
 
+@pytest.mark.slow  # the estimators and meta-step it times: tests/test_estimator_conformance.py
 def test_meta_training(monkeypatch, capsys):
   code, out = run_script("benchmarks/meta_training.py",
                          ["--budgets", "0.001", "--lopts", "mlp_lopt", "--estimators", "pes", "--pairs", 1,
@@ -127,6 +132,7 @@ def test_meta_training(monkeypatch, capsys):
   assert code == 0 and "quadratic anchor" in out and "held-out speedup" in out
 
 
+@pytest.mark.slow  # two processes: tests/test_distributed.py
 def test_distributed(monkeypatch, capsys):
   code, out = run_script("benchmarks/distributed.py", ["--layouts", "2x1", "--steps", 1, "--warmup", 1,
                                                        "--num_pairs", 2, "--unroll", 2], monkeypatch, capsys)

@@ -50,6 +50,7 @@ def test_default_limits_sum_to_8_minutes():
   assert install + sum(limits[name] for name in default) <= 480
 
 
+@pytest.mark.slow  # its steps' scripts and flags: tests/test_benchmark_scripts.py, the limits above
 @needs_bash
 def test_gpu_run_smoke_on_cpu(tmp_path):
   recipe = tmp_path / "tiny.json"

@@ -26,6 +26,10 @@ FACTOR = 4.0  # how far the step is planted off the best rate, each way
 TOLERANCE = np.log(1.5)  # the issue's "within a factor 1.5"
 
 
+# The gain started too large runs with `-m slow`: the same engine and sweep as the too-small case, the other side.
+SLOW_CASES = {("test_planted_step_gain_is_found", "too_large")}
+
+
 def _trainer(family, step_mult, num_steps, freeze_residual=False, estimator=None, clip=True):
   """The recipe's learned optimizer (at ``step_mult``), estimator and meta-optimizer (its schedule decayed over
   ``num_steps``) on ``family``; ``freeze_residual``: only the gains are meta-trained (the MLP's updates are 0);
@@ -147,6 +151,7 @@ def test_null_coordinate_drift_is_noise(null_run, which):
   assert abs(result.t) < 4.5, result  # its mean estimate, in block standard errors
 
 
+@pytest.mark.slow  # a check of the drift test itself; the null drift runs in test_null_coordinate_drift_is_noise
 def test_drift_test_catches_a_biased_estimate(null_run):
   """The same run with a bias of twice the RMS of the null coordinate's applied estimates added to its estimate
   fails both criteria (measured: drift -2.75, p = 1/2000, t = 21). Half that RMS is caught only just (drift -1.03,

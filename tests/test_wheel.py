@@ -83,6 +83,7 @@ def test_wheel_and_sdist_hold_the_package_data_and_licences(dist):
   assert set(DATA) | {"LICENSE", "README.md", "pyproject.toml", "CHANGELOG.md", "CITATION.cff"} <= members
 
 
+@pytest.mark.slow  # meta-train: tests/test_cli.py; the wheel's files: the test above
 def test_installed_wheel_runs_list_and_a_short_meta_training(dist, tmp_path):
   _, wheel = dist
   venv = tmp_path / "venv"

@@ -68,7 +68,7 @@ state holds ``K`` momenta plus the factors (``K`` full second moments only for v
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Sequence, TypedDict, Union
 
 import jax
 import jax.numpy as jnp
@@ -81,6 +81,29 @@ from metafam.optimizers.base import Optimizer
 from metafam.optimizers.learned import LearnedOptimizer
 from metafam.optimizers.mlp_lopt import DEFAULT_TIME_SCALES, rms_normalize, time_features
 from metafam.optimizers.newton_schulz import orthogonalize
+
+
+class AdafacTheta(TypedDict):
+  """The meta-parameters: the per-element MLP's layers and one decay logit per accumulator (``1 - b_k =
+  sigmoid(logit)``)."""
+  mlp: Any
+  decay_logits: jax.Array
+
+
+class FactoredAccumulators(TypedDict):
+  """A tensor of rank >= 2: ``K`` momenta and ``K`` row and column factors of the second moment."""
+  momenta: jax.Array
+  row: jax.Array
+  col: jax.Array
+
+
+class VectorAccumulators(TypedDict):
+  """A vector or scalar: ``K`` momenta and ``K`` second moments."""
+  momenta: jax.Array
+  v: jax.Array
+
+
+Accumulators = Union[FactoredAccumulators, VectorAccumulators]
 
 DEFAULT_DECAYS = (0.9, 0.99, 0.999)
 
@@ -158,35 +181,33 @@ class AdafacMLPLOpt(LearnedOptimizer):
     k = len(self.decays)
     return 2 + 5 * k if self.orthogonal_momentum else 2 + 4 * k + self.momentum_index
 
-  def init(self, key: jax.Array) -> dict:
+  def init(self, key: jax.Array) -> AdafacTheta:
     sizes = (self.num_features,) + self.hidden_sizes + (2,)
     mlp = F.init_mlp(key, sizes, self.out_init_scale, self.direction_feature if self.descent_init else None)
     logits = np.asarray([F.logit(1.0 - d) for d in self.decays], np.float32)
-    return {"mlp": mlp, "decay_logits": jnp.asarray(logits)}
+    return AdafacTheta(mlp=mlp, decay_logits=jnp.asarray(logits))
 
-  def opt_fn(self, theta: dict, is_training: bool = False) -> Optimizer:
+  def opt_fn(self, theta: AdafacTheta, is_training: bool = False) -> Optimizer:
     """The optimizer for ``theta`` (``is_training`` is unused)."""
     return F.AccumulatorOptimizer(self, theta)
 
   # -- one tensor ---------------------------------------------------------------------------------------------
-  def init_accumulators(self, p: jax.Array) -> dict:
-    """Zero accumulators of one tensor: ``{"momenta": [K, *shape]}`` plus ``{"row", "col"}`` or ``{"v"}``."""
+  def init_accumulators(self, p: jax.Array) -> Accumulators:
+    """Zero accumulators of one tensor: `FactoredAccumulators` for rank >= 2, else `VectorAccumulators`."""
     k, shape = len(self.decays), jnp.shape(p)
-    acc = {"momenta": F.zeros_like_in(p, (k,))}
+    momenta = F.zeros_like_in(p, (k,))
     if len(shape) >= 2:
       dt = F.compute_dtype(p)
-      acc["row"] = jnp.zeros((k,) + shape[:-1], dt)
-      acc["col"] = jnp.zeros((k,) + shape[:-2] + shape[-1:], dt)
-    else:
-      acc["v"] = F.zeros_like_in(p, (k,))
-    return acc
+      return FactoredAccumulators(momenta=momenta, row=jnp.zeros((k,) + shape[:-1], dt),
+                                  col=jnp.zeros((k,) + shape[:-2] + shape[-1:], dt))
+    return VectorAccumulators(momenta=momenta, v=F.zeros_like_in(p, (k,)))
 
   def step_scale(self, iteration: jax.Array) -> Any:
     """``step_mult`` at ``iteration``: the learning rate of the update about to be applied (a float, or the
     schedule's value)."""
     return self.step_mult(iteration) if callable(self.step_mult) else self.step_mult
 
-  def leaf_step(self, theta: dict, iteration: jax.Array):
+  def leaf_step(self, theta: AdafacTheta, iteration: jax.Array):
     """``(p, g, accumulators) -> (step, new accumulators)`` for the update at ``iteration`` with ``theta``
     (`metafam.optimizers._features.AccumulatorOptimizer` subtracts the step)."""
     mlp, omd = theta["mlp"], jax.nn.sigmoid(theta["decay_logits"])
@@ -194,7 +215,7 @@ class AdafacMLPLOpt(LearnedOptimizer):
     scale = self.step_scale(iteration)
     return lambda p, g, acc: self.leaf_update(mlp, omd, bias0, p, g, acc, scale)
 
-  def as_optax(self, theta: dict) -> optax.GradientTransformationExtraArgs:
+  def as_optax(self, theta: AdafacTheta) -> optax.GradientTransformationExtraArgs:
     """``opt_fn(theta)`` as an optax transformation whose state holds no copy of the params: an int32 count and
     the accumulators (`AdafacOptaxState`; per tensor ``K`` momenta, plus ``K`` row and ``K`` column factors for a
     tensor of rank >= 2 or ``K`` second moments for a vector or scalar, all in float32, float64 for float64
@@ -202,7 +223,7 @@ class AdafacMLPLOpt(LearnedOptimizer):
     return F.accumulator_optax(self, theta)
 
   def leaf_update(self, mlp: dict, one_minus_decay: jax.Array, bias0: jax.Array, p: jax.Array, g: jax.Array,
-                  acc: dict, scale: Any):
+                  acc: Accumulators, scale: Any):
     """``(step, new accumulators)`` for one tensor (the step in the compute dtype); ``scale`` is `step_scale` of
     this update."""
     dt = acc["momenta"].dtype
@@ -217,11 +238,11 @@ class AdafacMLPLOpt(LearnedOptimizer):
       row_b, col_b = row[..., :, None], col[..., None, :]
       v = F.safe_div(row_b * col_b, jnp.mean(row, axis=-1)[..., None, None])
       row_f, col_f = jnp.broadcast_to(row_b, m.shape), jnp.broadcast_to(col_b, m.shape)
-      new_acc = {"momenta": m, "row": row, "col": col}
+      new_acc = FactoredAccumulators(momenta=m, row=row, col=col)
     else:
       v = ema(acc["v"], g2[None], rank)
       row_f = col_f = v
-      new_acc = {"momenta": m, "v": v}
+      new_acc = VectorAccumulators(momenta=m, v=v)
     r = F.rsqrt_eps(v, self.eps)
     features = [g[None], p_c[None], m, row_f, col_f, g[None] * r, m * r]
     if self.orthogonal_momentum:
