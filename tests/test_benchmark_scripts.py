@@ -84,6 +84,7 @@ def test_low_rank_estimates(monkeypatch, capsys):
   assert "1. PES" in out and "2. FullES" in out and "3. XLA memory" in out
 
 
+@pytest.mark.slow  # Newton-Schulz steps: tests/test_newton_schulz.py; the script's lanes: test_inner_training's
 def test_step_cost_of_muon_with_fewer_newton_schulz_iterations(tmp_path, monkeypatch, capsys):
   code, _ = run_script("benchmarks/step_cost.py", ["--smoke", "--muon_ns_steps", 2, "--markdown", tmp_path / "c.md"],
                        monkeypatch, capsys)

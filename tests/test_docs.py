@@ -19,6 +19,12 @@ PAGES = sorted(os.path.relpath(p, DOCS) for p in glob.glob(os.path.join(DOCS, "*
 RUNNABLE = [page for page in PAGES if code_blocks(os.path.join(DOCS, page), "python")]
 
 
+# The two heaviest tutorials run with `-m slow` (in CI): their library paths are the benchmark runner's and the
+# meta-training loop's, tested in tests/test_benchmark.py and tests/test_meta_trainer.py.
+SLOW_CASES = {("test_page_python_blocks_run", f"tutorials/{page}.md")
+              for page in ("benchmarking-optax", "learned-optimizer-optax")}
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
   """Builds the site once with ``mkdocs build --strict`` into a temporary directory; returns its path."""

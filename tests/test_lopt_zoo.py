@@ -298,13 +298,14 @@ OTHERS = tuple(cls.__name__ for cls in ESTIMATORS if cls.__name__ not in REPRESE
 # its updates) check for every entry, so the default suite runs it for three entries of different structure (the
 # per-parameter MLP, the main job's factored Muon MLP, the Muon residual); the others run with `-m slow`. Likewise
 # `adafac_muon_rms_lopt` is `adafac_muon_mlp_lopt` with unit-RMS steps (tested by
-# `test_unit_rms_steps_follow_the_learning_rate_schedule_whatever_the_parameter_scale`): its gradient and vmap cases
-# repeat the other's in the default suite.
+# `test_unit_rms_steps_follow_the_learning_rate_schedule_whatever_the_parameter_scale`), and `adafac_mlp_lopt` is it
+# without the orthogonalized-momentum feature: their gradient and vmap cases repeat the main job's optimizer's.
 ESTIMATOR_DEFAULT_ENTRIES = ("mlp_lopt", "adafac_muon_mlp_lopt", "muon_residual_lopt")
 SLOW_CASES = {("test_truncated_step_and_every_estimator", f"{name}-representative") for name in NAMES
               if name not in ESTIMATOR_DEFAULT_ENTRIES} | {
-    ("test_meta_gradient_is_finite_and_matches_finite_difference", "adafac_muon_rms_lopt"),
-    ("test_vmap_over_lanes_equals_separate_runs", "adafac_muon_rms_lopt")}
+    (test, name) for test in ("test_meta_gradient_is_finite_and_matches_finite_difference",
+                              "test_vmap_over_lanes_equals_separate_runs")
+    for name in ("adafac_muon_rms_lopt", "adafac_mlp_lopt")}
 
 
 @pytest.mark.parametrize("estimator_names", [REPRESENTATIVE, pytest.param(OTHERS, marks=pytest.mark.slow)],

@@ -51,6 +51,7 @@ def test_pes_meta_training_moves_log_lr_to_the_grid_search_optimum():
   assert all(np.isfinite(h["grad_norm"]) for h in history)
 
 
+@pytest.mark.slow  # in-process resumes of every estimator: tests/test_estimator_conformance.py; a killed process resumed: tests/test_failures.py
 def test_kill_and_resume_in_a_new_process_equals_an_uninterrupted_run(tmp_path):
   n = 6
   trainer = build_trainer(with_tbptt=True)

@@ -16,6 +16,12 @@ from metafam.optimizers.registry import get_learned_optimizer
 LR = 0.02
 
 
+# muon_celo_lopt is MuonResidualLOpt with the residual before the gains: its initial theta is Muon by the same
+# construction as muon_residual_lopt's, checked update for update by that entry in the default suite.
+SLOW_CASES = {("test_initial_theta_is_optax_muon_update_for_update", f"{kernels}-muon_celo_lopt")
+              for kernels in ("adam", "matrix")}
+
+
 def _params(rng):
   """A matrix wider than tall and one taller than wide (both shape scales), a bias, a conv kernel and a scalar."""
   return {"w_wide": jnp.asarray(rng.standard_normal((6, 10)), jnp.float32),

@@ -280,6 +280,7 @@ def test_muon_variants_control_runs_and_resumes_from_its_cache(tmp_path, monkeyp
   assert code == 0 and cells[3] == "0.50" and cells[6:9] == ["+0.00", "[+0.00,", "+0.00]"], row
 
 
+@pytest.mark.slow  # the optax path it times: tests/test_benchmark.py
 def test_user_models(tmp_path, monkeypatch, capsys):
   # The full run reads the whole Fashion-MNIST; --smoke trains on the embedded slice.
   code, out = run_script("experiments/user_models.py",
@@ -320,6 +321,7 @@ def test_user_models(tmp_path, monkeypatch, capsys):
   assert code == 2  # its header names no optimizer: refused before any training
 
 
+@pytest.mark.slow  # the suite's runner: tests/test_heldout.py
 def test_long_horizon(monkeypatch, capsys):
   code, out = run_script("experiments/long_horizon.py", ["--steps", 10, "--tasks", HEAVY_TASK], monkeypatch, capsys)
   assert code == 0 and out.count(HEAVY_TASK) == 2  # the pretrained optimizer and Adam

@@ -316,6 +316,7 @@ def test_make_datasets_has_los_batches_and_vocab_and_fails_only_on_a_batch():
     language._make_datasets("lm1b", vocab, 0, 16)
 
 
+@pytest.mark.slow  # a larger task's smoke run; the fixed tasks' reference tests: tests/compat/test_lo_tasks.py
 def test_vit_test_is_the_references_parameterized_smoke_test():
   import unittest
   from metafam.compat.learned_optimization.tasks.fixed import vit_test
