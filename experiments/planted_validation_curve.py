@@ -25,6 +25,7 @@ import time
 
 import jax
 import numpy as np
+import optax
 
 from metafam.benchmark import planted
 from metafam.io import atomic_write
@@ -39,7 +40,6 @@ BEST_RATE = 0.313  # Muon's best constant rate on the 8x8 family, by the rate sw
 
 def build(step_mult: float, num_steps: int):
   """The planted run's learned optimizer, family and trainer (as `tests/test_planted.py` builds them)."""
-  import optax
   recipe = load_recipe(RECIPE_PATH).replace(step_mult=float(step_mult))
   family = planted.MatrixQuadraticFamily((8, 8))
   lopt = recipe.build_learned_optimizer()
@@ -72,9 +72,10 @@ def main(argv=None) -> int:
             "ends on a check")
   start = BEST_RATE / args.factor
   curves, gains, t0 = [], [], time.perf_counter()
+  # One trainer and one validation for every seed: the seeds share the compiled programs and differ only by key.
+  lopt, family, trainer = build(start, args.steps)
+  validation = MetaValidation(lopt, [family], num_tasks=args.eval_tasks, num_steps=args.eval_steps)
   for seed in range(args.seeds):
-    lopt, family, trainer = build(start, args.steps)
-    validation = MetaValidation(lopt, [family], num_tasks=args.eval_tasks, num_steps=args.eval_steps)
     first = validation(trainer.initial_theta(jax.random.key(seed)))  # the check at meta-step 0
     state, history = train(trainer, args.steps, key=jax.random.key(seed), evaluate=validation,
                            eval_every=args.eval_every, progress=False, max_skipped_steps=None)
