@@ -109,6 +109,8 @@ def test_meta_validation_scores_the_same_instances_of_every_family_at_every_chec
   np.testing.assert_allclose(worse[f"eval/{names[0]}/final_loss_sd"], curves[-1].std(), rtol=1e-6)
   with pytest.raises(ValueError, match="eval_every needs evaluate="):
     train(build_trainer(), 2, eval_every=1, progress=False)
+  with pytest.raises(ValueError, match="evaluate= needs eval_every="):
+    train(build_trainer(), 2, evaluate=validation, progress=False)
   with pytest.raises(ValueError, match="num_tasks"):
     MetaValidation(lopt, families, num_tasks=0)
   good_curve = validation.instance_curves(good)[names[0]].mean(axis=1)

@@ -97,6 +97,8 @@ def train(trainer: Any, num_steps: int, *, key: Optional[jax.Array] = None, stat
     check_positive("eval_every", eval_every, integer=True)
     if evaluate is None:
       raise ValueError("eval_every needs evaluate= (e.g. metafam.outer_trainers.validation.MetaValidation).")
+  elif evaluate is not None:  # it would never be called
+    raise ValueError("evaluate= needs eval_every= (meta-steps between its calls; it also runs at the last one).")
   loop = Loop(trainer, output_dir, checkpoint_every, eval_every, progress, log_fn, max_skipped_steps, same_run,
               identity=run_identity(trainer, identity), evaluate=evaluate)
   lock = _lock_dir(output_dir) if loop.writes and lock_output_dir else None
