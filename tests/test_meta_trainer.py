@@ -113,6 +113,8 @@ def test_meta_validation_scores_the_same_instances_of_every_family_at_every_chec
     train(build_trainer(), 2, evaluate=validation, progress=False)
   with pytest.raises(ValueError, match="num_tasks"):
     MetaValidation(lopt, families, num_tasks=0)
+  with pytest.raises(ValueError, match="split must be one of .*'outer_valid'.*got 'valid'"):
+    MetaValidation(lopt, families, split="valid")
   good_curve = validation.instance_curves(good)[names[0]].mean(axis=1)
   assert np.all(np.diff(good_curve) < 0)  # deterministic gradient descent at a stable rate: every step improves
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from metafam import distributed
 from metafam._checks import check_number, check_positive
+from metafam.datasets.base import SPLITS
 from metafam.evaluation.family_eval import FamilyEvaluator
 from metafam.inner import sharding
 
@@ -66,6 +67,8 @@ class MetaValidation:
     families = list(families) if isinstance(families, (list, tuple)) else [families]
     if not families:
       raise ValueError("families must name at least one task family to validate on.")
+    if split not in SPLITS:  # checked here: the programs are built at the first check, after meta-steps
+      raise ValueError(f"split must be one of {SPLITS}, got {split!r}.")
     check_positive("num_tasks", num_tasks, integer=True)
     check_positive("num_steps", num_steps, integer=True)
     self.seed = int(check_number("seed", seed, low=0, integer=True))
