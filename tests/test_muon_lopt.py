@@ -203,7 +203,9 @@ def test_meta_gradient_reaches_the_zero_output_layer_and_the_gains_at_init(cente
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(residual="middle"), r"residual must be one of \('after', 'before'\), got 'middle'"),
+    (dict(residual="middle"), r"residual must be one of \('after', 'before', 'none'\), got 'middle'"),
+    (dict(schedule_knots=1), "schedule_knots must be 0 .no schedule. or >= 2"),
+    (dict(schedule_knots=2.5), "schedule_knots must be"),
     (dict(step_mult=-1.0), "step_mult must be a finite number > 0"),
     (dict(beta=1.0), r"beta must be a finite number in \(0, 1\)"),
     (dict(hidden_sizes=()), "hidden_sizes must be a non-empty sequence of ints"),
@@ -300,3 +302,79 @@ def test_truncated_step_meta_trains_with_the_spread_and_the_evaluator_without_it
   assert np.all(np.isfinite(evaluator.evaluate(lopt, theta, jax.random.key(2))))  # no key-less init, no spread
   with pytest.raises(ValueError, match="is_training must be a bool"):
     TruncatedStep(family, lopt, 2, is_training=1)
+
+
+# -- the learned schedule (schedule_knots) and the residual-free rule ------------------------------------------------
+def test_schedule_multiplies_each_step_by_its_knots_interpolated_at_the_fraction_done():
+  """With ``residual="none"`` the direction reads only the gradients, so a scheduled run's update t is the plain
+  run's times exp(s(t / T)) exactly (up to float32 rounding of the product): s interpolated between the knots."""
+  rng = np.random.default_rng(11)
+  params = _params(rng)
+  grads = _grads(rng, params, 4)
+  plain, scheduled = MuonResidualLOpt(step_mult=LR, residual="none"), MuonResidualLOpt(
+      step_mult=LR, residual="none", schedule_knots=3)
+  theta = scheduled.init(jax.random.key(0))
+  assert set(theta) == {"log_gain", "shape_power", "log_schedule"}  # no residual MLP
+  knots = np.log([2.0, 0.5, 0.25])  # at fractions 0, 0.5, 1
+  theta = dict(theta, log_schedule=jnp.asarray(knots, jnp.float32))
+  base = _run_optax(plain.as_optax(plain.init(jax.random.key(0))), params, grads)
+  ours = _run_optax(scheduled.as_optax(theta, num_steps=4), params, grads)
+  # updates 0..3 of 4 are at fractions 0, 0.25, 0.5, 0.75: log multipliers log 2, 0, log 0.5, (log 0.5 + log 0.25) / 2
+  expected = np.exp([knots[0], 0.5 * (knots[0] + knots[1]), knots[1], 0.5 * (knots[1] + knots[2])])
+  for t in range(4):
+    for k in params:
+      np.testing.assert_allclose(np.asarray(ours[t][k]), expected[t] * np.asarray(base[t][k]), rtol=2e-6,
+                                 atol=1e-7, err_msg=f"{k} {t}")
+  # The Optimizer face reads the horizon from init's num_steps and agrees with the optax face.
+  opt = scheduled.opt_fn(theta)
+  state, p = opt.init(params, num_steps=4), params
+  for g, u in zip(grads, ours):
+    state, p = opt.update(state, g), optax.apply_updates(p, u)
+  for k in params:
+    np.testing.assert_allclose(np.asarray(opt.get_params(state)[k]), np.asarray(p[k]), rtol=1e-6, atol=1e-7)
+  # Past the horizon the last knot holds.
+  assert float(scheduled.log_schedule(theta, jnp.asarray(9), jnp.asarray(4.0))) == pytest.approx(knots[2])
+
+
+def test_zero_schedule_and_no_residual_are_muon_exactly():
+  """At its initial theta the scheduled, residual-free rule is the same program as the plain rule: exp(0) = 1."""
+  rng = np.random.default_rng(12)
+  params = _params(rng)
+  grads = _grads(rng, params, 3)
+  plain = MuonResidualLOpt(step_mult=LR)
+  lopt = MuonResidualLOpt(step_mult=LR, residual="none", schedule_knots=5)
+  ref = _run_optax(plain.as_optax(plain.init(jax.random.key(0))), params, grads)
+  ours = _run_optax(lopt.as_optax(lopt.init(jax.random.key(0)), num_steps=100), params, grads)
+  for a, b in zip(ours, ref):
+    jax.tree.map(np.testing.assert_array_equal, a, b)
+
+
+def test_a_schedule_without_the_run_length_is_refused():
+  lopt = MuonResidualLOpt(schedule_knots=2)
+  theta = lopt.init(jax.random.key(0))
+  params = {"w": jnp.ones((3, 4))}
+  with pytest.raises(ValueError, match="learned schedule over the fraction of training done: pass num_steps="):
+    lopt.as_optax(theta)
+  with pytest.raises(ValueError, match="pass num_steps="):
+    lopt.opt_fn(theta).init(params)
+  with pytest.raises(ValueError, match="num_steps must be"):
+    lopt.opt_fn(theta).init(params, num_steps=0)
+  assert not MuonResidualLOpt().uses_horizon and lopt.uses_horizon
+  MuonResidualLOpt().as_optax(MuonResidualLOpt().init(jax.random.key(0)))  # no schedule: no num_steps needed
+
+
+def test_truncated_step_tells_each_lane_the_updates_it_will_make():
+  """Each lane's optimizer gets its trajectory's length; a lane started at a random offset, the rest of it."""
+  from metafam.inner.schedules import LogUniformSchedule
+  from metafam.inner.truncated_step import TruncatedStep
+  from metafam.taskfamilies.image_mlp import ImageMLPFamily
+  family = ImageMLPFamily((4,), image_size=8, batch_size=8)
+  lopt = MuonResidualLOpt(residual="none", schedule_knots=3, lr_spread=SPREAD)
+  theta = lopt.init(jax.random.key(0))
+  for offset in (False, True):
+    step = TruncatedStep(family, lopt, 8, LogUniformSchedule(10, 1000), antithetic=True, donate=False,
+                         random_initial_iteration=offset)
+    lanes = step.init_step_state(theta, jax.random.key(1))
+    horizon = np.asarray(lanes.opt_state.opt_state["horizon"])
+    np.testing.assert_array_equal(horizon, np.asarray(lanes.length - lanes.iteration, np.float32))
+    assert np.all(horizon >= 1) and (np.any(np.asarray(lanes.iteration) > 0) == offset)

@@ -239,10 +239,11 @@ class TruncatedStep(DataPytree):
     cfg = self.family.sample(k_cfg)
     params, model_state = self.family.task_fn(cfg).init_with_state(k_init)
     length = self.schedule.sample(k_len)
-    opt_state = self.opt_fn(theta).init(params, model_state=model_state, num_steps=length, key=k_opt)
     iteration = jnp.asarray(0, jnp.int32)
     if random_offset:
       iteration = jax.random.randint(k_off, (), 0, jnp.maximum(length, 1), jnp.int32)
+    # The optimizer is told the updates it will make: a lane started at a random offset runs the rest of its length.
+    opt_state = self.opt_fn(theta).init(params, model_state=model_state, num_steps=length - iteration, key=k_opt)
     return LaneState(cfg=cfg, opt_state=opt_state, iteration=iteration, length=length)
 
   def opt_fn(self, theta: Any) -> Optimizer:

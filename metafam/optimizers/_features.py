@@ -160,15 +160,17 @@ def init_state(params: Any, model_state: Any, opt_state: Any) -> OptimizerState:
 
 # -- optimizers whose state is a tree of per-tensor accumulators -------------------------------------------------
 # A learned optimizer ``lopt`` of this kind has ``init_accumulators(p) -> accumulators of one tensor`` and
-# ``leaf_step(theta, count) -> f(p, g, accumulators) -> (step, new accumulators)`` for the update at ``count``
-# (0-based), ``step`` in the compute dtype, subtracted from the param: ``new p = (p - step)`` cast to p's dtype.
+# ``leaf_step(theta, count[, horizon]) -> f(p, g, accumulators) -> (step, new accumulators)`` for the update at
+# ``count`` (0-based; ``horizon``: the run's length, for a learned schedule only), ``step`` in the compute dtype,
+# subtracted from the param: ``new p = (p - step)`` cast to p's dtype.
 class AccumulatorOptimizer(Optimizer):
   """``lopt.opt_fn(theta)`` for such an optimizer: `OptimizerState` with ``opt_state`` the accumulators' tree.
 
   With ``lr_spread`` s > 1 (meta-training only: see `MuonResidualLOpt`), ``init`` draws one step multiplier
   ``exp(u)``, u uniform in ``[-log s, log s]``, from its ``key`` (so log-uniform in ``[1/s, s]``), and every step
   of that trajectory is multiplied by it: the learned optimizer meets the range of learning rates a user's tuning
-  grid would hand it. ``opt_state`` is then ``{"accumulators": tree, "log_lr_scale": f32[]}``.
+  grid would hand it. ``opt_state`` is then ``{"accumulators": tree, "log_lr_scale": f32[]}``. An optimizer with a
+  learned schedule (`uses_horizon`) needs ``init(..., num_steps=T)`` and keeps ``"horizon": f32[]`` there too.
   """
 
   def __init__(self, lopt: Any, theta: Any, lr_spread: float = 1.0):
@@ -181,21 +183,24 @@ class AccumulatorOptimizer(Optimizer):
 
   def init(self, params, model_state=None, num_steps=None, key=None) -> OptimizerState:
     accumulators = jax.tree.map(self.lopt.init_accumulators, params)
-    if self.lr_spread == 1.0:
-      return init_state(params, model_state, accumulators)
-    if key is None:
-      raise ValueError(f"{self.name} with lr_spread={self.lr_spread:g} draws its step multiplier from init's key: "
-                       "pass key=.")
-    half = float(np.log(self.lr_spread))
-    log_scale = jax.random.uniform(key, (), jnp.float32, -half, half)
-    return init_state(params, model_state, {"accumulators": accumulators, "log_lr_scale": log_scale})
+    extras = {}
+    if uses_horizon(self.lopt):
+      extras["horizon"] = horizon_of(self.lopt, num_steps)
+    if self.lr_spread != 1.0:
+      if key is None:
+        raise ValueError(f"{self.name} with lr_spread={self.lr_spread:g} draws its step multiplier from init's key: "
+                         "pass key=.")
+      half = float(np.log(self.lr_spread))
+      extras["log_lr_scale"] = jax.random.uniform(key, (), jnp.float32, -half, half)
+    return init_state(params, model_state, {"accumulators": accumulators, **extras} if extras else accumulators)
 
   def update(self, opt_state, grad, loss=None, model_state=None, key=None) -> OptimizerState:
     check_grad_matches(opt_state.params, grad)
-    step = self.lopt.leaf_step(self.theta, opt_state.iteration)
-    spread = self.lr_spread != 1.0
-    accumulators = opt_state.opt_state["accumulators"] if spread else opt_state.opt_state
-    scale = jnp.exp(opt_state.opt_state["log_lr_scale"]) if spread else None
+    packed = self.lr_spread != 1.0 or uses_horizon(self.lopt)
+    extras = opt_state.opt_state if packed else {}
+    accumulators = extras["accumulators"] if packed else opt_state.opt_state
+    step = self.lopt.leaf_step(self.theta, opt_state.iteration, **horizon_arg(self.lopt, extras.get("horizon")))
+    scale = jnp.exp(extras["log_lr_scale"]) if "log_lr_scale" in extras else None
 
     def leaf(p, g, acc):
       s, new_acc = step(p, g, acc)
@@ -204,9 +209,30 @@ class AccumulatorOptimizer(Optimizer):
       return (p.astype(s.dtype) - s).astype(p.dtype), new_acc
 
     params, accs = map_leaves(leaf, opt_state.params, grad, accumulators, num_outputs=2)
-    if spread:
-      accs = {"accumulators": accs, "log_lr_scale": opt_state.opt_state["log_lr_scale"]}
+    if packed:
+      accs = {**extras, "accumulators": accs}
     return next_state(opt_state, params, model_state, accs)
+
+
+def uses_horizon(lopt: Any) -> bool:
+  """Whether ``lopt``'s step depends on the run's length (a learned schedule over the fraction of training done):
+  its ``leaf_step`` then takes ``horizon=``, the total number of updates, which ``init`` must be given."""
+  return bool(getattr(lopt, "uses_horizon", False))
+
+
+def horizon_of(lopt: Any, num_steps: Any) -> jax.Array:
+  """``num_steps`` as the float32 horizon a scheduled ``lopt`` reads, or a ValueError naming the argument."""
+  if num_steps is None:
+    raise ValueError(f"{lopt.name} has a learned schedule over the fraction of training done: pass num_steps= (the "
+                     "run's total number of updates) to init, or to as_optax.")
+  if isinstance(num_steps, (int, float, np.integer, np.floating)):
+    check_number("num_steps", num_steps, low=1, integer=True)
+  return jnp.asarray(num_steps, jnp.float32)
+
+
+def horizon_arg(lopt: Any, horizon: Any) -> dict:
+  """The keyword arguments that pass ``horizon`` to ``lopt.leaf_step`` (none for an optimizer without a schedule)."""
+  return {"horizon": horizon} if uses_horizon(lopt) else {}
 
 
 @functools.partial(jax.tree_util.register_dataclass, data_fields=["count", "accumulators"], meta_fields=[])
@@ -217,9 +243,11 @@ class AccumulatorOptaxState:
   accumulators: Any
 
 
-def accumulator_optax(lopt: Any, theta: Any) -> optax.GradientTransformationExtraArgs:
+def accumulator_optax(lopt: Any, theta: Any, num_steps: Optional[int] = None) -> optax.GradientTransformationExtraArgs:
   """``lopt.opt_fn(theta)`` as an optax transformation whose updates are ``-step`` in the params' dtypes;
-  ``update(grads, state, params)`` needs ``params``; extra arguments (``loss=``...) are ignored."""
+  ``update(grads, state, params)`` needs ``params``; extra arguments (``loss=``...) are ignored. ``num_steps``: the
+  run's total number of updates, required by (and only by) an optimizer with a learned schedule (`uses_horizon`)."""
+  horizon = horizon_arg(lopt, horizon_of(lopt, num_steps) if uses_horizon(lopt) else None)
   def init_fn(params):
     return AccumulatorOptaxState(count=jnp.zeros((), jnp.int32),
                                  accumulators=jax.tree.map(lopt.init_accumulators, params))
@@ -229,7 +257,7 @@ def accumulator_optax(lopt: Any, theta: Any) -> optax.GradientTransformationExtr
     if params is None:
       raise ValueError(f"{lopt.name}'s optax update needs the current params: call tx.update(grads, state, params).")
     check_grad_matches(params, updates)
-    step = lopt.leaf_step(theta, state.count)
+    step = lopt.leaf_step(theta, state.count, **horizon)
 
     def leaf(p, g, acc):
       s, new_acc = step(p, g, acc)

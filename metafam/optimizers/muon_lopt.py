@@ -66,7 +66,7 @@ from metafam.optimizers.base import Optimizer
 from metafam.optimizers.learned import LearnedOptimizer
 from metafam.optimizers.mlp_lopt import rms_normalize
 
-RESIDUALS = ("after", "before")
+RESIDUALS = ("after", "before", "none")
 
 
 CONV_KERNELS = ("adam", "matrix")
@@ -127,8 +127,9 @@ class MuonResidualLOpt(LearnedOptimizer):
 
   Args:
     hidden_sizes: widths of the residual MLP's ReLU hidden layers.
-    residual: ``"after"`` (added to the rule's direction) or ``"before"`` (added to the momentum before the
-      Newton-Schulz orthogonalization of a matrix: Celo2's placement).
+    residual: ``"after"`` (added to the rule's direction), ``"before"`` (added to the momentum before the
+      Newton-Schulz orthogonalization of a matrix: Celo2's placement) or ``"none"`` (no residual MLP: only the gains
+      and the schedule are learned).
     step_mult: the learning rate, a number or an optax schedule of the update count.
     beta: Muon's momentum decay; adam_b1, adam_b2, eps: the Adam part's (optax's Muon defaults).
     fan_in_power, base_fan_in: a matrix's step starts multiplied by ``(base_fan_in / fan_in) ** fan_in_power``
@@ -144,6 +145,10 @@ class MuonResidualLOpt(LearnedOptimizer):
       bias then has no effect); False leaves it uncentred.
     conv_kernels: "adam" (optax's Muon: conv kernels get the Adam part) or "matrix" (orthogonalized as their
       ``[kh * kw * c_in, c_out]`` matrix, see `matrix_fans`).
+    schedule_knots: K >= 2 adds a learned schedule over the fraction of training done, ``f = count / num_steps``:
+      every step is multiplied by ``exp(s(f))``, ``s`` the piecewise-linear interpolation of ``theta["log_schedule"]``
+      (K values, 0 at init) at K knots evenly spaced in [0, 1]. The optimizer then needs the run's length:
+      ``init(..., num_steps=T)``, ``as_optax(theta, num_steps=T)``. 0 (the default): no schedule.
   """
 
   low_rank_weights = True  # its 2-D meta-parameters are read by F.mlp_columns / F.mlp_bias0 only
@@ -156,7 +161,8 @@ class MuonResidualLOpt(LearnedOptimizer):
   def __init__(self, hidden_sizes: Sequence[int] = (8,), residual: str = "after", step_mult: Any = 1e-2,
                beta: float = 0.95, adam_b1: float = 0.9, adam_b2: float = 0.999, eps: float = 1e-8,
                fan_in_power: float = 0.0, base_fan_in: int = 64, norm_eps: float = 1e-12, lr_spread: float = 1.0,
-               orthogonalization: str = "auto", center_residual: bool = True, conv_kernels: str = "adam"):
+               orthogonalization: str = "auto", center_residual: bool = True, conv_kernels: str = "adam",
+               schedule_knots: int = 0):
     self.hidden_sizes = F.check_sizes("hidden_sizes", hidden_sizes)
     self.residual = check_choice("residual", residual, RESIDUALS)
     self.step_mult = step_mult if callable(step_mult) else F.check_positive("step_mult", step_mult)
@@ -173,6 +179,15 @@ class MuonResidualLOpt(LearnedOptimizer):
       raise ValueError(f"center_residual must be True or False, got {center_residual!r}.")
     self.center_residual = center_residual
     self.conv_kernels = check_choice("conv_kernels", conv_kernels, CONV_KERNELS)
+    self.schedule_knots = int(check_number("schedule_knots", schedule_knots, low=0, integer=True))
+    if self.schedule_knots == 1:
+      raise ValueError("schedule_knots must be 0 (no schedule) or >= 2 (a knot at the start and one at the end), "
+                       "got 1.")
+
+  @property
+  def uses_horizon(self) -> bool:
+    """Whether the step depends on the run's length (``schedule_knots``): init then needs ``num_steps``."""
+    return self.schedule_knots > 0
 
   @property
   def name(self) -> str:
@@ -187,6 +202,8 @@ class MuonResidualLOpt(LearnedOptimizer):
       options += ", uncentred"
     if self.conv_kernels != "adam":
       options += ", conv kernels as matrices"
+    if self.schedule_knots:
+      options += f", {self.schedule_knots}-knot schedule"
     return f"MuonResidualLOpt({'x'.join(map(str, self.hidden_sizes))}{options})"
 
   @property
@@ -195,19 +212,25 @@ class MuonResidualLOpt(LearnedOptimizer):
     return 3 + int(self.residual == "after")
 
   def init(self, key: jax.Array) -> dict:
-    sizes = (self.num_leaf_features + 1,) + self.hidden_sizes + (1,)  # + the static "is a matrix" flag
-    return {"mlp": F.init_mlp(key, sizes, out_scale=0.0), "log_gain": jnp.zeros((2,), jnp.float32),
-            "shape_power": jnp.asarray([-self.fan_in_power, 0.0], jnp.float32)}
+    theta = {"log_gain": jnp.zeros((2,), jnp.float32),
+             "shape_power": jnp.asarray([-self.fan_in_power, 0.0], jnp.float32)}
+    if self.residual != "none":
+      sizes = (self.num_leaf_features + 1,) + self.hidden_sizes + (1,)  # + the static "is a matrix" flag
+      theta["mlp"] = F.init_mlp(key, sizes, out_scale=0.0)
+    if self.schedule_knots:
+      theta["log_schedule"] = jnp.zeros((self.schedule_knots,), jnp.float32)
+    return theta
 
   def opt_fn(self, theta: dict, is_training: bool = False) -> Optimizer:
     """The optimizer for ``theta``; with ``is_training`` (meta-training) it applies ``lr_spread``."""
     return F.AccumulatorOptimizer(self, theta, lr_spread=self.lr_spread if is_training else 1.0)
 
-  def as_optax(self, theta: dict) -> optax.GradientTransformationExtraArgs:
+  def as_optax(self, theta: dict, num_steps: Optional[int] = None) -> optax.GradientTransformationExtraArgs:
     """``opt_fn(theta)`` as an optax transformation; its state (`MuonResidualOptaxState`) is the update count and
     the accumulators, no copy of the params. ``update(grads, state, params)`` needs ``params``; it returns
-    ``-step`` itself (not ``new - old``), so at the initial ``theta`` the updates are ``optax.contrib.muon``'s."""
-    return F.accumulator_optax(self, theta)
+    ``-step`` itself (not ``new - old``), so at the initial ``theta`` the updates are ``optax.contrib.muon``'s.
+    ``num_steps``: the run's total number of updates, needed with ``schedule_knots`` (and only then)."""
+    return F.accumulator_optax(self, theta, num_steps)
 
   # -- one tensor ---------------------------------------------------------------------------------------------
   def init_accumulators(self, p: jax.Array) -> Accumulators:
@@ -219,10 +242,13 @@ class MuonResidualLOpt(LearnedOptimizer):
   def step_scale(self, count: jax.Array) -> Any:
     return self.step_mult(count) if callable(self.step_mult) else self.step_mult
 
-  def leaf_step(self, theta: dict, count: jax.Array):
+  def leaf_step(self, theta: dict, count: jax.Array, horizon: Optional[jax.Array] = None):
     """``(p, g, accumulators) -> (step, new accumulators)`` for the update at ``count`` (0-based) with ``theta``
-    (`metafam.optimizers._features.AccumulatorOptimizer` subtracts the step)."""
+    (`metafam.optimizers._features.AccumulatorOptimizer` subtracts the step); ``horizon``: the run's number of
+    updates, for the learned schedule (``schedule_knots``) only."""
     scale = self.step_scale(count)
+    if self.schedule_knots:
+      scale = scale * jnp.exp(self.log_schedule(theta, count, horizon))
 
     def step(p, g, acc):
       u, new_acc = self.leaf_direction(theta, count, p, g, acc)
@@ -246,7 +272,9 @@ class MuonResidualLOpt(LearnedOptimizer):
       m, new_acc = state.mu, AdamAccumulators(mu=state.mu, nu=state.nu)
     features = [g, p_c, m]
     r = None
-    if self.residual == "before" and matrix:
+    if self.residual == "none":
+      d = self._orthogonalize(m, fans) * shape_scale(fans) if matrix else d
+    elif self.residual == "before" and matrix:
       r = self._residual(theta, features, matrix)
       d = self._orthogonalize(m + _rms(m, self.norm_eps) * r, fans) * shape_scale(fans)
     else:
@@ -259,6 +287,15 @@ class MuonResidualLOpt(LearnedOptimizer):
       log_fans = np.log(np.asarray(fans, np.float64) / self.base_fan_in).astype(np.float32)
       log_gain = log_gain + jnp.dot(theta["shape_power"], log_fans)
     return (jnp.exp(log_gain).astype(dt) * d).astype(dt), new_acc
+
+  def log_schedule(self, theta: dict, count: jax.Array, horizon: jax.Array) -> jax.Array:
+    """The learned log step multiplier at update ``count`` of ``horizon``: ``theta["log_schedule"]`` interpolated
+    linearly at ``count / horizon`` (clipped to [0, 1]) between knots evenly spaced in [0, 1]."""
+    if horizon is None:
+      raise ValueError(f"{self.name} has a learned schedule: leaf_step needs horizon= (the run's number of updates).")
+    fraction = jnp.clip(jnp.asarray(count, jnp.float32) / jnp.asarray(horizon, jnp.float32), 0.0, 1.0)
+    knots = jnp.linspace(0.0, 1.0, self.schedule_knots, dtype=jnp.float32)
+    return jnp.interp(fraction, knots, theta["log_schedule"])
 
   def _orthogonalize(self, m: jax.Array, fans: Sequence[int]) -> jax.Array:
     """``m`` orthogonalized as its ``fans`` matrix, in ``m``'s shape."""
