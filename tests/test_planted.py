@@ -186,3 +186,44 @@ def test_planted_residual_is_learned():
                                    per_instance=True)
   diff = per[1] - per[0]  # ablated minus trained, per instance
   assert diff.mean() > 4 * diff.std(ddof=1) / np.sqrt(len(diff)), (per.mean(axis=1), diff.mean(), diff.std())
+
+
+# -- 4. a planted schedule: a decay that beats the best constant rate is learned -------------------------------------
+SCHEDULE_STEPS = 1000
+
+
+def test_planted_schedule_is_learned():
+  """On a noisy quadratic whose minimum is fixed (`MatrixQuadraticFamily(noise_std=0.5, target_std=0)`), Muon's
+  fixed-norm steps leave it jittering at a floor set by the rate, so a rate that falls as training goes on beats every
+  constant one. Known answer: the best constant rate, by a sweep of the same objective; the optimizer (residual
+  'none', a 3-knot schedule over the fraction of training done) starts exactly there, and only the schedule is
+  meta-trained, with the recipe's settings (clip included). Pass: the learned schedule falls (its start knot above
+  its middle one by more than 0.3 in log), and it beats the best constant rate on 32 fresh instances by more than 4
+  paired standard errors (nothing constant can).
+
+  Measured (seed 0, two runs differing only in float rounding): best constant rate 0.067 (offset -1.49 from 0.3);
+  knots after 1,000 meta-steps (+0.17, -0.46, -0.19) and (+0.12, -0.49, +0.05): the start-middle fall is 0.6 in
+  both, the end knot (which moves only the last half of each trajectory, where the loss already sits near its
+  floor) is not resolved; objective 0.1518 against 0.1553, 17 paired standard errors (0.0002 each)."""
+  family = planted.MatrixQuadraticFamily(SHAPE, noise_std=0.5, target_std=0.0)
+  kwargs = {**RECIPE.optimizer_kwargs, "residual": "none", "schedule_knots": 3}
+  probe = RECIPE.replace(step_mult=0.3, optimizer_kwargs=kwargs).build_learned_optimizer()
+  sweep = planted.sweep_log_gain(family, probe, probe.init(jax.random.key(0)), RECIPE.schedule(), jax.random.key(1),
+                                 offsets=np.linspace(-3, 1, 17), num_tasks=16)
+  assert sweep.offsets[0] < sweep.best < sweep.offsets[-1], sweep
+  recipe = RECIPE.replace(step_mult=float(0.3 * np.exp(sweep.best)), optimizer_kwargs=kwargs)
+  lopt = recipe.build_learned_optimizer()
+  meta_opt = optax.multi_transform(
+      {"train": meta_optimizer(recipe.meta_learning_rate, SCHEDULE_STEPS), "freeze": optax.set_to_zero()},
+      {"log_gain": "freeze", "shape_power": "freeze", "log_schedule": "train"})
+  trainer = MetaTrainer(lopt, recipe.build_estimators(lopt, families=[family]), meta_opt,
+                        clip_grad_norm=recipe.clip_grad_norm)
+  state, _ = planted.run_recorded(trainer, trainer.init(jax.random.key(0)), SCHEDULE_STEPS, lambda s, m: ())
+  knots = np.asarray(state.theta["log_schedule"], np.float64)
+  assert knots[0] - knots[1] > 0.3, knots
+  initial = lopt.init(jax.random.key(0))  # the best constant rate: a zero schedule
+  both = jax.tree.map(lambda a, b: np.stack([a, b]), initial, state.theta)
+  per = planted.objective_by_theta(family, lopt, both, recipe.schedule(), jax.random.key(7), num_tasks=32,
+                                   per_instance=True)
+  gain = per[0] - per[1]
+  assert gain.mean() > 4 * gain.std(ddof=1) / np.sqrt(len(gain)), (per.mean(axis=1), knots)
