@@ -110,10 +110,9 @@ def main():
   def score(theta, **changes):
     if not args.tune_step:
       return evaluate_suite((lopt, theta), tasks=args.tasks, **{**suite, **changes})
-    base = lopt.as_optax(theta)
-
-    def scaled(learning_rate):  # the learned update times rate / step_mult (a schedule or a number)
+    def scaled(learning_rate, num_steps=None):  # the learned update times rate / step_mult (a schedule or a number)
       rate = learning_rate if callable(learning_rate) else (lambda count: learning_rate)
+      base = lopt.as_optax(theta, num_steps) if getattr(lopt, "uses_horizon", False) else lopt.as_optax(theta)
       return optax.chain(base, optax.scale_by_schedule(lambda count: rate(count) / args.step_mult))
 
     scaled.__name__ = f"{args.optimizer}_tuned_step"

@@ -116,6 +116,22 @@ def test_score_task_refuses_curves_off_the_eval_points():
     heldout.score_task("t", entry(), np.ones((3, 5)))
 
 
+def test_a_factory_that_takes_num_steps_is_given_the_horizon():
+  """A rule that depends on the run's length (a learned schedule) learns the task's horizon through ``num_steps``;
+  a plain optax factory is called with the rate alone, as before."""
+  seen = []
+
+  def with_horizon(learning_rate, num_steps):
+    seen.append(num_steps)
+    return optax.sgd(learning_rate)
+
+  bl.scheduled(with_horizon, 64)(0.1, 0.0)
+  assert seen == [64]
+  tx = bl.scheduled(optax.sgd, 64)(0.1, 1.0)  # warmup + cosine: the rate at step 0 is 0
+  updates, _ = tx.update({"w": np.ones(2, np.float32)}, tx.init({"w": np.zeros(2, np.float32)}))
+  np.testing.assert_array_equal(np.asarray(updates["w"]), 0.0)
+
+
 # -- aggregates: IQM and the stratified bootstrap against hand-computed values --------------------------------------
 def test_iqm_and_optimality_gap_hand_computed():
   scores = np.array([[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]])  # 8 pooled values: the middle 4 are 3..6

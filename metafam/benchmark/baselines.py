@@ -36,6 +36,7 @@ split and evaluation point, so the per-point noise is small against the differen
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import math
 import os
@@ -157,10 +158,16 @@ def scheduled(factory: Callable[..., optax.GradientTransformation], horizon: int
   """``(learning_rate, cosine) -> factory(count -> learning_rate * unit_schedule(count, cosine, horizon))``.
 
   Both arguments are numbers that ``optax.inject_hyperparams`` can hold per lane; ``cosine`` is 0 (constant) or 1
-  (warmup + cosine), so one compiled program trains both schedules.
+  (warmup + cosine), so one compiled program trains both schedules. A factory with a ``num_steps`` argument (an
+  optimizer whose rule depends on the run's length, e.g. a learned schedule) is also given ``num_steps=horizon``.
   """
+  try:
+    extra = {"num_steps": horizon} if "num_steps" in inspect.signature(factory).parameters else {}
+  except (TypeError, ValueError):  # a callable without an inspectable signature takes the rate alone
+    extra = {}
+
   def make(learning_rate, cosine):
-    return factory(lambda count: learning_rate * unit_schedule(count, cosine, horizon))
+    return factory(lambda count: learning_rate * unit_schedule(count, cosine, horizon), **extra)
   return make
 
 

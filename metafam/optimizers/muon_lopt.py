@@ -204,6 +204,8 @@ class MuonResidualLOpt(LearnedOptimizer):
       options += ", conv kernels as matrices"
     if self.schedule_knots:
       options += f", {self.schedule_knots}-knot schedule"
+    if self.residual == "none":  # no MLP: no widths to name
+      return f"MuonResidualLOpt({options[2:]})"
     return f"MuonResidualLOpt({'x'.join(map(str, self.hidden_sizes))}{options})"
 
   @property
