@@ -378,3 +378,21 @@ def test_truncated_step_tells_each_lane_the_updates_it_will_make():
     horizon = np.asarray(lanes.opt_state.opt_state["horizon"])
     np.testing.assert_array_equal(horizon, np.asarray(lanes.length - lanes.iteration, np.float32))
     assert np.all(horizon >= 1) and (np.any(np.asarray(lanes.iteration) > 0) == offset)
+
+
+@pytest.mark.parametrize("fan_in_power", [0.0, 0.5])
+def test_fixed_fan_exponents_are_the_learned_ones_at_init_and_not_meta_parameters(fan_in_power):
+  rng = np.random.default_rng(13)
+  params = _params(rng)
+  grads = _grads(rng, params, 3)
+  learned = MuonResidualLOpt(step_mult=LR, residual="none", fan_in_power=fan_in_power, base_fan_in=8)
+  fixed = MuonResidualLOpt(step_mult=LR, residual="none", fan_in_power=fan_in_power, base_fan_in=8,
+                           learn_fan_exponents=False)
+  theta = fixed.init(jax.random.key(0))
+  assert set(theta) == {"log_gain"} and "fixed fan exponents" in fixed.name
+  ref = _run_optax(learned.as_optax(learned.init(jax.random.key(0))), params, grads)
+  ours = _run_optax(fixed.as_optax(theta), params, grads)
+  for a, b in zip(ours, ref):
+    jax.tree.map(np.testing.assert_array_equal, a, b)
+  with pytest.raises(ValueError, match="learn_fan_exponents must be True or False"):
+    MuonResidualLOpt(learn_fan_exponents=0)

@@ -95,7 +95,8 @@ def matrix_log_gain(lopt: Any, theta: Any, shape: Sequence[int]) -> float:
   ``fan_in_power=0``). The matrix's step is ``step_mult * exp(matrix_log_gain) * (the rule's direction)``, so a
   meta-trained optimizer's constant rate is ``step_mult * exp(matrix_log_gain)``."""
   log_fans = np.log(np.asarray(shape, np.float64) / lopt.base_fan_in)
-  return float(np.asarray(theta["log_gain"])[0] + np.dot(np.asarray(theta["shape_power"], np.float64), log_fans))
+  power = theta["shape_power"] if "shape_power" in theta else lopt.initial_fan_exponents()
+  return float(np.asarray(theta["log_gain"])[0] + np.dot(np.asarray(power, np.float64), log_fans))
 
 
 def with_log_gain_offsets(theta: Any, offsets: Sequence[float], index: int = 0) -> Any:

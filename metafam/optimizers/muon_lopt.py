@@ -149,6 +149,9 @@ class MuonResidualLOpt(LearnedOptimizer):
       every step is multiplied by ``exp(s(f))``, ``s`` the piecewise-linear interpolation of ``theta["log_schedule"]``
       (K values, 0 at init) at K knots evenly spaced in [0, 1]. The optimizer then needs the run's length:
       ``init(..., num_steps=T)``, ``as_optax(theta, num_steps=T)``. 0 (the default): no schedule.
+    learn_fan_exponents: False keeps a matrix's fan exponents at ``(-fan_in_power, 0)`` instead of learning them
+      (theta then has no ``shape_power``): the width rule stays Muon's shape scale (times ``fan_in_power``'s), the
+      one that transfers to widths meta-training never saw.
   """
 
   low_rank_weights = True  # its 2-D meta-parameters are read by F.mlp_columns / F.mlp_bias0 only
@@ -162,7 +165,7 @@ class MuonResidualLOpt(LearnedOptimizer):
                beta: float = 0.95, adam_b1: float = 0.9, adam_b2: float = 0.999, eps: float = 1e-8,
                fan_in_power: float = 0.0, base_fan_in: int = 64, norm_eps: float = 1e-12, lr_spread: float = 1.0,
                orthogonalization: str = "auto", center_residual: bool = True, conv_kernels: str = "adam",
-               schedule_knots: int = 0):
+               schedule_knots: int = 0, learn_fan_exponents: bool = True):
     self.hidden_sizes = F.check_sizes("hidden_sizes", hidden_sizes)
     self.residual = check_choice("residual", residual, RESIDUALS)
     self.step_mult = step_mult if callable(step_mult) else F.check_positive("step_mult", step_mult)
@@ -180,6 +183,9 @@ class MuonResidualLOpt(LearnedOptimizer):
     self.center_residual = center_residual
     self.conv_kernels = check_choice("conv_kernels", conv_kernels, CONV_KERNELS)
     self.schedule_knots = int(check_number("schedule_knots", schedule_knots, low=0, integer=True))
+    if not isinstance(learn_fan_exponents, bool):
+      raise ValueError(f"learn_fan_exponents must be True or False, got {learn_fan_exponents!r}.")
+    self.learn_fan_exponents = learn_fan_exponents
     if self.schedule_knots == 1:
       raise ValueError("schedule_knots must be 0 (no schedule) or >= 2 (a knot at the start and one at the end), "
                        "got 1.")
@@ -204,6 +210,8 @@ class MuonResidualLOpt(LearnedOptimizer):
       options += ", conv kernels as matrices"
     if self.schedule_knots:
       options += f", {self.schedule_knots}-knot schedule"
+    if not self.learn_fan_exponents:
+      options += ", fixed fan exponents"
     if self.residual == "none":  # no MLP: no widths to name
       return f"MuonResidualLOpt({options[2:]})"
     return f"MuonResidualLOpt({'x'.join(map(str, self.hidden_sizes))}{options})"
@@ -214,8 +222,9 @@ class MuonResidualLOpt(LearnedOptimizer):
     return 3 + int(self.residual == "after")
 
   def init(self, key: jax.Array) -> dict:
-    theta = {"log_gain": jnp.zeros((2,), jnp.float32),
-             "shape_power": jnp.asarray([-self.fan_in_power, 0.0], jnp.float32)}
+    theta = {"log_gain": jnp.zeros((2,), jnp.float32)}
+    if self.learn_fan_exponents:
+      theta["shape_power"] = self.initial_fan_exponents()
     if self.residual != "none":
       sizes = (self.num_leaf_features + 1,) + self.hidden_sizes + (1,)  # + the static "is a matrix" flag
       theta["mlp"] = F.init_mlp(key, sizes, out_scale=0.0)
@@ -285,10 +294,16 @@ class MuonResidualLOpt(LearnedOptimizer):
       r = self._residual(theta, features + [d] if self.residual == "after" else features, matrix)
       d = d + _rms(d, self.norm_eps) * r
     log_gain = theta["log_gain"][0 if matrix else 1]
-    if matrix:  # exp(0 * log(...)) is exactly 1: at shape_power = 0 the gain is exactly exp(log_gain)
+    if matrix and (self.learn_fan_exponents or self.fan_in_power):
+      # exp(0 * log(...)) is exactly 1: at shape_power = 0 the gain is exactly exp(log_gain)
       log_fans = np.log(np.asarray(fans, np.float64) / self.base_fan_in).astype(np.float32)
-      log_gain = log_gain + jnp.dot(theta["shape_power"], log_fans)
+      power = theta["shape_power"] if self.learn_fan_exponents else self.initial_fan_exponents()
+      log_gain = log_gain + jnp.dot(power, log_fans)
     return (jnp.exp(log_gain).astype(dt) * d).astype(dt), new_acc
+
+  def initial_fan_exponents(self) -> jax.Array:
+    """``f32[2]``: the exponents of ``fan_in / base_fan_in`` and ``fan_out / base_fan_in`` at init."""
+    return jnp.asarray([-self.fan_in_power, 0.0], jnp.float32)
 
   def log_schedule(self, theta: dict, count: jax.Array, horizon: jax.Array) -> jax.Array:
     """The learned log step multiplier at update ``count`` of ``horizon``: ``theta["log_schedule"]`` interpolated
