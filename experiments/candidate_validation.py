@@ -65,9 +65,13 @@ def main():
   lopt = recipe.build_learned_optimizer()
   initial, trained = lopt.init(jax.random.key(0)), load_theta(checkpoint)
 
+  validations = {}  # one per seed, shared by the initial and the trained theta (its programs compile once)
+
   def score(theta, seed):
-    validation = MetaValidation(lopt, built_families, num_tasks=args.eval_tasks, num_steps=args.eval_steps, seed=seed)
-    return validation(theta)
+    if seed not in validations:
+      validations[seed] = MetaValidation(lopt, built_families, num_tasks=args.eval_tasks, num_steps=args.eval_steps,
+                                         seed=seed)
+    return validations[seed](theta)
 
   start = score(initial, DEFAULT_SEED)
   curve = [(0, start[key])] + curve
