@@ -19,6 +19,10 @@ task's curves there, so that running the same command again resumes an interrupt
 per task on 2 cores for a tuned candidate, a whole suite takes hours); the files record the command's settings and
 a directory of another setting is refused.
 
+``--versus DIR ...`` reads the evaluations earlier runs of this script left in those ``--cache_dir`` directories
+(`load_cached_evaluation`; nothing is retrained) and adds the paired comparison with each to the report, e.g. a new
+candidate against ``generalist_v1`` on the test suite with ``--versus experiments/results/test_generalist_v1_tasks``.
+
 ``--vs_init`` (with ``--checkpoint``) also scores the optimizer at its initial theta, with the same settings (its
 tasks cached under ``CACHE_DIR/initial_theta``), and prints the paired comparison of the trained theta with it:
 P(trained > initial) and the IQM differences of the per-seed speedups and loss gains, i.e. whether meta-training
@@ -36,7 +40,8 @@ import jax
 import numpy as np
 import optax
 
-from metafam.benchmark import baseline_evaluations, evaluate_suite, format_suite, load_normalizers, write_suite_report
+from metafam.benchmark import (baseline_evaluations, evaluate_suite, format_suite, load_cached_evaluation,
+                               load_normalizers, write_suite_report)
 from metafam.benchmark.heldout import PAIRED_HEADERS, check_suite_choice, paired_rows
 from metafam.benchmark.report import format_table
 from metafam.benchmark.runner import load_theta
@@ -64,6 +69,10 @@ def main():
   p.add_argument("--cache_dir", default=None, help="keep each finished task here; the same command again resumes")
   p.add_argument("--vs_init", action="store_true",
                  help="with --checkpoint: also score the initial theta and compare the two, paired")
+  p.add_argument("--versus", nargs="+", default=[], metavar="CACHE_DIR",
+                 help="also compare, paired, with the evaluations an earlier run left in these --cache_dir "
+                      "directories on the same suite (e.g. experiments/results/test_generalist_v1_tasks); nothing in "
+                      "them is retrained")
   p.add_argument("--lane_chunk", type=int, default=None,
                  help="update the rate x seed lanes in blocks of this many (1: faster on a CPU for Newton-Schulz "
                       "optimizers; only float rounding differs; default: the optimizer's own choice)")
@@ -87,6 +96,13 @@ def main():
   if not kwargs_ok:
     p.error(f"--kwargs must be a JSON object of constructor arguments, e.g. '{{\"lr_spread\": 3.0}}'; got "
             f"{args.kwargs!r}")
+  versus = {}
+  for path in args.versus:  # read before any training: a wrong directory fails in seconds, not after the suite
+    try:
+      earlier = load_cached_evaluation(path, suite=args.suite, tasks=args.tasks)
+    except ValueError as e:
+      p.error(f"--versus: {e}")
+    versus[earlier.name] = earlier
   if args.checkpoint:
     recipe_defaults(p, args)
   elif args.step_mult is None:
@@ -104,7 +120,7 @@ def main():
     factory = functools.partial(pretrained.optax_transform, args.pretrained)
     factory.__name__ = args.pretrained
     evaluation = evaluate_suite(factory, learning_rates=grid, schedules=args.schedules, tasks=args.tasks, **suite)
-    return report(evaluation, time.perf_counter() - start, args)
+    return report(evaluation, time.perf_counter() - start, args, versus)
   lopt = get_learned_optimizer(args.optimizer, **{"step_mult": args.step_mult, **json.loads(args.kwargs)})
 
   def score(theta, **changes):
@@ -123,7 +139,7 @@ def main():
 
   initial = lopt.init(jax.random.key(0))
   evaluation = score(initial if args.checkpoint is None else load_theta(args.checkpoint))
-  report(evaluation, time.perf_counter() - start, args)
+  report(evaluation, time.perf_counter() - start, args, versus)
   if args.vs_init:
     untrained = {k: v for k, v in setting.items() if k != "checkpoint_sha256"}
     init_evaluation = score(initial, name=f"{evaluation.name} (initial theta)", cache_identity=untrained,
@@ -155,11 +171,13 @@ def recipe_defaults(parser, args):
           f"{args.step_mult:g}", file=sys.stderr)
 
 
-def report(evaluation, wall, args):
+def report(evaluation, wall, args, versus):
   if args.out:
-    baselines = baseline_evaluations(load_normalizers(suite=args.suite))
+    baselines = {**baseline_evaluations(load_normalizers(suite=args.suite)), **versus}
     print(format_suite(evaluation, baselines))
     print("wrote", ", ".join(write_suite_report(evaluation, args.out, baselines)))
+  elif versus:
+    print(format_table(PAIRED_HEADERS, paired_rows(evaluation, versus)))
   for key, a in evaluation.aggregates.items():
     print(f"{key}: {a.value:.2f} [{a.low:.2f}, {a.high:.2f}]")
   ratios = [s.loss_ratio for s in evaluation.scores]

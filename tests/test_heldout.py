@@ -373,6 +373,49 @@ def test_evaluate_suite_cache_resumes_an_interrupted_evaluation_and_refuses_anot
     heldout.evaluate_suite((lopt, theta), data=data, progress=False, cache_dir=cache / "t2.json")
 
 
+def test_a_cached_evaluation_is_read_back_without_training_and_pairs_with_a_new_candidate(tmp_path, monkeypatch):
+  """`load_cached_evaluation` returns exactly what `evaluate_suite` returned (scores, curves, time), trains nothing,
+  and refuses a directory missing a task, another suite's files, or files of two candidates without a name."""
+  from metafam.benchmark import sweep
+  from metafam.tasks import registry
+  data = {"tasks": {"t1": entry(), "t2": entry()}, "pending": []}
+  factor = {"a": 0.5, "b": 2.0}
+  trained = []
+
+  def fake_train_lanes(task, opt, theta, name, **kwargs):
+    trained.append(task)
+    return None, {"test": [np.asarray(data["tasks"][task]["baselines"]["adam"]["test_curves"]) * factor[name]]}
+
+  monkeypatch.setattr(registry, "get_task", lambda name: name)
+  monkeypatch.setattr(sweep, "train_lanes", fake_train_lanes)
+  monkeypatch.setattr(heldout, "normalize", lambda task, losses: np.asarray(losses, np.float64))
+  evaluate = lambda label, cache: heldout.evaluate_suite(optax.sgd(0.1), data=data, name=label, progress=False,
+                                                         cache_dir=cache)
+  a, b = evaluate("a", tmp_path / "a"), evaluate("b", tmp_path / "b")
+  assert len(trained) == 4
+  read = heldout.load_cached_evaluation(tmp_path / "a", data=data)
+  assert len(trained) == 4 and read.name == "a"
+  assert repr(read.scores) == repr(a.scores) and read.wall_time == a.wall_time
+  assert read.evaluated_at == a.evaluated_at and read.aggregates == a.aggregates
+  # Twice as fast on every seed of every task: read back, a beats b on every (seed, task) pair.
+  row = heldout.paired_rows(read, {"b": heldout.load_cached_evaluation(tmp_path / "b", data=data)})[0]
+  assert row[0] == "b" and row[1].startswith("1.00") and row[-1] == 2
+  assert heldout.load_cached_evaluation(tmp_path / "a", data=data, tasks=["t2"]).name == "a"
+
+  with pytest.raises(ValueError, match=r"no cached 'heldout' run of \['t3'\]"):
+    heldout.load_cached_evaluation(tmp_path / "a", data={"tasks": {**data["tasks"], "t3": entry()}})
+  with pytest.raises(ValueError, match="data holds the 'heldout' suite's baselines, not 'test'"):
+    heldout.load_cached_evaluation(tmp_path / "a", data=data, suite="test")
+  with pytest.raises(ValueError, match=r"differs in \['suite'\]"):
+    heldout.load_cached_evaluation(tmp_path / "a", data={**data, "suite": "test"}, suite="test")
+  with pytest.raises(ValueError, match="is not a directory"):
+    heldout.load_cached_evaluation(tmp_path / "nowhere", data=data)
+  os.replace(tmp_path / "b" / "t2.json", tmp_path / "a" / "t2.json")
+  with pytest.raises(ValueError, match=r"several candidates \(\['a', 'b'\]\); give name"):
+    heldout.load_cached_evaluation(tmp_path / "a", data=data)
+  assert heldout.load_cached_evaluation(tmp_path / "a", data=data, name="mixed").name == "mixed"
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not _same_cpu_kind_as_the_generator(),
                     reason="bit-identical only on the instruction set that generated the shipped curves (AVX-512)")

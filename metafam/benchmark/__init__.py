@@ -18,7 +18,8 @@
 from metafam.evaluation.metrics import (Aggregate, RunCurves, Speedup, aggregate, iqm, median, running_min,
                                         speedup_over_baseline)
 from metafam.benchmark.heldout import (SuiteEvaluation, TaskScore, baseline_evaluations, evaluate_suite,
-                                       format_suite, load_normalizers, score_task, write_suite_report)
+                                       format_suite, load_cached_evaluation, load_normalizers, score_task,
+                                       write_suite_report)
 from metafam.benchmark.paired import difference, probability_of_improvement
 from metafam.benchmark.report import format_table, print_report, write_report
 from metafam.benchmark.runner import (BenchmarkResult, RunMetrics, learned_optimizer, load_theta,
@@ -32,5 +33,5 @@ __all__ = ["Aggregate", "RunCurves", "Speedup", "aggregate", "iqm", "median", "r
            "load_theta", "resolve_optimizers", "run_benchmark", "SUITES", "get_suite", "list_suites",
            "resolve_tasks", "TUNABLE", "SweepResult", "default_learning_rates", "select_best", "sgdm",
            "tune_learning_rate", "SuiteEvaluation", "TaskScore", "baseline_evaluations", "evaluate_suite",
-           "format_suite", "load_normalizers", "score_task", "write_suite_report", "difference",
+           "format_suite", "load_cached_evaluation", "load_normalizers", "score_task", "write_suite_report", "difference",
            "probability_of_improvement"]

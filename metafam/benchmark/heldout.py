@@ -342,7 +342,7 @@ def evaluate_suite(candidate: Candidate, *, tasks: Optional[Sequence[str]] = Non
   spec = bl.suite_spec(suite)
   data = load_normalizers(suite=suite) if data is None else data
   if data.get("suite", "heldout") != suite:
-    raise ValueError(f"data holds the {data.get('suite')!r} suite's baselines, not {suite!r}'s.")
+    raise ValueError(f"data holds the {data.get('suite', 'heldout')!r} suite's baselines, not {suite!r}'s.")
   label, opt, tuned = _resolve(candidate)
   if isinstance(lane_chunk, str) and lane_chunk == "auto":
     if isinstance(candidate, tuple):
@@ -437,6 +437,65 @@ def _same_identity(a: Any, b: Any) -> bool:
   return a == b
 
 
+def _read_cached_task(path: str) -> Tuple[Dict[str, Any], np.ndarray, Any, float, Optional[str]]:
+  """``(identity, seed curves, setting, seconds, trained_at)`` of one file `evaluate_suite` wrote to a cache_dir."""
+  try:
+    with open(path) as f:
+      record = json.load(f)
+    stored = record["identity"]
+    seed_curves = np.asarray([[np.nan if v is None else v for v in row] for row in record["curves"]], np.float64)
+    setting, seconds, finished = record["setting"], float(record["seconds"]), record.get("trained_at")
+    if not isinstance(stored, dict):
+      raise TypeError("its identity is not an object")
+  except (OSError, ValueError, KeyError, TypeError) as e:
+    raise ValueError(f"cache_dir: {path} is not a cached task of evaluate_suite ({e}); remove it to retrain the "
+                     "task.") from None
+  return stored, seed_curves, setting, seconds, finished
+
+
+def load_cached_evaluation(cache_dir: str, *, suite: str = "heldout", tasks: Optional[Sequence[str]] = None,
+                           data: Optional[Mapping[str, Any]] = None,
+                           name: Optional[str] = None) -> SuiteEvaluation:
+  """The `SuiteEvaluation` an earlier `evaluate_suite` call left in ``cache_dir``, read without training anything:
+  e.g. a shipped optimizer's test-suite run, to compare a new candidate with it seed by seed (`paired_rows`).
+
+  Every task of ``tasks`` (default: every task of the suite with shipped baselines) must have its file there, written
+  for ``suite`` at the suite's evaluation points; ``name`` defaults to the label the files record (they must agree).
+  Reading the test suite's files is not a new test-suite run, so it needs no ``confirm_test``.
+  """
+  data = load_normalizers(suite=suite) if data is None else data
+  if data.get("suite", "heldout") != suite:
+    raise ValueError(f"data holds the {data.get('suite', 'heldout')!r} suite's baselines, not {suite!r}'s.")
+  cache_dir = os.fspath(cache_dir)
+  if not os.path.isdir(cache_dir):
+    raise ValueError(f"cache_dir {cache_dir!r} is not a directory.")
+  tasks = list(data["tasks"]) if tasks is None else list(tasks)
+  unknown = [t for t in tasks if t not in data["tasks"]]
+  if unknown or not tasks:
+    raise ValueError(f"tasks {unknown or tasks} have no shipped baselines; available: {list(data['tasks'])}.")
+  missing = [t for t in tasks if not os.path.isfile(os.path.join(cache_dir, f"{t}.json"))]
+  if missing:
+    raise ValueError(f"cache_dir {cache_dir!r} has no cached {suite!r} run of {missing}.")
+  scores, curves, seconds, trained_at, labels = [], {}, 0.0, [], set()
+  for task_name in tasks:
+    path = os.path.join(cache_dir, f"{task_name}.json")
+    identity, seed_curves, setting, took, finished = _read_cached_task(path)
+    steps = np.asarray(data["tasks"][task_name]["eval_steps"], np.int32)
+    expected = {"suite": suite, "task": task_name, "eval_steps": steps.tolist()}
+    differ = sorted(k for k, v in expected.items() if not _same_identity(identity.get(k), v))
+    if differ:
+      raise ValueError(f"cache_dir: {path} is not this suite's run of {task_name} (it differs in {differ}).")
+    labels.add(identity.get("label"))
+    seconds += took
+    trained_at.append(finished or "")
+    scores.append(score_task(task_name, data["tasks"][task_name], seed_curves, setting=setting))
+    curves[task_name] = (steps, seed_curves)
+  if name is None and len(labels) != 1:
+    raise ValueError(f"cache_dir {cache_dir!r} holds runs of several candidates ({sorted(map(str, labels))}); give "
+                     "name.")
+  return _evaluation(name or labels.pop(), scores, curves, data.get("pending", ()), seconds, suite, max(trained_at))
+
+
 def _cached_task(path: Optional[str], identity: Optional[Dict[str, Any]],
                  train: Callable[[], Tuple[np.ndarray, Any]]) -> Tuple[np.ndarray, Any, float, Optional[str]]:
   """``(seed curves, setting, seconds it took to train, when it finished training (UTC; None if the cached file
@@ -444,15 +503,7 @@ def _cached_task(path: Optional[str], identity: Optional[Dict[str, Any]],
   (``identity``), else trained (and written there unless ``path`` is None)."""
   from metafam.io import write_json
   if path is not None and os.path.exists(path):
-    try:
-      with open(path) as f:
-        record = json.load(f)
-      stored = record["identity"]
-      seed_curves = np.asarray([[np.nan if v is None else v for v in row] for row in record["curves"]], np.float64)
-      setting, seconds, finished = record["setting"], float(record["seconds"]), record.get("trained_at")
-    except (OSError, ValueError, KeyError, TypeError) as e:
-      raise ValueError(f"cache_dir: {path} is not a cached task of evaluate_suite ({e}); remove it to retrain the "
-                       "task.") from None
+    stored, seed_curves, setting, seconds, finished = _read_cached_task(path)
     if not _same_identity(stored, identity):
       differ = sorted(k for k in set(stored) | set(identity) if not _same_identity(stored.get(k), identity.get(k)))
       raise ValueError(f"cache_dir: {path} was written by another evaluation (it differs in {differ}); use another "
