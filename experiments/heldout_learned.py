@@ -23,6 +23,10 @@ a directory of another setting is refused.
 (`load_cached_evaluation`; nothing is retrained) and adds the paired comparison with each to the report, e.g. a new
 candidate against ``generalist_v1`` on the test suite with ``--versus experiments/results/test_generalist_v1_tasks``.
 
+``--single_rate_baselines adam muon`` (self-tuning score only, i.e. without ``--tune_step``) also runs those
+baselines at their single best setting over the dev suite (AlgoPerf's self-tuning rule,
+`metafam.benchmark.self_tuning`) on the scored tasks and prints the paired comparison with each.
+
 ``--vs_init`` (with ``--checkpoint``) also scores the optimizer at its initial theta, with the same settings (its
 tasks cached under ``CACHE_DIR/initial_theta``), and prints the paired comparison of the trained theta with it:
 P(trained > initial) and the IQM differences of the per-seed speedups and loss gains, i.e. whether meta-training
@@ -73,6 +77,10 @@ def main():
                  help="also compare, paired, with the evaluations an earlier run left in these --cache_dir "
                       "directories on the same suite (e.g. experiments/results/test_generalist_v1_tasks); nothing in "
                       "them is retrained")
+  p.add_argument("--single_rate_baselines", nargs="+", default=[], metavar="BASELINE",
+                 help="without --tune_step (the self-tuning score): also run these baselines of the suite at their "
+                      "single best setting over the dev suite on the same tasks (cached under "
+                      "CACHE_DIR/single_rate_baselines) and compare the candidate with each, paired")
   p.add_argument("--lane_chunk", type=int, default=None,
                  help="update the rate x seed lanes in blocks of this many (1: faster on a CPU for Newton-Schulz "
                       "optimizers; only float rounding differs; default: the optimizer's own choice)")
@@ -96,6 +104,15 @@ def main():
   if not kwargs_ok:
     p.error(f"--kwargs must be a JSON object of constructor arguments, e.g. '{{\"lr_spread\": 3.0}}'; got "
             f"{args.kwargs!r}")
+  if args.single_rate_baselines:
+    from metafam.benchmark import baselines  # pylint: disable=import-outside-toplevel
+    valid = list(baselines.suite_spec(args.suite).optimizers)
+    bad = [b for b in args.single_rate_baselines if b not in valid]
+    if bad:
+      p.error(f"--single_rate_baselines: {bad} are not baselines of the {args.suite} suite; valid: {valid}")
+    if args.tune_step or args.pretrained:
+      p.error("--single_rate_baselines belongs to the self-tuning score: a fixed step scale, without --tune_step or "
+              "--pretrained")
   versus = {}
   for path in args.versus:  # read before any training: a wrong directory fails in seconds, not after the suite
     try:
@@ -140,11 +157,27 @@ def main():
   initial = lopt.init(jax.random.key(0))
   evaluation = score(initial if args.checkpoint is None else load_theta(args.checkpoint))
   report(evaluation, time.perf_counter() - start, args, versus)
+  if args.single_rate_baselines:
+    single_rate(evaluation, args)
   if args.vs_init:
     untrained = {k: v for k, v in setting.items() if k != "checkpoint_sha256"}
     init_evaluation = score(initial, name=f"{evaluation.name} (initial theta)", cache_identity=untrained,
                             cache_dir=args.cache_dir and os.path.join(args.cache_dir, "initial_theta"))
     print(format_table(PAIRED_HEADERS, paired_rows(evaluation, {"initial theta": init_evaluation})))
+
+
+def single_rate(evaluation, args):
+  """The self-tuning score's comparison: each of ``--single_rate_baselines`` at its best single dev-suite setting
+  (`metafam.benchmark.self_tuning`), trained on the candidate's tasks where that setting is not a task's tuned one."""
+  from metafam.benchmark import self_tuning  # pylint: disable=import-outside-toplevel
+  cache = args.cache_dir and os.path.join(args.cache_dir, "single_rate_baselines")
+  _, single = self_tuning.self_tuning_baselines(suite=args.suite, optimizers=args.single_rate_baselines,
+                                                tasks=[s.task for s in evaluation.scores], cache_dir=cache,
+                                                progress=True)
+  print(format_table(self_tuning.SELF_TUNING_HEADERS, self_tuning.self_tuning_rows(evaluation, single)))
+  for name, b in single.items():
+    print(f"{name} at its single setting: IQM speedup {b.aggregates['iqm'].value:.2f} "
+          f"[{b.aggregates['iqm'].low:.2f}, {b.aggregates['iqm'].high:.2f}], {b.wall_time:.0f} s of training")
 
 
 def recipe_defaults(parser, args):

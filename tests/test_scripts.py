@@ -228,6 +228,21 @@ def test_heldout_learned_scores_a_pretrained_optimizer_on_the_test_suite(tmp_pat
     record = json.load(f)
   assert record["suite"] == "test" and record["candidate"] == "generalist_v1" and record["num_diverged"] == 0
   assert [row["baseline"] for row in record["paired"]] == ["adam", "muon"]
+  # The self-tuning score on the same suite: a learned optimizer at its fixed step scale, against the baselines at
+  # their single best dev-suite settings and, read back from its cache without retraining, generalist_v1 as tuned.
+  cached = sorted(os.listdir(tmp_path / "cache"))
+  args = ["--optimizer", "muon_residual_lopt", "--suite", "test", "--confirm_test", "--lane_chunk", 1,
+          "--single_rate_baselines", "adam", "muon", "--versus", tmp_path / "cache", "--cache_dir", tmp_path / "c2"]
+  code, out = run_script("experiments/heldout_learned.py", args, monkeypatch, capsys)
+  rows = {}
+  for line in out.splitlines():  # each baseline's first line: its row of the comparison table
+    if line.split()[:1] in (["adam"], ["muon"]):
+      rows.setdefault(line.split()[0], line)
+  assert code == 0 and "warmup_cosine 0.01" in rows["adam"] and "warmup_cosine 0.0316" in rows["muon"], out
+  assert any(line.startswith("generalist_v1 ") for line in out.splitlines()), out
+  assert sorted(os.listdir(tmp_path / "cache")) == cached  # read, not rewritten
+  code, _ = run_script("experiments/heldout_learned.py", args[:-2] + ["--tune_step"], monkeypatch, capsys)
+  assert code == 2
 
 
 @pytest.mark.slow
