@@ -33,5 +33,5 @@ __all__ = ["Aggregate", "RunCurves", "Speedup", "aggregate", "iqm", "median", "r
            "load_theta", "resolve_optimizers", "run_benchmark", "SUITES", "get_suite", "list_suites",
            "resolve_tasks", "TUNABLE", "SweepResult", "default_learning_rates", "select_best", "sgdm",
            "tune_learning_rate", "SuiteEvaluation", "TaskScore", "baseline_evaluations", "evaluate_suite",
-           "format_suite", "load_cached_evaluation", "load_normalizers", "score_task", "write_suite_report", "difference",
-           "probability_of_improvement"]
+           "format_suite", "load_cached_evaluation", "load_normalizers", "score_task", "write_suite_report",
+           "difference", "probability_of_improvement"]
