@@ -46,6 +46,9 @@ def cache_dir(tmp_path_factory):
 
 def _env(cache_dir):
   env = dict(os.environ, METAFAM_JAX_CACHE=cache_dir, PYTHONUNBUFFERED="1")
+  # The suite's own cache (tests/conftest.py) reaches child processes as JAX_COMPILATION_CACHE_DIR, which JAX reads
+  # before the CLI looks at METAFAM_JAX_CACHE: drop it so that `cache_dir` alone decides ("" compiles uncached).
+  env.pop("JAX_COMPILATION_CACHE_DIR", None)
   env["PYTHONPATH"] = os.pathsep.join([REPO, env.get("PYTHONPATH", "")])
   return env
 
