@@ -1,10 +1,13 @@
 """Writes a meta-train run's theta as shipped pretrained weights (metafam/pretrained/data/<name>.npz).
 
     python experiments/export_pretrained.py runs/generalist/checkpoint.npz --name generalist_v1
+    python experiments/export_pretrained.py runs/generalist_v2/checkpoint.npz --name generalist_v2
     python experiments/export_pretrained.py RUN/checkpoint.npz --candidate --out theta.npz   # any run, not shipped
 
 The file holds only theta (float32) and a JSON header naming the optimizer, the recipe, the meta-steps and the
-licence; `metafam.pretrained.load` checks its structure against the registered optimizer. With ``--candidate`` the
+licence; `metafam.pretrained.load` checks its structure against the registered optimizer. A shipped entry's run must
+have been trained by the entry's shipped recipe: the checkpoint's recorded recipe is compared field by field with it
+(less its name, description and length: a run may be stopped before its last meta-step). With ``--candidate`` the
 run needs no entry in `metafam.pretrained.PRETRAINED`: the theta of a candidate (e.g. one meta-trained on a lent GPU,
 whose full checkpoint, every lane's task state included, is too large to bring back) goes to ``--out``, readable by
 `metafam.benchmark.runner.load_theta` and `experiments/heldout_learned.py --checkpoint`.
@@ -17,6 +20,16 @@ import jax
 import metafam.pretrained as pretrained
 from metafam.benchmark.runner import load_theta
 from metafam.outer_trainers import checkpoint
+from metafam.outer_trainers.recipes import Recipe, load_recipe
+
+
+def trained_by(recorded: dict, recipe_name: str) -> bool:
+  """Whether ``recorded`` (a checkpoint's recipe) is the shipped recipe ``recipe_name``, up to name, description and
+  length (`Recipe.identity`)."""
+  try:
+    return Recipe.from_identity(recorded, recipe_name).identity(0) == load_recipe(recipe_name).identity(0)
+  except (TypeError, ValueError):  # not a recipe at all
+    return False
 
 
 def main():
@@ -35,9 +48,10 @@ def main():
     name, optimizer, card = None, recipe.get("optimizer") or config.get("optimizer"), None
   else:
     entry = pretrained.info(args.name)
-    if recipe.get("name") != entry.recipe or recipe.get("optimizer") != entry.optimizer:
+    if recipe.get("optimizer") != entry.optimizer or not trained_by(recipe, entry.recipe):
       raise SystemExit(f"{args.checkpoint} was not trained by recipe {entry.recipe!r} with {entry.optimizer}.")
     name, optimizer, card = args.name, entry.optimizer, entry.model_card
+    recipe = dict(recipe, name=entry.recipe)  # a run of a recipe file records no name
   theta = load_theta(args.checkpoint)
   header = checkpoint.read_header(args.checkpoint)
   meta_steps = int(checkpoint.read(args.checkpoint)[1]["step"]) if header.root_class == "MetaTrainState" else None

@@ -87,12 +87,14 @@ def test_help_exits_0(script, monkeypatch, capsys):
 
 
 def _theta_checkpoint(path, optimizer="adafac_muon_rms_lopt", recipe=None):
-  """A checkpoint holding the initial theta of ``optimizer``, with a meta-train config naming ``recipe``."""
+  """A checkpoint holding the initial theta of ``optimizer``, or with a `Recipe`, of its optimizer and with a
+  meta-train config recording the recipe as a run does (its identity: no name)."""
   import jax
   from metafam.optimizers.registry import get_learned_optimizer
   from metafam.outer_trainers import checkpoint
-  theta = get_learned_optimizer(optimizer).init(jax.random.key(0))
-  config = {"recipe": {"name": recipe, "optimizer": optimizer}} if recipe else {}
+  lopt = recipe.build_learned_optimizer() if recipe else get_learned_optimizer(optimizer)
+  theta = lopt.init(jax.random.key(0))
+  config = {"recipe": recipe.identity(0)["recipe"], "seed": 0} if recipe else {}
   checkpoint.save(str(path), theta, {"config": config})
   return str(path)
 
@@ -104,21 +106,26 @@ def test_ablation_table(monkeypatch, capsys):
   assert code == 0 and out.count("\n| ") >= rows  # a table row per run (plus headers)
 
 
-def test_export_pretrained_writes_a_loadable_file(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("name", ["generalist_v1", "generalist_v2"])
+def test_export_pretrained_writes_a_loadable_file(tmp_path, monkeypatch, capsys, name):
   import metafam.pretrained as pretrained
   from metafam.benchmark.runner import load_theta
-  entry = pretrained.info("generalist_v1")
-  ckpt = _theta_checkpoint(tmp_path / "checkpoint.npz", entry.optimizer, entry.recipe)
+  from metafam.outer_trainers import checkpoint, load_recipe
+  entry = pretrained.info(name)
+  recipe = load_recipe(entry.recipe)
+  ckpt = _theta_checkpoint(tmp_path / "checkpoint.npz", recipe=recipe)
   out_file = tmp_path / "weights.npz"
-  code, out = run_script("experiments/export_pretrained.py", [ckpt, "--name", "generalist_v1", "--out", out_file],
+  code, out = run_script("experiments/export_pretrained.py", [ckpt, "--name", name, "--out", out_file],
                          monkeypatch, capsys)
   assert code == 0 and f"wrote {out_file}" in out
   import jax
   written, original = load_theta(str(out_file)), load_theta(ckpt)
   assert jax.tree.structure(written) == jax.tree.structure(original)
   jax.tree.map(np.testing.assert_array_equal, written, original)
-  # A checkpoint of another recipe is refused, and nothing is written.
-  other = _theta_checkpoint(tmp_path / "other.npz", entry.optimizer, "not_" + entry.recipe)
+  metadata = checkpoint.read_metadata(str(out_file))
+  assert metadata["name"] == name and metadata["recipe"]["name"] == entry.recipe
+  # A checkpoint of another recipe (one field changed) is refused, and nothing is written.
+  other = _theta_checkpoint(tmp_path / "other.npz", recipe=recipe.replace(sigma=recipe.sigma * 2))
   code, _ = run_script("experiments/export_pretrained.py", [other, "--out", tmp_path / "x.npz"], monkeypatch, capsys)
   assert code != 0 and not (tmp_path / "x.npz").exists()
   # As a candidate (no registry entry needed, e.g. a run on a lent GPU), any run's theta is written to --out.

@@ -34,7 +34,9 @@ DATA = ["metafam/datasets/data/fashion_mnist_slice.npz", "metafam/datasets/data/
         "metafam/datasets/data/LICENSE_FASHION_MNIST.txt", "metafam/datasets/data/LICENSE_SHAKESPEARE.txt",
         "metafam/py.typed", "metafam/datasets/data/mnist_5k.npz", "metafam/datasets/data/LICENSE_MNIST.txt",
         "metafam/benchmark/data/heldout_baselines.json", "metafam/pretrained/data/generalist_v1.npz",
-        "metafam/pretrained/data/generalist_v1.md", "metafam/outer_trainers/recipes/generalist.json"]
+        "metafam/pretrained/data/generalist_v1.md", "metafam/outer_trainers/recipes/generalist.json",
+        "metafam/pretrained/data/generalist_v2.npz", "metafam/pretrained/data/generalist_v2.md",
+        "metafam/outer_trainers/recipes/generalist_v2.json"]
 
 
 def _run(args, **kwargs):
@@ -116,6 +118,7 @@ def test_installed_wheel_runs_list_and_a_short_meta_training(dist, tmp_path):
   code = ("import jax.numpy as jnp, metafam.pretrained as p; from metafam.outer_trainers import load_recipe; "
           "tx = p.optax_transform('generalist_v1', 1e-2); w = {'w': jnp.ones((3, 2))}; "
           "u, _ = tx.update(w, tx.init(w), w); print(float(jnp.sqrt(jnp.mean(u['w'] ** 2))), "
-          "len(load_recipe('generalist').families))")
-  rms, families = _run([python, "-c", code], cwd=work, env=env).split()
-  assert abs(float(rms) - 1e-2) < 1e-5 and int(families) == 5
+          "len(load_recipe('generalist').families), "
+          "p.load('generalist_v2')[1]['log_schedule'].shape[0], len(load_recipe('generalist_v2').families))")
+  rms, families, knots, families_v2 = _run([python, "-c", code], cwd=work, env=env).split()
+  assert abs(float(rms) - 1e-2) < 1e-5 and int(families) == 5 and int(knots) == 5 and int(families_v2) == 3

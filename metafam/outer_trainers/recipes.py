@@ -32,6 +32,7 @@ _HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "recipes")
 # Shipped recipes: name -> file in metafam/outer_trainers/recipes/.
 RECIPES: Dict[str, str] = {
     "generalist": "generalist.json",  # the pretrained `generalist_v1` (metafam.pretrained): 5 families, NRES
+    "generalist_v2": "generalist_v2.json",  # the pretrained `generalist_v2`: 7 meta-parameters, 3 families, NRES
 }
 
 
@@ -161,6 +162,17 @@ class Recipe:
     if recipe["perturbation"] == "full":
       recipe["perturbation_rank"] = None  # meaningless for full noise
     return json.loads(json.dumps({"recipe": recipe, "seed": int(seed)}))
+
+  @classmethod
+  def from_identity(cls, recorded: Mapping[str, Any], name: str) -> "Recipe":
+    """The recipe a run recorded: the ``"recipe"`` part of `identity` as a checkpoint stores it (or an older
+    checkpoint's recipe), named ``name`` where it records none. ``Recipe.from_identity(r, n).identity(seed)`` is the
+    run's identity again, so two runs' recipes compare by their identities."""
+    data = dict(recorded)
+    data.setdefault("name", name)
+    if data.get("perturbation", "full") == "full" and data.get("perturbation_rank", 1) is None:
+      data["perturbation_rank"] = 1  # identity records none for full noise, where the rank means nothing
+    return cls.from_dict(data)
 
   # -- building -----------------------------------------------------------------------------------------------
   def build_learned_optimizer(self):

@@ -2,6 +2,7 @@
 
     import metafam.pretrained
     tx = metafam.pretrained.optax_transform("generalist_v1", learning_rate=1e-2)   # or an optax schedule
+    tx = metafam.pretrained.optax_transform("generalist_v2", 1e-2, num_steps=1000)  # it reads the run's length
     state = tx.init(params)                          # any pytree of float arrays: Flax, Equinox, Haiku, dicts
     updates, state = tx.update(grads, state, params)  # params are required
     params = optax.apply_updates(params, updates)
@@ -9,9 +10,11 @@
 * `list()`: the shipped names; `info(name)`: what `load` reads (optimizer, recipe, licence, model card path).
 * `load(name) -> (learned_optimizer, theta)`: the `metafam.optimizers.learned.LearnedOptimizer` as meta-trained and
   its meta-parameters, for `opt_fn`, further meta-training or inspection.
-* `optax_transform(name, learning_rate)`: the optimizer with fixed theta as an `optax.GradientTransformationExtraArgs`
-  (see its docstring for the state's size); `optax.inject_hyperparams(optax_transform, static_args=("name",))` makes
-  the rate a hyperparameter of the state.
+* `optax_transform(name, learning_rate, num_steps=None)`: the optimizer with fixed theta as an
+  `optax.GradientTransformationExtraArgs`; ``num_steps``, the run's total number of updates, is required by an
+  optimizer with a learned schedule (``info(name).uses_horizon``: generalist_v2) and unused by the others.
+  ``optax.inject_hyperparams(optax_transform, static_args=("name", "num_steps"))`` makes the rate a hyperparameter
+  of the state.
 
 The weights are `metafam.outer_trainers.checkpoint` files (``.npz`` with a JSON header; nothing in them is executed)
 in ``metafam/pretrained/data/``, each with a model card (``<name>.md``: architecture, recipe, data, compute, held-out
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Callable, Dict, List, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import jax.numpy as jnp
 import numpy as np
@@ -40,7 +43,8 @@ LearningRate = Union[float, Callable[[Any], Any]]
 @dataclasses.dataclass(frozen=True)
 class Pretrained:
   """A shipped learned optimizer: its weights file and model card (in ``metafam/pretrained/data``), the registered
-  learned optimizer it instantiates, the recipe that trained it and its default learning rate."""
+  learned optimizer it instantiates, the shipped recipe that trained it (`metafam.outer_trainers.load_recipe`; the
+  optimizer is built with the recipe's ``optimizer_kwargs``) and its default learning rate."""
   weights: str
   model_card: str
   optimizer: str
@@ -56,6 +60,19 @@ class Pretrained:
   def model_card_path(self) -> str:
     return os.path.join(_DATA, self.model_card)
 
+  @property
+  def optimizer_kwargs(self) -> Dict[str, Any]:
+    """The registered optimizer's arguments besides ``step_mult``: the recipe's ``optimizer_kwargs``."""
+    from metafam.outer_trainers.recipes import load_recipe
+    return dict(load_recipe(self.recipe).optimizer_kwargs)
+
+  @property
+  def uses_horizon(self) -> bool:
+    """Whether its step depends on the run's length: `optax_transform` then needs ``num_steps``."""
+    from metafam.optimizers._features import uses_horizon
+    from metafam.optimizers.registry import get_learned_optimizer
+    return uses_horizon(get_learned_optimizer(self.optimizer, **self.optimizer_kwargs))
+
 
 PRETRAINED: Dict[str, Pretrained] = {
     "generalist_v1": Pretrained(
@@ -63,6 +80,12 @@ PRETRAINED: Dict[str, Pretrained] = {
         recipe="generalist", default_learning_rate=1e-2,
         summary="adafac_muon_rms_lopt meta-trained by the generalist recipe (5 Fashion-MNIST families, NRES); the "
                 "step's direction is learned, its size is the learning rate (unit RMS per tensor)."),
+    "generalist_v2": Pretrained(
+        weights="generalist_v2.npz", model_card="generalist_v2.md", optimizer="muon_residual_lopt",
+        recipe="generalist_v2", default_learning_rate=0.0316,
+        summary="Muon with 7 meta-trained numbers (recipe generalist_v2: 3 Fashion-MNIST families at 8x8, NRES with "
+                "32 pairs): a gain for matrices, one for other tensors, and a step schedule over the fraction of "
+                "training done, which needs the run's length (num_steps)."),
 }
 
 
@@ -95,39 +118,72 @@ def _check_learning_rate(learning_rate: Any) -> LearningRate:
   return float(learning_rate)
 
 
+def _check_num_steps(num_steps: Any) -> int:
+  import jax
+  given = num_steps
+  if isinstance(num_steps, jax.Array) and jnp.ndim(num_steps) == 0 and jnp.issubdtype(num_steps.dtype, jnp.integer):
+    try:
+      num_steps = int(num_steps)
+    except jax.errors.ConcretizationTypeError:
+      raise ValueError("num_steps must be a concrete integer, not a traced array: with optax.inject_hyperparams, "
+                       "pass static_args=(\"name\", \"num_steps\").") from None
+  if not (isinstance(num_steps, (int, np.integer)) and not isinstance(num_steps, bool) and num_steps >= 1):
+    raise ValueError(f"num_steps must be the run's total number of updates, an integer >= 1, got {given!r}.")
+  return int(num_steps)
+
+
 def load(name: str, learning_rate: LearningRate = None) -> Tuple[Any, Any]:
   """``(learned_optimizer, theta)`` of the shipped optimizer ``name``.
 
   ``learning_rate`` (a number or an optax schedule; default the entry's ``default_learning_rate``) becomes the
-  learned optimizer's ``step_mult``: the RMS of each tensor's step. ``theta`` is a dict of numpy float32 arrays
-  read without executing anything; the file is checked to match the optimizer's meta-parameter structure.
+  learned optimizer's ``step_mult`` (generalist_v1: the RMS of each tensor's step; generalist_v2: Muon's learning
+  rate before the learned gains and schedule). The optimizer is built with the recipe's ``optimizer_kwargs``.
+  ``theta`` is a dict of numpy float32 arrays read without executing anything; the file is checked to match the
+  optimizer's meta-parameter structure. For an optimizer with a learned schedule, pass the run's length to
+  ``lopt.as_optax(theta, num_steps=T)`` or ``lopt.init(..., num_steps=T)``.
   """
   import jax
   from metafam.optimizers.registry import get_learned_optimizer
   from metafam.outer_trainers import checkpoint
   entry = info(name)
   rate = entry.default_learning_rate if learning_rate is None else _check_learning_rate(learning_rate)
-  lopt = get_learned_optimizer(entry.optimizer, step_mult=rate)
+  lopt = get_learned_optimizer(entry.optimizer, **entry.optimizer_kwargs, step_mult=rate)
   like = jax.eval_shape(lopt.init, jax.random.key(0))
   theta, _ = checkpoint.load(entry.weights_path, like=like)
   checkpoint.check_finite(theta, entry.weights_path, "pretrained meta-parameters")
   return lopt, theta
 
 
-def optax_transform(name: str, learning_rate: LearningRate) -> optax.GradientTransformationExtraArgs:
+def optax_transform(name: str, learning_rate: LearningRate,
+                    num_steps: Optional[int] = None) -> optax.GradientTransformationExtraArgs:
   """The shipped learned optimizer ``name`` as an optax transformation, at ``learning_rate`` (a number or an optax
   schedule of the update count).
 
-  Works on any pytree of floating-point arrays of any shapes (scalars, vectors, matrices, conv kernels; float32,
-  bfloat16, float16 or float64 leaves; a tensor of rank >= 2 is treated as the matrix ``[prod(shape[:-1]),
-  shape[-1]]``) under `jax.jit`, `jax.vmap` and sharded params (every operation is per tensor). The updates have
-  the params' dtypes; the optimizer computes in float32 (float64 for float64 params).
+  ``num_steps``: the run's total number of updates, a positive integer. An optimizer with a learned schedule over the
+  fraction of training done (``info(name).uses_horizon``: generalist_v2) needs it and raises a ValueError naming it
+  without; it is checked and unused for the others, so one call serves every name. Past ``num_steps`` updates the
+  schedule stays at its last value.
 
-  State size (`metafam.optimizers.adafac_mlp_lopt.AdafacOptaxState`): an int32 count plus, per tensor, 3 momenta of
-  the tensor's size and, for a tensor of rank >= 2, 3 row and 3 column factors (3 x (rows + columns) numbers), for a
-  vector or scalar 3 second moments: about three numbers per parameter for matrix-dominated models (Adam: two), all
-  float32.
-  No copy of the params is kept. ``update(grads, state, params)`` needs ``params``.
+  Works on any pytree of floating-point arrays of any shapes (scalars, vectors, matrices, conv kernels; float32,
+  bfloat16, float16 or float64 leaves) under `jax.jit`, `jax.vmap` and sharded params (every operation is per
+  tensor). The updates have the params' dtypes; the optimizer computes in float32 (float64 for float64 params).
+  ``update(grads, state, params)`` needs ``params``; the state holds no copy of them.
+
+  State: an int32 count plus per-tensor accumulators, float32.
+  * generalist_v1 (`metafam.optimizers.adafac_mlp_lopt.AdafacOptaxState`; a tensor of rank >= 2 is the matrix
+    ``[prod(shape[:-1]), shape[-1]]``): 3 momenta of the tensor's size and, for rank >= 2, 3 row and 3 column
+    factors (3 x (rows + columns) numbers), for a vector or scalar 3 second moments: about three numbers per
+    parameter for matrix-dominated models (Adam: two).
+  * generalist_v2 (`metafam.optimizers._features.AccumulatorOptaxState`): Muon's momentum for a 2-D tensor or a
+    4-D conv kernel (the matrix ``[kh * kw * c_in, c_out]``), Adam's two moments for every other tensor: about one
+    number per parameter for matrix-dominated models.
   """
-  lopt, theta = load(name, _check_learning_rate(learning_rate))
-  return lopt.as_optax(theta)
+  rate = _check_learning_rate(learning_rate)
+  entry = info(name)
+  if num_steps is not None:
+    num_steps = _check_num_steps(num_steps)
+  elif entry.uses_horizon:
+    raise ValueError(f"{name} has a learned schedule over the fraction of training done: pass num_steps= (the run's "
+                     f"total number of updates), e.g. optax_transform({name!r}, learning_rate, num_steps=1000).")
+  lopt, theta = load(name, rate)
+  return lopt.as_optax(theta, num_steps) if entry.uses_horizon else lopt.as_optax(theta)
