@@ -72,6 +72,16 @@ class NormalizerFileError(ValueError):
   """The normalizer file is missing, malformed or of an unsupported format version."""
 
 
+def suite_data(data: Optional[Mapping[str, Any]], suite: str) -> Mapping[str, Any]:
+  """``data``, a suite's baselines (`load_normalizers`' layout; None: the shipped ones of ``suite``), checked to be
+  ``suite``'s (a ValueError naming both suites otherwise; data without a ``suite`` field is the heldout suite's)."""
+  if data is None:
+    return load_normalizers(suite=suite)
+  if data.get("suite", "heldout") != suite:
+    raise ValueError(f"data holds the {data.get('suite', 'heldout')!r} suite's baselines, not {suite!r}'s.")
+  return data
+
+
 def load_normalizers(path: Optional[str] = None, suite: str = "heldout") -> Dict[str, Any]:
   """The shipped baselines of ``suite`` (JSON; nothing in it is executed; ``path`` overrides the shipped file),
   checked for the format version and structure."""
@@ -340,9 +350,7 @@ def evaluate_suite(candidate: Candidate, *, tasks: Optional[Sequence[str]] = Non
   from metafam.tasks.registry import get_task
   check_suite_choice(suite, confirm_test)
   spec = bl.suite_spec(suite)
-  data = load_normalizers(suite=suite) if data is None else data
-  if data.get("suite", "heldout") != suite:
-    raise ValueError(f"data holds the {data.get('suite', 'heldout')!r} suite's baselines, not {suite!r}'s.")
+  data = suite_data(data, suite)
   label, opt, tuned = _resolve(candidate)
   if isinstance(lane_chunk, str) and lane_chunk == "auto":
     if isinstance(candidate, tuple):
@@ -463,9 +471,7 @@ def load_cached_evaluation(cache_dir: str, *, suite: str = "heldout", tasks: Opt
   for ``suite`` at the suite's evaluation points; ``name`` defaults to the label the files record (they must agree).
   Reading the test suite's files is not a new test-suite run, so it needs no ``confirm_test``.
   """
-  data = load_normalizers(suite=suite) if data is None else data
-  if data.get("suite", "heldout") != suite:
-    raise ValueError(f"data holds the {data.get('suite', 'heldout')!r} suite's baselines, not {suite!r}'s.")
+  data = suite_data(data, suite)
   cache_dir = os.fspath(cache_dir)
   if not os.path.isdir(cache_dir):
     raise ValueError(f"cache_dir {cache_dir!r} is not a directory.")

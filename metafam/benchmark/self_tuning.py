@@ -286,9 +286,7 @@ def baseline_curves(task: str, optimizer: str, learning_rate: float, schedule: s
   from metafam.evaluation.metrics import normalize
   from metafam.optimizers.optax_zoo import OPTAX_FACTORIES
   spec = bl.suite_spec(suite)
-  data = heldout.load_normalizers(suite=suite) if data is None else _check_data(data)
-  if data.get("suite", "heldout") != suite:
-    raise ValueError(f"data holds the {data.get('suite', 'heldout')!r} suite's baselines, not {suite!r}'s.")
+  data = heldout.suite_data(None if data is None else _check_data(data), suite)
   if task not in data["tasks"]:
     raise ValueError(f"task {task!r} has no baselines in the {suite} data; available: {list(data['tasks'])}.")
   if optimizer not in OPTAX_FACTORIES:
