@@ -35,7 +35,7 @@ def main():
   for task_name in args.tasks:
     task = get_task(task_name)
     adam_lr = data["tasks"][task_name]["reference"]["learning_rate"]
-    for label, tx in [(f"{args.name} lr={rate:g}", pretrained.optax_transform(args.name, rate)),
+    for label, tx in [(f"{args.name} lr={rate:g}", pretrained.optax_transform(args.name, rate, num_steps=steps)),
                       (f"adam lr={adam_lr:g}", optax.adam(adam_lr))]:
       start = time.perf_counter()
       _, evals = train_lanes(task, tx, None, num_seeds=2, points=points, eval_batches=4, key=None, splits=("test",))

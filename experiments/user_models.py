@@ -78,22 +78,23 @@ MODELS = {
 SMOKE_MODELS = {"logreg": lambda: mlp([]), "mlp_16x16": lambda: mlp([16, 16])}
 
 
-def optimizer_factory(name: str, candidates=None):
+def optimizer_factory(name: str, num_steps: int, candidates=None):
   """``learning_rate -> optax transformation`` for ``name``: adam, muon, a shipped learned optimizer, or a key of
-  ``candidates`` (``{name: theta file}``, see `candidate_factory`)."""
+  ``candidates`` (``{name: theta file}``, see `candidate_factory`); ``num_steps``, the run's length, goes to a learned
+  optimizer whose rule reads it (a learned schedule)."""
   if name in (candidates or {}):
-    return candidate_factory(candidates[name])
+    return candidate_factory(candidates[name], num_steps)
   if name == "adam":
     return optax.adam
   if name == "muon":
     return optax.contrib.muon
-  return lambda learning_rate: pretrained.optax_transform(name, learning_rate)
+  return lambda learning_rate: pretrained.optax_transform(name, learning_rate, num_steps=num_steps)
 
 
-def candidate_factory(path: str):
+def candidate_factory(path: str, num_steps: int):
   """``learning_rate -> optax transformation`` of a theta file of `experiments/export_pretrained.py --candidate`:
   the learned optimizer its header names, built with ``step_mult`` 1 and the recipe's ``optimizer_kwargs``, then
-  scaled by the rate (its step is linear in ``step_mult``)."""
+  scaled by the rate (its step is linear in ``step_mult``); ``num_steps`` for one with a learned schedule."""
   from metafam.benchmark.runner import load_theta  # pylint: disable=import-outside-toplevel
   from metafam.optimizers.registry import get_learned_optimizer  # pylint: disable=import-outside-toplevel
   from metafam.outer_trainers import checkpoint  # pylint: disable=import-outside-toplevel
@@ -102,7 +103,9 @@ def candidate_factory(path: str):
     raise ValueError(f"--candidate {path}: its header names no learned optimizer; write it with "
                      "experiments/export_pretrained.py --candidate")
   kwargs = (meta.get("recipe") or {}).get("optimizer_kwargs") or {}
-  base = get_learned_optimizer(meta["optimizer"], step_mult=1.0, **kwargs).as_optax(load_theta(path))
+  lopt = get_learned_optimizer(meta["optimizer"], step_mult=1.0, **kwargs)
+  horizon = {"num_steps": num_steps} if getattr(lopt, "uses_horizon", False) else {}
+  base = lopt.as_optax(load_theta(path), **horizon)
   return lambda learning_rate: optax.chain(base, optax.scale(learning_rate))
 
 
@@ -218,7 +221,7 @@ def main():
                  f"files' and from {', '.join(known)}")
   for path in candidates.values():  # a bad file is refused before any training
     try:
-      candidate_factory(path)
+      candidate_factory(path, args.steps)
     except (ValueError, OSError) as e:
       parser.error(str(e))
   optimizers = [REFERENCE] + [o for o in dict.fromkeys(args.optimizers) if o != REFERENCE] + list(candidates)
@@ -255,11 +258,12 @@ def evaluate(model, opt_name, grid, data, args, reference_curve, candidates=None
   """One (model, optimizer): its tuned rate, mean test curve and speedup over tuned Adam (whose 4x-horizon curve is
   ``reference_curve``, or computed here when ``opt_name`` is Adam), as a JSON-able dict."""
   start = time.perf_counter()
-  run = trainer(model, optimizer_factory(opt_name, candidates), args.steps, args.eval_every, args.batch)
+  run = trainer(model, optimizer_factory(opt_name, args.steps, candidates), args.steps, args.eval_every, args.batch)
   lr, at_edge, curve = tune(run, grid, data)
   entry = {"learning_rate": lr, "at_edge": at_edge, "curve": None if curve is None else curve.tolist()}
   if opt_name == REFERENCE and lr is not None:  # tuned Adam for 4x the horizon, seeds 0 and 1
-    long = trainer(model, optimizer_factory(opt_name), REFERENCE_FACTOR * args.steps, args.eval_every, args.batch)
+    long = trainer(model, optimizer_factory(opt_name, REFERENCE_FACTOR * args.steps), REFERENCE_FACTOR * args.steps,
+                   args.eval_every, args.batch)
     reference_curve = np.mean([np.asarray(long(jnp.float32(lr), jax.random.key(s), data)[1]) for s in (0, 1)],
                               axis=0).tolist()
     entry["reference_curve"] = reference_curve

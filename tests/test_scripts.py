@@ -319,12 +319,14 @@ def test_user_models(tmp_path, monkeypatch, capsys):
   (tmp_path / "t.md").unlink()
   code, again = run_script("experiments/user_models.py",
                            ["--smoke", "--models", "logreg", "--optimizers", "adam", "muon", "generalist_v1",
-                            "--markdown", tmp_path / "t.md", "--json", tmp_path / "t.json"], monkeypatch, capsys)
+                            "generalist_v2", "--markdown", tmp_path / "t.md", "--json", tmp_path / "t.json"],
+                           monkeypatch, capsys)
   table_rows = lambda text: [line for line in text.splitlines() if " | " in line]
   assert code == 0 and table_rows(again)[:2] == table_rows(out)
   assert json.loads((tmp_path / "t.json").read_text())["models"]["logreg"]["adam"] == adam
   assert [r.split(" | ")[1] for r in (tmp_path / "t.md").read_text().splitlines()[2:]] == ["adam", "muon",
-                                                                                          "generalist_v1"]
+                                                                                          "generalist_v1",
+                                                                                          "generalist_v2"]
   # A candidate theta file (not shipped): muon_residual_lopt at its initial theta is Muon, so it retraces Muon's row.
   import jax
   from metafam.optimizers.muon_lopt import MuonResidualLOpt
@@ -345,8 +347,10 @@ def test_user_models(tmp_path, monkeypatch, capsys):
 
 @pytest.mark.slow  # the suite's runner: tests/test_heldout.py
 def test_long_horizon(monkeypatch, capsys):
-  code, out = run_script("experiments/long_horizon.py", ["--steps", 10, "--tasks", HEAVY_TASK], monkeypatch, capsys)
-  assert code == 0 and out.count(HEAVY_TASK) == 2  # the pretrained optimizer and Adam
+  for name in ("generalist_v1", "generalist_v2"):  # v2 lays its learned schedule over the --steps
+    code, out = run_script("experiments/long_horizon.py", ["--name", name, "--steps", 10, "--tasks", HEAVY_TASK],
+                           monkeypatch, capsys)
+    assert code == 0 and out.count(HEAVY_TASK) == 2 and f"{name} lr=" in out  # the pretrained optimizer and Adam
 
 
 @pytest.mark.slow  # the run's engine: tests/test_recipes.py, test_meta_trainer.py
