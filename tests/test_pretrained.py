@@ -20,6 +20,7 @@ from metafam.optimizers.adafac_mlp_lopt import AdafacMLPLOpt, AdafacOptaxState
 from metafam.optimizers.muon_lopt import muon_dimension_numbers
 from metafam.outer_trainers import checkpoint
 from metafam.outer_trainers.recipes import Recipe, load_recipe
+from test_muon_lopt import _run_optax as run_optax  # tx's updates along a gradient sequence
 
 # The run length every call passes: generalist_v2 needs it, generalist_v1 checks and ignores it.
 NUM_STEPS = 100
@@ -87,15 +88,6 @@ def test_a_schedule_without_the_run_length_is_a_clear_error():
                                 given.update(grads, given.init(params), params)[0]["w"])
 
 
-def _run_updates(tx, params, grads):
-  state, out = tx.init(params), []
-  for g in grads:
-    u, state = tx.update(g, state, params)
-    params = optax.apply_updates(params, u)
-    out.append(u)
-  return out
-
-
 def test_generalist_v2_is_muon_with_its_learned_gains_and_schedule():
   """Its theta holds two log-gains (matrices, other tensors) and 5 log-multipliers at evenly spaced fractions of the
   run; its update t of T is optax.contrib.muon's at learning rate ``lr * exp(gain) * exp(interp(t / T, knots))``
@@ -116,8 +108,8 @@ def test_generalist_v2_is_muon_with_its_learned_gains_and_schedule():
             "b": jnp.asarray(rng.standard_normal(5), jnp.float32), "s": jnp.asarray(0.3, jnp.float32)}
   grads = [jax.tree.map(lambda p: jnp.asarray(rng.standard_normal(p.shape), jnp.float32), params)
            for _ in range(steps)]
-  ours = _run_updates(pretrained.optax_transform("generalist_v2", lr, num_steps=steps), params, grads)
-  ref = _run_updates(ref_tx, params, grads)
+  ours = run_optax(pretrained.optax_transform("generalist_v2", lr, num_steps=steps), params, grads)
+  ref = run_optax(ref_tx, params, grads)
   for t, (a, b) in enumerate(zip(ours, ref)):
     for k in params:
       # float32 Newton-Schulz amplifies a one-ulp difference of its input to 2e-5 relative (tests/test_muon_lopt.py):
