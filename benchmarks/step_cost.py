@@ -77,14 +77,17 @@ def cnn(channels):
   return init, apply
 
 
+RUN_LENGTH = 1000  # num_steps for a pretrained optimizer with a learned schedule (generalist_v2)
+
+
 def optimizers(learning_rate=1e-3, learned=(), muon_ns_steps=()):
   """Name -> optax transformation: Adam, Muon, Muon with each of ``muon_ns_steps`` Newton-Schulz iterations (named
   ``muon, N NS steps``), every shipped pretrained optimizer and the registered learned optimizers ``learned`` at
   their initial meta-parameters (named ``NAME (init)``)."""
   opts = {"adam": optax.adam(learning_rate), "muon": optax.contrib.muon(learning_rate)}
   opts.update({f"muon, {n} NS steps": optax.contrib.muon(learning_rate, ns_steps=n) for n in muon_ns_steps})
-  for name in metafam.pretrained.list():
-    opts[name] = metafam.pretrained.optax_transform(name, learning_rate)
+  for name in metafam.pretrained.list():  # a step's cost does not depend on the run length a learned schedule reads
+    opts[name] = metafam.pretrained.optax_transform(name, learning_rate, num_steps=RUN_LENGTH)
   for name in learned:
     lopt = get_learned_optimizer(name, step_mult=learning_rate)
     opts[f"{name} (init)"] = lopt.as_optax(lopt.init(jax.random.key(0)))

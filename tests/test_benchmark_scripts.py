@@ -105,8 +105,9 @@ def test_step_cost_with_many_members_in_blocks(tmp_path, monkeypatch, capsys):
              "step / Muon", "state"]
   rows = {r["optimizer"]: r for r in (dict(zip(columns, (c.strip() for c in line.strip().strip("|").split("|"))))
                                       for line in _rows(tmp_path / "cost.md"))}
-  assert code == 0 and set(rows) == {"adam", "muon", "generalist_v1", "adam, blocks of 1", "muon, blocks of 1",
-                                     "generalist_v1, blocks of 1"}
+  import metafam.pretrained
+  names = ["adam", "muon", *metafam.pretrained.list()]  # every shipped pretrained optimizer, both ways
+  assert code == 0 and set(rows) == {*names, *(f"{name}, blocks of 1" for name in names)}
   assert all(r["model"] == "MLP 784-16-16-10, 2 at once" and r["params"] == "13,002" for r in rows.values())
   assert rows["adam"]["update / Adam"] == "1.00x" and rows["muon"]["update / Muon"] == "1.00x"
   assert rows["muon, blocks of 1"]["state"] == rows["muon"]["state"] and rows["adam"]["state"] == "2.00"

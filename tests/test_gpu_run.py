@@ -133,7 +133,9 @@ def _check_outer_training(rows):
 
 
 def _check_step_cost(rows):
-  assert len(rows) == 2 * 4  # (MLP, CNN) x (adam, muon, generalist_v1, muon_residual_lopt (init))
+  import metafam.pretrained
+  # (MLP, CNN) x (adam, muon, every shipped pretrained optimizer, muon_residual_lopt (init))
+  assert len(rows) == 2 * (3 + len(metafam.pretrained.list()))
   adam = [r for r in rows if "| adam |" in r]
   assert all("| 1.00x | " in r for r in adam)  # Adam against itself
   # State bytes per parameter byte: Adam keeps two moments of every parameter, exactly 2; the Muon-initialized
@@ -142,3 +144,6 @@ def _check_step_cost(rows):
   state = lambda opt, model: float([r for r in rows if f"| {opt} |" in r and model in r][0].split("|")[-2])
   for model in ("MLP", "CNN"):  # (optax's Muon also keeps its Newton-Schulz coefficients and a count per part)
     assert state("muon", model) - 0.02 <= state("muon_residual_lopt (init)", model) <= state("muon", model)
+  # generalist_v2 is that optimizer with conv kernels as matrices: one moment per kernel entry rather than Adam's two.
+  assert state("generalist_v2", "MLP") == state("muon_residual_lopt (init)", "MLP")
+  assert state("generalist_v2", "CNN") < state("muon_residual_lopt (init)", "CNN")
