@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from metafam._checks import check_number
 from metafam._registry import lookup
 
 __all__ = ["PRETRAINED", "Pretrained", "info", "list", "load", "optax_transform"]
@@ -120,16 +121,13 @@ def _check_learning_rate(learning_rate: Any) -> LearningRate:
 
 def _check_num_steps(num_steps: Any) -> int:
   import jax
-  given = num_steps
   if isinstance(num_steps, jax.Array) and jnp.ndim(num_steps) == 0 and jnp.issubdtype(num_steps.dtype, jnp.integer):
     try:
       num_steps = int(num_steps)
     except jax.errors.ConcretizationTypeError:
       raise ValueError("num_steps must be a concrete integer, not a traced array: with optax.inject_hyperparams, "
                        "pass static_args=(\"name\", \"num_steps\").") from None
-  if not (isinstance(num_steps, (int, np.integer)) and not isinstance(num_steps, bool) and num_steps >= 1):
-    raise ValueError(f"num_steps must be the run's total number of updates, an integer >= 1, got {given!r}.")
-  return int(num_steps)
+  return int(check_number("num_steps", num_steps, low=1, integer=True))
 
 
 def load(name: str, learning_rate: LearningRate = None) -> Tuple[Any, Any]:
@@ -178,12 +176,13 @@ def optax_transform(name: str, learning_rate: LearningRate,
     4-D conv kernel (the matrix ``[kh * kw * c_in, c_out]``), Adam's two moments for every other tensor: about one
     number per parameter for matrix-dominated models.
   """
+  from metafam.optimizers._features import uses_horizon
   rate = _check_learning_rate(learning_rate)
-  entry = info(name)
-  if num_steps is not None:
-    num_steps = _check_num_steps(num_steps)
-  elif entry.uses_horizon:
+  num_steps = None if num_steps is None else _check_num_steps(num_steps)
+  lopt, theta = load(name, rate)
+  if not uses_horizon(lopt):
+    return lopt.as_optax(theta)
+  if num_steps is None:
     raise ValueError(f"{name} has a learned schedule over the fraction of training done: pass num_steps= (the run's "
                      f"total number of updates), e.g. optax_transform({name!r}, learning_rate, num_steps=1000).")
-  lopt, theta = load(name, rate)
-  return lopt.as_optax(theta, num_steps) if entry.uses_horizon else lopt.as_optax(theta)
+  return lopt.as_optax(theta, num_steps)
