@@ -6,11 +6,11 @@
 # Default steps and limits (docs/performance/index.md, "The GPU run", has the arithmetic behind each limit; they sum
 # to 480 s): install the carried wheels if dm-haiku is missing (20 s); tests: the GPU-relevant test files on the GPU
 # ($GPU_TESTS below), pytest's summary kept even when the limit stops it (200 s); inner_training:
-# benchmarks/inner_training.py, MLPLOpt and Adam at 64 and 1,024 lanes, both reset strategies (100 s); profile:
+# benchmarks/inner_training.py, MLPLOpt and Adam at 64 and 1,024 lanes, both reset strategies (90 s); profile:
 # benchmarks/profile_inner.py, a per-kernel profile of metafam's unroll and the minimal program at 1,024 lanes,
 # MLPLOpt and Adam, their programs read back from the inner step's compilation cache (50 s); outer_training:
 # benchmarks/outer_training.py, PES with full and rank-1 noise (70 s); step_cost: benchmarks/step_cost.py on the
-# 12.8M-parameter MLP, muon_residual_lopt at init included (40 s). $OUT receives gpu_run.log (everything printed),
+# 12.8M-parameter MLP, every pretrained optimizer and muon_residual_lopt at init (50 s). $OUT receives gpu_run.log (everything printed),
 # tests.md, inner_training.md, profile.md, outer_training.md and step_cost.md, each headed by the device, the JAX
 # version and the date (at most 8 files come back from the device: keep it so).
 #
@@ -34,7 +34,7 @@
 #   METAFAM_GPU_RUN_TESTS      what pytest runs [$GPU_TESTS]
 #   METAFAM_GPU_RUN_WORKERS    pytest-xdist workers [8]
 #   METAFAM_GPU_RUN_LIMITS     seconds for tests, inner_training, profile, outer_training, step_cost, outer_reference,
-#                              meta_train ["200 100 50 70 40 240 420"]
+#                              meta_train ["200 90 50 70 50 240 420"]
 #   METAFAM_GPU_RUN_STEPS      the steps run, of tests inner_training profile outer_training step_cost outer_reference
 #                              meta_train ["tests inner_training profile outer_training step_cost"]
 #   METAFAM_GPU_RUN_RECIPE     meta_train's recipe [experiments/generalist_v2/recipe_c.json]
@@ -54,7 +54,7 @@ tests/test_optimizers.py tests/test_lane_chunk.py tests/test_low_rank.py"
 TESTS=${METAFAM_GPU_RUN_TESTS:-$GPU_TESTS}
 WORKERS=${METAFAM_GPU_RUN_WORKERS:-8}
 read -r LIMIT_TESTS LIMIT_INNER LIMIT_PROFILE LIMIT_OUTER LIMIT_STEP LIMIT_REFERENCE LIMIT_META \
-  <<< "${METAFAM_GPU_RUN_LIMITS:-200 100 50 70 40 240 420}"
+  <<< "${METAFAM_GPU_RUN_LIMITS:-200 90 50 70 50 240 420}"
 LIMIT_REFERENCE=${LIMIT_REFERENCE:-240}
 LIMIT_META=${LIMIT_META:-420}
 STEPS=" ${METAFAM_GPU_RUN_STEPS:-tests inner_training profile outer_training step_cost} "
