@@ -113,6 +113,18 @@ flags.DEFINE_bool("overwrite", False, "Replace the results of an earlier evaluat
                   flag_values=FLAGS)
 flags.DEFINE_bool("confirm_test", False, "benchmark --suite test: confirm scoring on the test suite (run once per "
                   "shipped optimizer, never for design choices; the result records it).", flag_values=FLAGS)
+flags.DEFINE_string("tasks", None, "benchmark --suite heldout|test: a comma-separated subset of the suite's tasks "
+                    "(default: all with shipped baselines).", flag_values=FLAGS)
+flags.DEFINE_string("schedules", None, "benchmark --suite heldout|test: the schedules a factory is tuned over, "
+                    "comma-separated from constant,warmup_cosine (default: both, as the baselines were tuned); "
+                    "with --ruleset self_tuning, the one schedule of the single setting (default constant).",
+                    flag_values=FLAGS)
+flags.DEFINE_enum("ruleset", "external", ["external", "self_tuning"], "benchmark --suite heldout|test: external "
+                  "(every optimizer tuned per task) or self_tuning (one setting for the whole suite: a shipped "
+                  "baseline at its best single dev setting, a pretrained optimizer at its default rate, a factory at "
+                  "--learning_rate).", flag_values=FLAGS)
+flags.DEFINE_string("name", None, "benchmark --suite heldout|test: the candidate's label in tables, files and plots "
+                    "(default from --optimizer; a baseline's name gets ' (candidate)').", flag_values=FLAGS)
 # convert-checkpoint
 flags.DEFINE_bool("trust_pickle", False, "Confirm that the legacy pickle checkpoint comes from a trusted source "
                   "(unpickling it can run arbitrary code).", flag_values=FLAGS)
@@ -133,7 +145,8 @@ COMMANDS: Dict[str, Dict[str, Any]] = {
                              "checkpoint) and save the results", args=(), flags=_SUITE_FLAGS),
     "benchmark": dict(summary="tuned Adam and SGDM baselines (and optionally one more optimizer) on a suite: "
                               "tables, speedups and plots; --suite heldout (dev) or test: one optimizer against the "
-                              "shipped tuned baselines", args=(), flags=_SUITE_FLAGS + ("confirm_test",)),
+                              "shipped tuned baselines (--optimizer NAME or module:function)", args=(),
+                     flags=_SUITE_FLAGS + ("confirm_test", "tasks", "schedules", "ruleset", "name")),
     "list": dict(summary="list the registered tasks, families, optimizers, estimators, recipes and suites", args=(),
                  flags=()),
     "convert-checkpoint": dict(summary="convert a legacy pickle checkpoint into the current format (unpickling "

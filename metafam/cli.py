@@ -127,45 +127,62 @@ def cmd_evaluate() -> None:
   _run_suite("evaluate", required=True, tuned=None, reference=None)
 
 
+def _csv(flag: str) -> Optional[List[str]]:
+  """The comma-separated values of --flag (None when not given); an empty entry is a usage error."""
+  value = getattr(FLAGS, flag)
+  if value is None:
+    return None
+  items = [v.strip() for v in value.split(",")]
+  if not all(items):
+    raise UsageError(f"--{flag} {value!r}: expected comma-separated names with no empty entry.")
+  return items
+
+
 def build_heldout_candidate() -> Any:
-  """The candidate of ``benchmark --suite heldout|test``: a tunable hand-designed name (its rate is tuned on the
-  grid) or a learned optimizer with --checkpoint; flags that the suite fixes are refused."""
-  from metafam.benchmark.sweep import TUNABLE
+  """The candidate of ``benchmark --suite heldout|test``: --optimizer as a registered hand-designed or pretrained
+  name (tuned like the baselines, or at its one self-tuning setting), module:function (a factory of the learning
+  rate), or a learned optimizer with --checkpoint; flags that the suite fixes are refused."""
   from metafam.optimizers.registry import LEARNED_OPTIMIZERS
   suite = FLAGS.suite
-  fixed = [f"--{n}" for n in ("task", "inner_steps", "seeds", "learning_rate", "seed") if FLAGS[n].present]
+  fixed = [f"--{n}" for n in ("task", "inner_steps", "seeds", "seed") if FLAGS[n].present]
+  if FLAGS["learning_rate"].present and FLAGS.ruleset != "self_tuning":
+    fixed.append("--learning_rate")
   if fixed:
     raise UsageError(f"{', '.join(fixed)}: the {suite} suite fixes its tasks, horizons, seeds and keys, and tunes a "
-                     "hand-designed optimizer's learning rate itself; drop these flags.")
+                     "hand-designed optimizer's learning rate itself (--learning_rate: only with --ruleset "
+                     "self_tuning); drop these flags.")
   from metafam.benchmark.heldout import check_suite_choice
   _checked(check_suite_choice, suite, FLAGS.confirm_test, flags=True)
   if not FLAGS["optimizer"].present and FLAGS.checkpoint is None:
-    raise UsageError(f"--suite {suite} needs --optimizer (a hand-designed name, tuned on the rate grid, or a learned "
-                     "optimizer with --checkpoint).")
+    raise UsageError(f"--suite {suite} needs --optimizer (a hand-designed or pretrained name, module:function, or a "
+                     "learned optimizer with --checkpoint).")
   if FLAGS.optimizer in LEARNED_OPTIMIZERS or FLAGS.checkpoint is not None:
-    return next(iter(_optimizers().items()))
-  _lookup({**TUNABLE, **LEARNED_OPTIMIZERS}, FLAGS.optimizer, "optimizer")
-  return FLAGS.optimizer, FLAGS.optimizer
+    label, optimizer = next(iter(_optimizers().items()))
+    return optimizer, label
+  return FLAGS.optimizer, None
 
 
 def _run_heldout() -> None:
-  from metafam.benchmark.heldout import (NormalizerFileError, baseline_evaluations, evaluate_suite, format_suite,
-                                         load_normalizers, write_suite_report)
-  name, candidate = build_heldout_candidate()
+  from metafam.benchmark.heldout import NormalizerFileError, load_normalizers
+  from metafam.benchmark.scoring import score
+  candidate, label = build_heldout_candidate()
   try:
     data = load_normalizers(suite=FLAGS.suite)
   except NormalizerFileError as e:
     raise UsageError(str(e)) from None
   if not data["tasks"]:
     raise UsageError(f"the normalizer file has no complete task yet (pending: {', '.join(data['pending'])}).")
+  learning_rate = FLAGS.learning_rate if FLAGS["learning_rate"].present else None
+  kwargs = dict(suite=FLAGS.suite, ruleset=FLAGS.ruleset, tasks=_csv("tasks"), name=FLAGS.name or label,
+                schedules=_csv("schedules"), learning_rate=learning_rate, confirm_test=FLAGS.confirm_test, data=data)
+  from metafam.benchmark.scoring import check
+  _checked(check, candidate, **kwargs)  # every check, one line, before anything is created or trained
   out_dir = _prepare_output_dir("benchmark")
   with _locked(out_dir):
-    result = evaluate_suite(candidate, data=data, name=name, progress=FLAGS.progress, suite=FLAGS.suite,
-                            confirm_test=FLAGS.confirm_test)
-    baselines = baseline_evaluations(data)
-    print(format_suite(result, baselines))
-    paths = write_suite_report(result, out_dir, baselines)
-  print(f"\nbenchmark took {result.wall_time:.1f} s; wrote {out_dir}: "
+    report = _checked(score, candidate, progress=FLAGS.progress, **kwargs)
+    print(report.format())
+    paths = report.write(out_dir)
+  print(f"\nbenchmark took {report.evaluation.wall_time:.1f} s; wrote {out_dir}: "
         + ", ".join(os.path.basename(p) for p in paths))
 
 

@@ -48,7 +48,7 @@ def test_candidate_equal_to_tuned_adam_scores_one():
   score = heldout.score_task("t", e, np.asarray(e["baselines"]["adam"]["test_curves"]))
   assert score.speedup == 1.0 and score.seed_speedups == (1.0, 1.0, 1.0)
   assert score.loss_ratio == 1.0 and not score.speedup_capped and not score.diverged
-  assert score.rank == 1 and score.num_ranked == 10  # ties with adam do not count against it; others are 1.5x
+  assert score.rank == 1 and score.num_ranked == len(OPTAX_FACTORIES) + 1  # ties with adam do not count against it; others are 1.5x
 
 
 @pytest.mark.parametrize("k", [0.5, 1.5, 2.0, 3.0, 3.7])
@@ -70,7 +70,7 @@ def test_a_diverged_seed_scores_zero_and_ranks_last():
   curves[1, -1] = np.nan
   score = heldout.score_task("t", entry(), curves)
   assert score.diverged and score.seed_speedups[1] == 0.0 and score.seed_speedups[0] == pytest.approx(2.0)
-  assert np.isnan(score.final_loss) and score.rank == 10 and not any(score.beats.values())
+  assert np.isnan(score.final_loss) and score.rank == len(OPTAX_FACTORIES) + 1 and not any(score.beats.values())
 
 
 def test_rank_and_beats_count_lower_final_losses():
@@ -125,8 +125,9 @@ def test_a_factory_that_takes_num_steps_is_given_the_horizon():
     seen.append(num_steps)
     return optax.sgd(learning_rate)
 
-  bl.scheduled(with_horizon, 64)(0.1, 0.0)
-  assert seen == [64]
+  tx = bl.scheduled(with_horizon, 64)(0.1, 0.0)
+  tx.update({"w": np.ones(2, np.float32)}, tx.init({"w": np.zeros(2, np.float32)}))
+  assert seen and set(seen) == {64}
   tx = bl.scheduled(optax.sgd, 64)(0.1, 1.0)  # warmup + cosine: the rate at step 0 is 0
   updates, _ = tx.update({"w": np.ones(2, np.float32)}, tx.init({"w": np.zeros(2, np.float32)}))
   np.testing.assert_array_equal(np.asarray(updates["w"]), 0.0)
@@ -293,11 +294,11 @@ def test_evaluate_suite_refuses_bad_candidates_and_tasks_before_training():
   data = {"tasks": {"t": entry()}, "pending": []}
   with pytest.raises(ValueError, match=r"tasks \['nope'\] have no shipped baselines; available: \['t'\]"):
     heldout.evaluate_suite(optax.adam, tasks=["nope"], data=data)
-  with pytest.raises(TypeError, match="needs its meta-parameters"):
+  with pytest.raises(ValueError, match="LearnedOptimizer without meta-parameters"):
     heldout.evaluate_suite(LearnableAdam(), data=data)
-  with pytest.raises(ValueError, match="not a tunable optax optimizer"):
+  with pytest.raises(ValueError, match="unknown optimizer 'adamax'; valid names: .*ademamix"):
     heldout.evaluate_suite("adamax", data=data)
-  with pytest.raises(TypeError, match="candidate must be"):
+  with pytest.raises(ValueError, match="candidate must be a factory lr -> optax.GradientTransformation"):
     heldout.evaluate_suite(3.0, data=data)
   for bad in (0, 2.5, "fast"):
     with pytest.raises((ValueError, TypeError), match="lane_chunk"):

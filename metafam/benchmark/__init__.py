@@ -7,7 +7,12 @@
   live in `metafam.evaluation.metrics`, the lower layer, and are re-exported here).
 * `report`: aligned terminal tables, CSV / JSON files and (with matplotlib) PNG figures.
 * `baselines`: the tuned baselines of the ``heldout`` and ``test`` suites (procedure, shards, the shipped files).
-* `heldout`: `evaluate_suite`, which scores one optimizer on ``heldout`` or ``test`` against the shipped baselines.
+* `scoring`: `score`, the one scoring path: a candidate and the shipped baselines of ``heldout`` or ``test`` in one
+  pool under either ruleset (external: tuned per task; self-tuning: one setting per suite), as a `SuiteReport`
+  whose headline is the profile score (AlgoPerf's B over time ratios to the pool's fastest).
+* `candidates`: what a suite scores (a factory of a float learning rate, a `schedule_factory`, a registered name, a
+  named transformation, a learned optimizer), resolved and checked before any training.
+* `heldout`: `evaluate_suite` (one candidate's runs and scores on ``heldout`` or ``test``) and the per-task scores.
 * `paired`: paired comparisons of two optimizers on the same (task, seed) runs: `probability_of_improvement` and
   the paired bootstrap `difference` of an aggregate (IQM by default).
 * `planted` (``from metafam.benchmark import planted``): planted problems whose meta-training answer is known (a
@@ -20,7 +25,9 @@ from metafam.evaluation.metrics import (Aggregate, RunCurves, Speedup, aggregate
 from metafam.benchmark.heldout import (SuiteEvaluation, TaskScore, baseline_evaluations, evaluate_suite,
                                        format_suite, load_cached_evaluation, load_normalizers, score_task,
                                        write_suite_report)
+from metafam.benchmark.candidates import resolve as resolve_candidate, schedule_factory
 from metafam.benchmark.paired import difference, probability_of_improvement
+from metafam.benchmark.scoring import RULESETS, SuiteReport, score
 from metafam.benchmark.report import format_table, print_report, write_report
 from metafam.benchmark.runner import (BenchmarkResult, RunMetrics, learned_optimizer, load_theta,
                                       resolve_optimizers, run_benchmark)
@@ -34,4 +41,5 @@ __all__ = ["Aggregate", "RunCurves", "Speedup", "aggregate", "iqm", "median", "r
            "resolve_tasks", "TUNABLE", "SweepResult", "default_learning_rates", "select_best", "sgdm",
            "tune_learning_rate", "SuiteEvaluation", "TaskScore", "baseline_evaluations", "evaluate_suite",
            "format_suite", "load_cached_evaluation", "load_normalizers", "score_task", "write_suite_report",
-           "difference", "probability_of_improvement"]
+           "difference", "probability_of_improvement", "RULESETS", "SuiteReport", "score", "resolve_candidate",
+           "schedule_factory"]

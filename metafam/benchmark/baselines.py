@@ -36,7 +36,6 @@ split and evaluation point, so the per-point noise is small against the differen
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
 import math
 import os
@@ -50,6 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from metafam.benchmark.candidates import schedule_factory
 from metafam.benchmark.suites import HORIZONS, TEST_HORIZONS
 from metafam.benchmark.sweep import train_lanes
 from metafam.evaluation import tuning
@@ -79,7 +79,7 @@ TEST_EVAL_EXAMPLES = 2048
 # Per optimizer, the lowest rate of its 7-point grid (then x sqrt(10) per point, 3 decades in all).
 GRIDS: Dict[str, float] = {
     "adam": 1e-4, "adamw": 1e-4, "nadamw": 1e-4, "rmsprop": 1e-4, "schedule_free_adamw": 1e-4,
-    "lion": 1e-5, "sgd_nesterov": 1e-3, "adafactor": 1e-3, "muon": 1e-3,
+    "lion": 1e-5, "sgd_nesterov": 1e-3, "adafactor": 1e-3, "muon": 1e-3, "ademamix": 1e-4,
 }
 
 
@@ -95,6 +95,8 @@ class SuiteSpec:
     command: how to regenerate it.
     eval_examples: examples per split and evaluation point (rounded up to whole batches); None: ``EVAL_BATCHES``
       batches whatever the batch size.
+    in_progress: baselines still being generated, shard by shard across sessions: a task's entry carries those
+      whose shards exist, and a task is complete without them (they join ``optimizers`` once every task has them).
   """
   name: str
   horizons: Mapping[str, int]
@@ -102,6 +104,12 @@ class SuiteSpec:
   data_file: str
   command: str
   eval_examples: Optional[int] = None
+  in_progress: Tuple[str, ...] = ()
+
+  @property
+  def all_optimizers(self) -> Tuple[str, ...]:
+    """``optimizers`` then ``in_progress``."""
+    return self.optimizers + self.in_progress
 
   def eval_batches(self, task: Task) -> int:
     """Batches averaged per split and evaluation point on ``task``."""
@@ -114,11 +122,13 @@ class SuiteSpec:
 
 
 SUITE_SPECS: Dict[str, SuiteSpec] = {
-    "heldout": SuiteSpec("heldout", HORIZONS, tuple(OPTAX_FACTORIES), DATA_FILE, COMMAND),
+    "heldout": SuiteSpec("heldout", HORIZONS, ("adam", "adamw", "nadamw", "sgd_nesterov", "rmsprop", "lion",
+                                               "adafactor", "muon", "schedule_free_adamw"), DATA_FILE, COMMAND,
+                         in_progress=("ademamix",)),
     "test": SuiteSpec("test", TEST_HORIZONS, ("adam", "adamw", "nadamw", "muon"),
                       os.path.join(os.path.dirname(__file__), "data", "test_baselines.json"),
                       "python benchmarks/heldout_baselines.py --suite test --shard_dir test_shards",
-                      eval_examples=TEST_EVAL_EXAMPLES),
+                      eval_examples=TEST_EVAL_EXAMPLES, in_progress=("schedule_free_adamw", "ademamix")),
 }
 
 
@@ -155,19 +165,18 @@ def unit_schedule(count: jax.Array, cosine: jax.Array, horizon: int) -> jax.Arra
 
 def scheduled(factory: Callable[..., optax.GradientTransformation], horizon: int
               ) -> Callable[..., optax.GradientTransformation]:
-  """``(learning_rate, cosine) -> factory(count -> learning_rate * unit_schedule(count, cosine, horizon))``.
+  """``(learning_rate, cosine) -> factory's transformation at count -> learning_rate * unit_schedule(count, cosine,
+  horizon)`` (`metafam.benchmark.candidates.at_schedule`: a factory of a float gets each step's rate as a number, a
+  `schedule_factory` the schedule itself).
 
   Both arguments are numbers that ``optax.inject_hyperparams`` can hold per lane; ``cosine`` is 0 (constant) or 1
   (warmup + cosine), so one compiled program trains both schedules. A factory with a ``num_steps`` argument (an
   optimizer whose rule depends on the run's length, e.g. a learned schedule) is also given ``num_steps=horizon``.
   """
-  try:
-    extra = {"num_steps": horizon} if "num_steps" in inspect.signature(factory).parameters else {}
-  except (TypeError, ValueError):  # a callable without an inspectable signature takes the rate alone
-    extra = {}
+  from metafam.benchmark.candidates import at_schedule
 
   def make(learning_rate, cosine):
-    return factory(lambda count: learning_rate * unit_schedule(count, cosine, horizon), **extra)
+    return at_schedule(factory, lambda count: learning_rate * unit_schedule(count, cosine, horizon), horizon)
   return make
 
 
@@ -253,7 +262,7 @@ def tune_baseline(task: Task, name: str, horizon: int, *, task_name: Optional[st
     lane_chunk = default_lane_chunk(name)
   start = time.perf_counter()
   task_name = task_name or task.name
-  factory = factory if factory is not None else OPTAX_FACTORIES[name]
+  factory = factory if factory is not None else schedule_factory(OPTAX_FACTORIES[name])
   bad = [s for s in schedules if s not in SCHEDULES]
   if bad or not schedules:
     raise ValueError(f"schedules must be a non-empty subset of {SCHEDULES}, got {tuple(schedules)}.")
@@ -301,7 +310,7 @@ def shard_path(shard_dir: str, task: str, optimizer: str) -> str:
 
 def shard_names(suite: str = "heldout") -> List[str]:
   """The shards of one task, in generation order: the suite's baselines, then ``adam_reference`` (needs ``adam``)."""
-  return list(suite_spec(suite).optimizers) + [f"{REFERENCE}_reference"]
+  return list(suite_spec(suite).all_optimizers) + [f"{REFERENCE}_reference"]
 
 
 def generate(shard_dir: str, tasks: Optional[Sequence[str]] = None, progress: bool = True,
@@ -370,9 +379,10 @@ def collect(shard_dir: str, path: Optional[str] = None, suite: str = "heldout") 
   tasks, pending = {}, []
   for task_name, horizon in spec.horizons.items():
     paths = {o: shard_path(shard_dir, task_name, o) for o in shard_names(suite)}
-    if not all(os.path.exists(p) for p in paths.values()):
+    if not all(os.path.exists(p) for o, p in paths.items() if o not in spec.in_progress):
       pending.append(task_name)
       continue
+    paths = {o: p for o, p in paths.items() if os.path.exists(p)}
     shards = {}
     for o, p in paths.items():
       with open(p) as f:
@@ -386,7 +396,7 @@ def collect(shard_dir: str, path: Optional[str] = None, suite: str = "heldout") 
     tasks[task_name] = entry
   data = {"format_version": FORMAT_VERSION, "suite": suite, "command": spec.command, "versions": versions(),
           "procedure": {"num_rates": NUM_RATES, "num_seeds": NUM_SEEDS, "schedules": list(SCHEDULES),
-                        "warmup_fraction": WARMUP_FRACTION, "grids_low": {o: GRIDS[o] for o in spec.optimizers},
+                        "warmup_fraction": WARMUP_FRACTION, "grids_low": {o: GRIDS[o] for o in spec.all_optimizers},
                         "evals_per_run": EVALS_PER_RUN,
                         "eval_batches": EVAL_BATCHES if spec.eval_examples is None else "per task",
                         "selection_split": "inner_valid", "metric_split": "test",

@@ -56,16 +56,17 @@ import optax
 from metafam._checks import check_positive_int
 from metafam.benchmark import baselines as bl
 from metafam.benchmark import paired
-from metafam.evaluation.metrics import (Aggregate, normalize, paired_speedups, performance_profile,
-                                        stratified_aggregate)
+from metafam.evaluation.metrics import (PROFILE_MAX, Aggregate, normalize, paired_speedups, profile_score,
+                                        stratified_aggregate, time_ratio)
 from metafam.inner.step import auto_lane_chunk
 from metafam.optimizers.base import Optimizer
 from metafam.optimizers.learned import LearnedOptimizer
 
 STATISTICS = ("median", "iqm", "optimality_gap")
 LOSS_GAIN_IQM = "loss_gain_iqm"  # the aggregates' key of the loss gains' IQM
-Candidate = Union[Optimizer, optax.GradientTransformation, Callable[..., optax.GradientTransformation],
-                  Tuple[LearnedOptimizer, Any]]
+PROFILE_SCORE = "profile_score"  # the aggregates' key of the headline: the mean profile score, AlgoPerf's B
+Candidate = Union[str, Optimizer, optax.GradientTransformation, Callable[..., optax.GradientTransformation],
+                  Tuple[LearnedOptimizer, Any]]  # what `metafam.benchmark.candidates.resolve` accepts
 
 
 class NormalizerFileError(ValueError):
@@ -123,6 +124,11 @@ class TaskScore:
     beats: ``{baseline: final_loss < the baseline's}``.
     diverged: some seed's test curve is not finite.
     setting: the candidate's tuned setting (rate, schedule) when it was tuned, else None.
+    time_ratio: the headline, `metafam.evaluation.metrics.time_ratio` of the seed-mean curve against the pool's
+      seed-mean curves: T over the fewest steps any optimizer of ``pool`` needed to reach the candidate's result at
+      T (at least 1, never capped).
+    seed_time_ratios: the same per seed (seed s against every pool member's seed s).
+    pool: the optimizers the ratio is measured against (the suite's baselines on this task, or the pool given).
   """
   task: str
   horizon: int
@@ -137,11 +143,20 @@ class TaskScore:
   diverged: bool
   setting: Optional[Dict[str, Any]] = None
   seed_loss_gains: Tuple[float, ...] = ()
+  time_ratio: float = float("nan")
+  seed_time_ratios: Tuple[float, ...] = ()
+  pool: Tuple[str, ...] = ()
 
   @property
   def loss_gain(self) -> float:
     """The seeds' mean loss gain (NaN without any)."""
     return float(np.mean(self.seed_loss_gains)) if self.seed_loss_gains else float("nan")
+
+  @property
+  def seed_profile_scores(self) -> Tuple[float, ...]:
+    """Per seed, `metafam.evaluation.metrics.profile_score` of the time ratio (1: the pool's fastest; 0: 4x or
+    slower): the runs whose mean is the headline score."""
+    return tuple(float(v) for v in profile_score(np.asarray(self.seed_time_ratios, np.float64)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,6 +200,11 @@ class SuiteEvaluation:
     """``f64[S, N]``: the per-seed loss gains, laid out like `seed_speedups`."""
     return self._seed_matrix("seed_loss_gains", tasks)
 
+  def seed_profile_scores(self, tasks: Optional[Sequence[str]] = None) -> np.ndarray:
+    """``f64[S, N]``: the per-seed profile scores of the time ratios (the headline's runs), laid out like
+    `seed_speedups`."""
+    return self._seed_matrix("seed_profile_scores", tasks)
+
   def _seed_matrix(self, field: str, tasks: Optional[Sequence[str]]) -> np.ndarray:
     by_task = {s.task: getattr(s, field) for s in self.scores}
     tasks = list(by_task) if tasks is None else list(tasks)
@@ -199,10 +219,18 @@ def _final(curve: np.ndarray) -> float:
   return v if np.isfinite(v) else float("nan")
 
 
+def task_pool(entry: Mapping[str, Any]) -> Dict[str, np.ndarray]:
+  """``{baseline: seed curves [S, E]}`` of every baseline a task's entry holds (the default pool of `score_task`)."""
+  return {o: np.asarray(b["test_curves"], np.float64) for o, b in entry["baselines"].items()}
+
+
 def score_task(task: str, entry: Mapping[str, Any], curves: np.ndarray, exclude: Sequence[str] = (),
-               setting: Optional[Dict[str, Any]] = None) -> TaskScore:
+               setting: Optional[Dict[str, Any]] = None,
+               pool: Optional[Mapping[str, np.ndarray]] = None) -> TaskScore:
   """`TaskScore` of seed curves ``[S, E]`` (normalized test loss at ``entry["eval_steps"]``) against one task's
-  entry of the normalizer file; ``exclude`` leaves baselines out of the ranking (a baseline scored as candidate)."""
+  entry of the normalizer file; ``exclude`` leaves baselines out of the ranking (a baseline scored as candidate).
+  ``pool``: ``{name: seed curves [S, E]}`` the time ratio is measured against (default `task_pool`, the shipped
+  baselines; the candidate always belongs to it)."""
   steps = np.asarray(entry["eval_steps"], np.float64)
   curves = np.asarray(curves, np.float64)
   if curves.ndim != 2 or curves.shape[1] != steps.size:
@@ -232,12 +260,19 @@ def score_task(task: str, entry: Mapping[str, Any], curves: np.ndarray, exclude:
   adam = _final(np.mean(np.asarray(entry["baselines"][bl.REFERENCE]["test_curves"], np.float64), axis=0))
   beats = {o: bool(np.isfinite(final) and (not np.isfinite(f) or final < f)) for o, f in finals.items()}
   rank = 1 + sum(1 for f in finals.values() if np.isfinite(f) and (not np.isfinite(final) or f < final))
+  pool = task_pool(entry) if pool is None else {k: np.asarray(v, np.float64) for k, v in pool.items()}
+  bad = [k for k, v in pool.items() if v.shape != curves.shape]
+  if bad:
+    raise ValueError(f"{task}: pool curves {bad} are not [{curves.shape[0]}, {steps.size}] like the candidate's.")
+  ratio = time_ratio(steps, mean, [v.mean(axis=0) for v in pool.values()])
+  seed_ratios = tuple(time_ratio(steps, c, [v[i] for v in pool.values()]) for i, c in enumerate(curves))
   return TaskScore(task=task, horizon=int(entry["horizon"]), speedup=float(value), speedup_capped=bool(capped),
                    seed_speedups=tuple(float(speedup(c, sp)[0]) for c, sp in zip(curves, of_seeds)),
                    final_loss=final,
                    loss_ratio=final / adam if np.isfinite(adam) and adam > 0 else float("nan"), rank=rank,
                    num_ranked=len(finals) + 1, beats=beats, diverged=not bool(np.all(np.isfinite(curves))),
-                   setting=setting, seed_loss_gains=tuple(loss_gain(c) for c in curves))
+                   setting=setting, seed_loss_gains=tuple(loss_gain(c) for c in curves), time_ratio=ratio,
+                   seed_time_ratios=seed_ratios, pool=tuple(pool))
 
 
 def aggregate_scores(scores: Sequence[TaskScore], num_resamples: int = 2000, confidence: float = 0.95,
@@ -247,6 +282,8 @@ def aggregate_scores(scores: Sequence[TaskScore], num_resamples: int = 2000, con
   aggregates = {stat: stratified_aggregate(matrix, stat, num_resamples, confidence, seed) for stat in STATISTICS}
   gains = np.array([s.seed_loss_gains for s in scores], np.float64).T if scores else np.zeros((1, 0))
   aggregates[LOSS_GAIN_IQM] = stratified_aggregate(gains, "iqm", num_resamples, confidence, seed)
+  profiles = np.array([s.seed_profile_scores for s in scores], np.float64).T if scores else np.zeros((1, 0))
+  aggregates[PROFILE_SCORE] = stratified_aggregate(profiles, "mean", num_resamples, confidence, seed)
   names = sorted({o for s in scores for o in s.beats})
   wins = {o: float(np.mean([s.beats[o] for s in scores if o in s.beats])) for o in names}
   return aggregates, wins, sum(s.diverged for s in scores)
@@ -264,40 +301,45 @@ def baseline_evaluations(data: Optional[Mapping[str, Any]] = None) -> Dict[str, 
   data = load_normalizers() if data is None else data
   suite = data.get("suite", "heldout")
   out = {}
-  for opt in bl.suite_spec(suite).optimizers:
+  for opt in bl.suite_spec(suite).all_optimizers:  # a baseline still in progress: on the tasks that have it
     scores, curves = [], {}
     for task, entry in data["tasks"].items():
+      if opt not in entry["baselines"]:
+        continue
       b = entry["baselines"][opt]
       seed_curves = np.asarray(b["test_curves"], np.float64)
       scores.append(score_task(task, entry, seed_curves, exclude=(opt,),
                                setting={"learning_rate": b["learning_rate"], "schedule": b["schedule"]}))
       curves[task] = (np.asarray(entry["eval_steps"]), seed_curves)
-    out[opt] = _evaluation(opt, scores, curves, data.get("pending", ()), 0.0, suite)
+    if scores:
+      out[opt] = _evaluation(opt, scores, curves, data.get("pending", ()), 0.0, suite)
+  return out
+
+
+def in_pool(evaluations: Mapping[str, SuiteEvaluation], data: Optional[Mapping[str, Any]] = None, *,
+            with_baselines: bool = True) -> Dict[str, SuiteEvaluation]:
+  """Each evaluation re-scored so that every time ratio of a task is measured against one pool: the curves of all
+  ``evaluations`` on that task, plus the suite's shipped baselines (`task_pool`) unless ``with_baselines`` is False
+  (the self-tuning ruleset: the pool is its single-setting runs). One table then compares everyone on equal terms,
+  as AlgoPerf scores a pool of submissions; only the time ratios and the profile scores change."""
+  if not evaluations:
+    return {}
+  suite = next(iter(evaluations.values())).suite
+  data = suite_data(data, suite)
+  out = {}
+  for label, e in evaluations.items():
+    scores = []
+    for s in e.scores:
+      entry = data["tasks"][s.task]
+      pool = task_pool(entry) if with_baselines else {}
+      pool.update({o.name: o.curves[s.task][1] for o in evaluations.values() if s.task in o.curves})
+      exclude = (e.name,) if e.name in entry["baselines"] else ()
+      scores.append(score_task(s.task, entry, e.curves[s.task][1], exclude=exclude, setting=s.setting, pool=pool))
+    out[label] = _evaluation(e.name, scores, e.curves, e.pending, e.wall_time, e.suite, e.evaluated_at)
   return out
 
 
 # -- running a candidate --------------------------------------------------------------------------------------------
-def _resolve(candidate: Candidate) -> Tuple[str, Any, bool]:
-  """``(name, optimizer or factory, tuned?)``."""
-  from metafam.benchmark.runner import resolve_optimizer
-  from metafam.benchmark.sweep import TUNABLE
-  if isinstance(candidate, str):
-    if candidate not in TUNABLE:
-      raise ValueError(f"candidate {candidate!r} is not a tunable optax optimizer; valid names: {sorted(TUNABLE)} "
-                       "(or pass an Optimizer, a (LearnedOptimizer, theta) pair or a factory of the learning rate).")
-    return candidate, TUNABLE[candidate], True
-  if isinstance(candidate, (Optimizer, optax.GradientTransformation, tuple)):
-    name, opt = resolve_optimizer(candidate)
-    return name, opt, False
-  if isinstance(candidate, LearnedOptimizer):
-    raise TypeError("a LearnedOptimizer needs its meta-parameters: pass (lopt, theta) or (lopt, checkpoint path).")
-  if callable(candidate):
-    return getattr(candidate, "__name__", "candidate"), candidate, True
-  raise TypeError(f"candidate must be a metafam Optimizer, an optax.GradientTransformation, a (LearnedOptimizer, "
-                  f"theta or checkpoint path) pair, a factory of the learning rate or a tunable name, got "
-                  f"{type(candidate).__name__}.")
-
-
 def check_suite_choice(suite: str, confirm_test: Any, *, flags: bool = False) -> None:
   """Raises ValueError unless ``suite`` is a suite of `metafam.benchmark.suites` and ``confirm_test`` is True exactly
   when it is ``"test"`` (the suite scored once per shipped optimizer, never used for design choices). Cheap: callers
@@ -315,21 +357,24 @@ def check_suite_choice(suite: str, confirm_test: Any, *, flags: bool = False) ->
 
 def evaluate_suite(candidate: Candidate, *, tasks: Optional[Sequence[str]] = None,
                    data: Optional[Mapping[str, Any]] = None, name: Optional[str] = None,
-                   learning_rates: Optional[Sequence[float]] = None, schedules: Sequence[str] = ("constant",),
+                   learning_rates: Optional[Sequence[float]] = None, schedules: Optional[Sequence[str]] = None,
                    progress: bool = True, suite: str = "heldout", confirm_test: bool = False,
                    cache_dir: Optional[str] = None, cache_identity: Optional[Mapping[str, Any]] = None,
-                   lane_chunk: Any = "auto") -> SuiteEvaluation:
+                   lane_chunk: Any = "auto", fixed_setting: bool = False) -> SuiteEvaluation:
   """Trains ``candidate`` on the suite's tasks that have shipped baselines and scores it (module docstring).
 
   Args:
-    candidate: a metafam `Optimizer`, an optax transformation, ``(LearnedOptimizer, theta or checkpoint path)``,
-      a factory ``f(learning_rate) -> optax.GradientTransformation`` or the name of one (`TUNABLE`). A factory's
-      rate is tuned per task like the baselines' (`metafam.benchmark.baselines.tune_baseline`: same seeds, same
-      selection on ``inner_valid``, grid extended at an edge) over ``learning_rates`` (default Adam's 7-point grid)
-      and ``schedules`` (default constant only; add ``"warmup_cosine"`` to try both, at twice the cost).
+    candidate: what `metafam.benchmark.candidates.resolve` accepts, checked before anything trains: a factory
+      ``f(learning_rate: float) -> optax.GradientTransformation`` (any of its own arguments, warmups and betas), a
+      `schedule_factory`, a registered name (``"ademamix"``, ``"generalist_v2"``) or ``"module:function"``, an optax
+      transformation (untuned; ``name`` required), a metafam `Optimizer`, or ``(LearnedOptimizer, theta or checkpoint
+      path)``. A factory's rate is tuned per task like the baselines' (`metafam.benchmark.baselines.tune_baseline`:
+      same seeds, same selection on ``inner_valid``, grid extended at an edge) over ``learning_rates`` (default: a
+      shipped baseline's own grid for its name, else Adam's 7-point grid) and ``schedules`` (default both of
+      `metafam.benchmark.baselines.SCHEDULES`, as every baseline was tuned).
     tasks: a subset of the suite (default every task with shipped baselines).
     data: the normalizer file's dict (default `load_normalizers`).
-    name: the label (default from the candidate).
+    name: the label (default from the candidate; one that a baseline of the suite has gets " (candidate)").
     progress: a tqdm bar over tasks.
     suite: ``"heldout"`` (development, the default) or ``"test"``.
     confirm_test: must be True to score on ``test`` (and only there; `check_suite_choice`), the suite that is run
@@ -341,6 +386,8 @@ def evaluate_suite(candidate: Candidate, *, tasks: Optional[Sequence[str]] = Non
       evaluation is refused with an error naming it, never overwritten.
     cache_identity: JSON-able facts about the candidate that its label does not pin down (e.g. the constructor
       arguments and checkpoint of a factory built around a learned optimizer); part of each cached task's identity.
+    fixed_setting: run a factory at its one given setting on every task (one rate in ``learning_rates``, one
+      schedule; the grid is never extended): the self-tuning ruleset's candidate.
     lane_chunk: the candidate's lanes (rates x seeds) update in blocks of this many (`Runner`'s ``lane_chunk``: 1
       makes Newton-Schulz optimizers faster on a CPU); "auto": a learned optimizer's own ``lane_chunk``, a named
       baseline's `baselines.default_lane_chunk`, else None (one vmap). Only float rounding depends on it, so it is
@@ -351,26 +398,40 @@ def evaluate_suite(candidate: Candidate, *, tasks: Optional[Sequence[str]] = Non
   check_suite_choice(suite, confirm_test)
   spec = bl.suite_spec(suite)
   data = suite_data(data, suite)
-  label, opt, tuned = _resolve(candidate)
+  from metafam.benchmark.candidates import resolve
+  resolved = resolve(candidate, name, baselines=spec.all_optimizers)
+  label, tuned = resolved.name, resolved.tuned
+  opt = resolved.factory if tuned else resolved.optimizer
+  registered = candidate if isinstance(candidate, str) and candidate in bl.GRIDS else None
   if isinstance(lane_chunk, str) and lane_chunk == "auto":
-    if isinstance(candidate, tuple):
-      lane_chunk = auto_lane_chunk(getattr(candidate[0], "lane_chunk", None), jax.default_backend())
+    if isinstance(opt, tuple):
+      lane_chunk = auto_lane_chunk(getattr(opt[0], "lane_chunk", None), jax.default_backend())
     else:
-      lane_chunk = bl.default_lane_chunk(candidate) if isinstance(candidate, str) else None
+      lane_chunk = bl.default_lane_chunk(registered) if registered else None
   chunk = None if lane_chunk is None else check_positive_int("lane_chunk", lane_chunk)
-  label = name or label
+  schedules = tuple(bl.SCHEDULES if schedules is None else schedules)
+  bad = [x for x in schedules if x not in bl.SCHEDULES]
+  if bad or not schedules:
+    raise ValueError(f"schedules must be a non-empty subset of {bl.SCHEDULES}, got {schedules}.")
+  if not tuned:
+    from metafam.benchmark.runner import resolve_optimizer
+    opt = resolve_optimizer(opt)[1]
+  if fixed_setting and (not tuned or learning_rates is None or len(learning_rates) != 1 or len(schedules) != 1):
+    raise ValueError("fixed_setting runs a factory at one setting: give one rate in learning_rates and one schedule.")
   available = list(data["tasks"])
   tasks = available if tasks is None else list(tasks)
   unknown = [t for t in tasks if t not in data["tasks"]]
   if unknown or not tasks:
     raise ValueError(f"tasks {unknown or tasks} have no shipped baselines; available: {available}.")
-  grid = bl.grid(bl.REFERENCE) if learning_rates is None else np.asarray(learning_rates, np.float64)
+  grid = (bl.grid(registered or bl.REFERENCE) if learning_rates is None
+          else np.asarray(learning_rates, np.float64))
   if cache_dir is not None:
     cache_dir = os.fspath(cache_dir)
     if os.path.exists(cache_dir) and not os.path.isdir(cache_dir):
       raise ValueError(f"cache_dir {cache_dir!r} exists and is not a directory.")
-    identity = dict(suite=suite, label=label, tuned=tuned, learning_rates=grid.tolist() if tuned else None,
-                    schedules=list(schedules) if tuned else None, theta=_theta_fingerprint(candidate),
+    identity = dict(suite=suite, label=label, tuned=tuned and not fixed_setting,
+                    learning_rates=grid.tolist() if tuned else None,
+                    schedules=list(schedules) if tuned else None, theta=_theta_fingerprint(resolved.optimizer),
                     extra=json.loads(json.dumps(cache_identity)) if cache_identity is not None else None)
     os.makedirs(cache_dir, exist_ok=True)
   scores, curves, seconds, trained_at = [], {}, 0.0, []
@@ -382,9 +443,9 @@ def evaluate_suite(candidate: Candidate, *, tasks: Optional[Sequence[str]] = Non
       task = get_task(task_name)
       eval_batches = spec.eval_batches(task)
       if tuned:
-        result = bl.tune_baseline(task, label, int(entry["horizon"]), task_name=task_name, factory=opt,
+        result = bl.tune_baseline(task, registered or label, int(entry["horizon"]), task_name=task_name, factory=opt,
                                   learning_rates=grid, schedules=schedules, eval_batches=eval_batches,
-                                  lane_chunk=chunk)
+                                  lane_chunk=chunk, max_extensions=0 if fixed_setting else bl.MAX_EXTENSIONS)
         return np.asarray(result.test_curves, np.float64), {"learning_rate": float(result.learning_rate),
                                                             "schedule": result.schedule,
                                                             "at_edge": bool(result.at_edge)}
@@ -532,50 +593,75 @@ def _interval(a: Aggregate) -> str:
 
 
 def summary_row(evaluation: SuiteEvaluation) -> List[Any]:
-  """``[name, median, IQM, optimality gap of the speedups, IQM of the loss gains (with intervals), tasks,
-  diverged]``."""
+  """``[name, profile score, median, IQM, optimality gap of the speedups, IQM of the loss gains (with intervals),
+  tasks, diverged]``."""
   a = evaluation.aggregates
-  return [evaluation.name, _interval(a["median"]), _interval(a["iqm"]), _interval(a["optimality_gap"]),
-          _interval(a[LOSS_GAIN_IQM]), a["iqm"].num_tasks, evaluation.num_diverged]
+  return [evaluation.name, _interval(a[PROFILE_SCORE]), _interval(a["median"]), _interval(a["iqm"]),
+          _interval(a["optimality_gap"]), _interval(a[LOSS_GAIN_IQM]), a["iqm"].num_tasks, evaluation.num_diverged]
 
 
-SUMMARY_HEADERS = ["optimizer", "median speedup [95% CI]", "IQM speedup [95% CI]", "optimality gap [95% CI]",
-                   "IQM loss gain [95% CI]", "tasks", "diverged"]
-TASK_HEADERS = ["task", "T", "speedup", "capped", "loss ratio", "loss gain", "rank", "diverged", "setting"]
+SUMMARY_HEADERS = ["optimizer", "profile score [95% CI]", "median speedup [95% CI]", "IQM speedup [95% CI]",
+                   "optimality gap [95% CI]", "IQM loss gain [95% CI]", "tasks", "diverged"]
+TASK_HEADERS = ["task", "T", "time ratio", "speedup", "capped", "loss ratio", "loss gain", "rank", "diverged",
+                "setting"]
 
 
 def task_rows(evaluation: SuiteEvaluation) -> List[List[Any]]:
-  """Per task: `TASK_HEADERS` (the loss gain is `TaskScore.loss_gain`, the seeds' mean)."""
+  """Per task: `TASK_HEADERS` (the time ratio and speedup of the seed-mean curve; the loss gain is
+  `TaskScore.loss_gain`, the seeds' mean)."""
   rows = []
   for s in evaluation.scores:
     setting = "-" if s.setting is None else f"{s.setting['schedule']} lr={s.setting['learning_rate']:.3g}"
-    rows.append([s.task, s.horizon, s.speedup, s.speedup_capped, s.loss_ratio, s.loss_gain,
+    rows.append([s.task, s.horizon, s.time_ratio, s.speedup, s.speedup_capped, s.loss_ratio, s.loss_gain,
                  f"{s.rank}/{s.num_ranked}", s.diverged, setting])
   return rows
 
 
-PAIRED_HEADERS = ["baseline", "P(candidate > baseline) [95% CI]", "IQM difference [95% CI]",
+PAIRED_HEADERS = ["baseline", "P(higher profile score) [95% CI]", "profile-score difference [95% CI]",
+                  "P(candidate > baseline) [95% CI]", "IQM difference [95% CI]",
                   "P(lower loss) [95% CI]", "IQM loss-gain difference [95% CI]", "tasks"]
 
 
 def paired_rows(evaluation: SuiteEvaluation, baselines: Mapping[str, SuiteEvaluation]) -> List[List[Any]]:
-  """Per baseline: `metafam.benchmark.paired.probability_of_improvement` and the paired IQM `difference` of the
-  candidate's per-seed speedups against the baseline's, then the same of the per-seed loss gains, on the tasks both
-  were scored on. ``tasks`` counts the tasks of the speedups' comparison."""
+  """Per baseline: `metafam.benchmark.paired.probability_of_improvement` and the paired `difference` (mean) of the
+  candidate's per-seed profile scores against the baseline's, then the same (IQM difference) of the per-seed
+  speedups and of the per-seed loss gains, on the tasks both were scored on. ``tasks`` counts the tasks of the
+  profile scores' comparison."""
   rows = []
   for b in baselines.values():
     if b is evaluation:
       continue
     common = [s.task for s in evaluation.scores if s.task in {t.task for t in b.scores}]
     row, tasks = [b.name], []
-    for scores in (SuiteEvaluation.seed_speedups, SuiteEvaluation.seed_loss_gains):
+    for scores, statistic in ((SuiteEvaluation.seed_profile_scores, "mean"), (SuiteEvaluation.seed_speedups, "iqm"),
+                              (SuiteEvaluation.seed_loss_gains, "iqm")):
       a_scores, b_scores = scores(evaluation, common), scores(b, common)
       p = paired.probability_of_improvement(a_scores, b_scores)
-      d = paired.difference(a_scores, b_scores)
+      d = paired.difference(a_scores, b_scores, statistic)
       row += [f"{p.value:.2f} [{p.low:.2f}, {p.high:.2f}]", f"{d.value:+.2f} [{d.low:+.2f}, {d.high:+.2f}]"]
       tasks.append(p.num_tasks)
     rows.append(row + [tasks[0]])
   return rows
+
+
+FEW_TASKS = 5  # below this many tasks, tables show the per-seed values beside the aggregates
+
+
+def few_tasks_note(evaluations: Sequence[SuiteEvaluation]) -> str:
+  """For aggregates over fewer than `FEW_TASKS` tasks: each optimizer's per-seed time ratios and speedups, and what
+  an interval over that few means; empty otherwise."""
+  evaluations = [e for e in evaluations if 0 < len(e.scores) < FEW_TASKS]
+  if not evaluations:
+    return ""
+  n = len(evaluations[0].scores)
+  lines = [f"Over {n} task{'s' if n > 1 else ''}, an aggregate is mostly seed noise: its interval resamples only "
+           "the seeds of each task and says nothing of other tasks, and the pooled per-seed values need not match "
+           "the table's value of the seed-mean curve. Per seed (time ratio / speedup):"]
+  for e in evaluations:
+    for s in e.scores:
+      per_seed = ", ".join(f"{r:.2f} / {v:.2f}" for r, v in zip(s.seed_time_ratios, s.seed_speedups))
+      lines.append(f"  {e.name} on {s.task}: {per_seed}")
+  return "\n".join(lines)
 
 
 def format_suite(evaluation: SuiteEvaluation, baselines: Optional[Mapping[str, SuiteEvaluation]] = None) -> str:
@@ -590,6 +676,9 @@ def format_suite(evaluation: SuiteEvaluation, baselines: Optional[Mapping[str, S
     parts += [format_table(PAIRED_HEADERS, paired_rows(evaluation, baselines)), ""]
   parts.append(format_table(["baseline", f"{evaluation.name} beats it on"],
                             [[o, f"{w:.0%} of tasks"] for o, w in evaluation.win_fraction.items()]))
+  note = few_tasks_note([evaluation, *(baselines or {}).values()])
+  if note:
+    parts += ["", note]
   if evaluation.pending:
     parts.append(f"\nnot evaluated (no shipped baselines yet): {', '.join(evaluation.pending)}")
   return "\n".join(parts)
@@ -622,13 +711,15 @@ def write_suite_report(evaluation: SuiteEvaluation, out_dir: str,
   except ImportError:
     return paths
   from metafam.io import save_figure
-  thresholds = np.geomspace(0.1, bl.REFERENCE_FACTOR, 60)
+  thresholds = np.linspace(1.0, PROFILE_MAX, 61)
   fig = Figure(figsize=(6, 4))
   ax = fig.subplots()
   for e in everyone.values():
-    ax.step(thresholds, performance_profile([s.speedup for s in e.scores], thresholds), where="post",
+    ratios = np.array([s.time_ratio for s in e.scores], np.float64)
+    ax.step(thresholds, np.mean(ratios[None, :] <= thresholds[:, None], axis=1), where="post",
             label=e.name, linewidth=2.5 if e is evaluation else 1.0)
-  ax.set(xscale="log", xlabel="speedup over tuned Adam, at least", ylabel="fraction of tasks", ylim=(0, 1.02))
+  ax.set(xlabel="time ratio to the pool's fastest, at most", ylabel="fraction of tasks", ylim=(0, 1.02),
+         xlim=(1.0, PROFILE_MAX))
   ax.legend(fontsize=7)
   save_figure(fig, os.path.join(out_dir, "profile.png"))
   names = list(evaluation.curves)

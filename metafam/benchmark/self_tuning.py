@@ -314,7 +314,7 @@ def baseline_curves(task: str, optimizer: str, learning_rate: float, schedule: s
     t = get_task(task)
     horizon = int(entry["horizon"])
     eval_batches = int(entry.get("eval_batches", spec.eval_batches(t)))
-    _, evals = train_lanes(t, bl.scheduled(OPTAX_FACTORIES[optimizer], horizon),
+    _, evals = train_lanes(t, bl.scheduled(bl.schedule_factory(OPTAX_FACTORIES[optimizer]), horizon),
                            {"learning_rate": [learning_rate], "cosine": [float(bl.SCHEDULES.index(schedule))]},
                            num_seeds=num_seeds, points=steps, eval_batches=eval_batches, key=bl.task_key(task),
                            splits=bl.SPLITS, name=optimizer, lane_chunk=lane_chunk)
@@ -384,9 +384,10 @@ def self_tuning_baselines(*, suite: str = "heldout", data: Optional[Mapping[str,
   dev_data = heldout.load_normalizers(suite="heldout") if dev_data is None else _check_data(dev_data, "dev_data")
   data = heldout.load_normalizers(suite=suite) if data is None else _check_data(data)
   optimizers = list(spec.optimizers) if optimizers is None else list(optimizers)
-  bad = [o for o in optimizers if o not in spec.optimizers]
+  bad = [o for o in optimizers if o not in spec.all_optimizers]
   if bad or not optimizers:
-    raise ValueError(f"optimizers must be baselines of the {suite} suite {list(spec.optimizers)}, got {optimizers}.")
+    raise ValueError(f"optimizers must be baselines of the {suite} suite {list(spec.all_optimizers)}, got "
+                     f"{optimizers}.")
   tasks = _check_tasks(data, tasks)
   choices, evaluations = {}, {}
   for opt in optimizers:

@@ -150,18 +150,54 @@ def speedup_over_baseline(steps: np.ndarray, losses: np.ndarray, baseline_steps:
     raise ValueError("steps must be strictly increasing with a positive last step.")
   run_length = steps[-1]
   target = running_min(losses)[-1]
-  base = running_min(baseline_losses)
-  hits = np.nonzero(base <= target)[0]
-  if hits.size == 0:
+  needed = steps_to_reach(baseline_steps, baseline_losses, target)
+  if not np.isfinite(needed):
     return Speedup(float(baseline_steps[-1] / run_length), False, float(target), float("nan"))
-  i = int(hits[0])
-  if i == 0:
-    needed = float(baseline_steps[0])
-  else:
-    needed = _crossing_step(baseline_steps[i - 1], baseline_steps[i], base[i - 1], base[i], target)
   return Speedup(needed / run_length, True, float(target), needed)
 
 
+def steps_to_reach(steps: np.ndarray, losses: np.ndarray, target: float) -> float:
+  """The first (interpolated, `_crossing_step`) step at which the running minimum of ``losses`` (at ascending
+  ``steps``) is at most ``target``; inf if it never is."""
+  base = running_min(losses)
+  hits = np.nonzero(base <= target)[0]
+  if hits.size == 0:
+    return float("inf")
+  i = int(hits[0])
+  if i == 0:
+    return float(steps[0])
+  return _crossing_step(steps[i - 1], steps[i], base[i - 1], base[i], target)
+
+
+PROFILE_MAX = 4.0  # AlgoPerf's performance profiles stop at 4x the fastest
+
+
+def time_ratio(steps: np.ndarray, curve: np.ndarray, pool: Sequence[np.ndarray]) -> float:
+  """The performance ratio of one run against a pool of runs (AlgoPerf's ratio with the run's own result as target).
+
+  The target is the run's result, the running minimum of ``curve`` at its last step T; the ratio is T over the
+  fewest steps any curve of ``pool`` (the run itself included) needs to reach it (`steps_to_reach`). It is at least
+  1 (the run reaches its own result by T), finite, and 1 when no run got there sooner: 2 means the pool's fastest
+  way to this result took half the budget. A run whose curve ends non-finite scores inf (it has no result), and so
+  does one that never improved on the starting loss (the pool "reaches" it at step 0). All curves share ``steps``
+  (strictly increasing, ``steps[-1] > 0``).
+  """
+  steps = np.asarray(steps, np.float64)
+  curve = np.asarray(curve, np.float64)
+  if not np.isfinite(curve[-1]):
+    return float("inf")
+  target = running_min(curve)[-1]
+  fastest = min(steps_to_reach(steps, np.asarray(c, np.float64), target) for c in (curve, *pool))
+  return float(steps[-1] / fastest) if fastest > 0 else float("inf")
+
+
+def profile_score(ratios: np.ndarray, max_ratio: float = PROFILE_MAX) -> np.ndarray:
+  """``(max_ratio - clip(ratio, 1, max_ratio)) / (max_ratio - 1)``, in [0, 1]: a run's share of the area under the
+  performance profile from 1 to ``max_ratio``. The mean over runs is AlgoPerf's score B of their pooled profile
+  (the normalized area of the fraction of runs within tau of the fastest, tau from 1 to 4); inf or NaN scores 0."""
+  r = np.asarray(ratios, np.float64)
+  r = np.where(np.isfinite(r), r, max_ratio)
+  return (max_ratio - np.clip(r, 1.0, max_ratio)) / (max_ratio - 1.0)
 
 def paired_speedups(steps: np.ndarray, curves: np.ndarray, baseline_steps: np.ndarray, baseline_curves: np.ndarray,
                     *, axis: int = 0, per_seed: bool = True) -> tuple:

@@ -227,7 +227,7 @@ def _eval_program(obj, opt, vmapped, data_kind, shared, splits, num_batches, opt
 
   def member(opt_state, cfg, eval_key, batches):
     task = _task_of(obj, cfg)
-    params, model_state = opt.get_params(opt_state), opt.get_state(opt_state)
+    params, model_state = opt.eval_params(opt_state), opt.get_state(opt_state)
     keys = _eval_keys(eval_key, step, splits, num_batches)
     if per_member_device:
       batches = _sample_eval_batches(device_data, splits, keys)

@@ -60,12 +60,33 @@ class Optimizer:
   def get_state(self, opt_state: Any) -> Any:
     return opt_state.state
 
+  def eval_params(self, opt_state: Any) -> Any:
+    """The parameters to evaluate (losses on validation and test splits): `get_params`, unless the rule evaluates
+    another point than the one it trains at (schedule-free methods: `OptaxOptimizer`)."""
+    return self.get_params(opt_state)
+
   @property
   def name(self) -> str:
     return type(self).__name__
 
   def __repr__(self) -> str:
     return f"<Optimizer {self.name}>"
+
+
+def _is_schedule_free(node: Any) -> bool:
+  return isinstance(node, optax.contrib.ScheduleFreeState)
+
+
+def schedule_free_eval_params(opt_state: Any, params: Any) -> Any:
+  """``optax.contrib.schedule_free_eval_params`` at the one schedule-free state inside an optax state (also nested in
+  `optax.inject_hyperparams` or a chain), or ``params`` when there is none. Raises ValueError for several."""
+  found = [n for n in jax.tree.leaves(opt_state, is_leaf=_is_schedule_free) if _is_schedule_free(n)]
+  if not found:
+    return params
+  if len(found) > 1:
+    raise ValueError(f"the optax state holds {len(found)} schedule-free states; which one gives the evaluation "
+                     "point is ambiguous.")
+  return optax.contrib.schedule_free_eval_params(found[0], params)
 
 
 def check_grad_matches(params: Any, grad: Any) -> None:
@@ -106,6 +127,11 @@ class OptaxOptimizer(Optimizer):
     params = optax.apply_updates(opt_state.params, updates)
     return OptimizerState(params=params, state=opt_state.state if model_state is None else model_state,
                           iteration=opt_state.iteration + 1, opt_state=new_inner)
+
+  def eval_params(self, opt_state: OptimizerState) -> Any:
+    """The training params, or for a schedule-free transformation (``optax.contrib.schedule_free*``) the averaged
+    point its authors evaluate (`schedule_free_eval_params`)."""
+    return schedule_free_eval_params(opt_state.opt_state, opt_state.params)
 
 
 class SGD(OptaxOptimizer):

@@ -1,7 +1,7 @@
 """Hand-designed optax optimizers as factories of one argument, the learning rate (a number or an optax schedule).
 
 `OPTAX_FACTORIES` maps a name to ``f(learning_rate) -> optax.GradientTransformation``; every other optimizer
-hyper-parameter is the optax default unless stated. These are the nine tuned baselines of the ``heldout``
+hyper-parameter is the optax default unless stated. These are the tuned baselines of the ``heldout``
 benchmark (`metafam.benchmark.baselines`) and the optax-backed entries of `metafam.optimizers.registry.HAND_DESIGNED`.
 
 * ``adam``, ``adamw`` (decoupled weight decay 1e-4), ``nadamw`` (Nesterov Adam, weight decay 1e-4).
@@ -11,9 +11,11 @@ benchmark (`metafam.benchmark.baselines`) and the optax-backed entries of `metaf
 * ``adafactor``: factored second moments, updates relative to the parameter scale, update clipping 1.0.
 * ``muon``: Newton-Schulz orthogonalized Nesterov momentum (beta 0.95, 5 iterations) on every 2-D parameter, Adam on
   the rest (biases, norm scales, conv kernels), one learning rate for both (`optax.contrib.muon`).
-* ``schedule_free_adamw``: schedule-free AdamW (`optax.contrib.schedule_free_adamw`, b1 0.9). Its iterate is the
-  training point ``y``; metafam evaluates the parameters the optimizer holds, i.e. ``y``, not the averaged ``x`` that
-  ``optax.contrib.schedule_free_eval_params`` would give (a conservative choice: ``x`` is usually a little better).
+* ``schedule_free_adamw``: schedule-free AdamW (`optax.contrib.schedule_free_adamw`, b1 0.9). It trains at the
+  point ``y`` and is evaluated, as its authors and AlgoPerf evaluate it, at the averaged point ``x``
+  (``optax.contrib.schedule_free_eval_params``; `metafam.optimizers.base.OptaxOptimizer.eval_params`).
+* ``ademamix``: AdEMAMix (`optax.contrib.ademamix`: Adam's fast momentum b1 0.9 mixed with a slow one, b3 0.9999,
+  weight alpha 5; no warmup of alpha or b3).
 
 Importing this module builds nothing.
 """
@@ -37,6 +39,7 @@ OPTAX_FACTORIES: Dict[str, OptaxFactory] = {
     "adafactor": optax.adafactor,
     "muon": optax.contrib.muon,
     "schedule_free_adamw": optax.contrib.schedule_free_adamw,
+    "ademamix": optax.contrib.ademamix,
 }
 
 
