@@ -107,7 +107,7 @@ flags.DEFINE_string("suite", "tiny", "A benchmark suite name.", flag_values=FLAG
 flags.DEFINE_string("checkpoint", None, "A meta-train checkpoint (its learned optimizer is evaluated).",
                     flag_values=FLAGS)
 _float("learning_rate", 1e-3, "Learning rate of a hand-designed optimizer.", lower=1e-12)
-_int("inner_steps", 200, "Inner training steps per task.")
+_int("inner_steps", 200, "Inner training steps per task (a multiple of 8: runs are evaluated at every eighth).")
 _int("seeds", 2, "Seeds per task.", upper=MAX_LANES)
 flags.DEFINE_bool("overwrite", False, "Replace the results of an earlier evaluate/benchmark in --output_dir.",
                   flag_values=FLAGS)
@@ -129,7 +129,7 @@ flags.DEFINE_string("name", None, "benchmark --suite heldout|test: the candidate
 flags.DEFINE_bool("trust_pickle", False, "Confirm that the legacy pickle checkpoint comes from a trusted source "
                   "(unpickling it can run arbitrary code).", flag_values=FLAGS)
 
-_SUITE_FLAGS = ("task", "suite", "optimizer", "checkpoint", "learning_rate", "inner_steps", "seeds", "seed",
+_SUITE_FLAGS = ("task", "suite", "optimizer", "checkpoint", "learning_rate", "inner_steps", "seeds",
                 "output_dir", "overwrite", "progress")
 COMMANDS: Dict[str, Dict[str, Any]] = {
     "meta-train": dict(

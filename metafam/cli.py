@@ -106,25 +106,31 @@ def _optimizers() -> Dict[str, Any]:
   return build_optimizers(FLAGS.optimizer, learning_rate=FLAGS.learning_rate, checkpoint=FLAGS.checkpoint)
 
 
-def _run_suite(command: str, required: bool, tuned, reference) -> None:
-  from metafam.benchmark import print_report, run_benchmark, write_report
+def _run_suite(command: str, required: bool, baselines) -> None:
+  """``evaluate`` (one optimizer, no baselines) and ``benchmark`` on a suite or task without shipped baselines: the
+  baselines made by the shipped procedure at --inner_steps (`metafam.benchmark.score`), then the candidate."""
+  from metafam.benchmark.scoring import check, score
   tasks = select_tasks()
+  if FLAGS.inner_steps % 8:
+    raise UsageError(f"--inner_steps={FLAGS.inner_steps}: must be a multiple of 8 (every run is evaluated at each "
+                     "eighth of it).")
+  candidate, label = None, None
+  if required or FLAGS["optimizer"].present or FLAGS.checkpoint is not None:
+    label, candidate = next(iter(_optimizers().items()))
+  kwargs = dict(suite=tasks, horizon=FLAGS.inner_steps, baselines=baselines, name=label, num_seeds=FLAGS.seeds)
+  _checked(check, candidate, **kwargs)
   out_dir = _prepare_output_dir(command)
-  optimizers = _optimizers() if required or FLAGS["optimizer"].present or FLAGS.checkpoint is not None else {}
   with _locked(out_dir):
     start = time.perf_counter()
-    result = run_benchmark(tasks, optimizers, num_steps=FLAGS.inner_steps, num_seeds=FLAGS.seeds, tuned=tuned,
-                           reference=reference, seed=FLAGS.seed, progress=FLAGS.progress)
-    print_report(result)
-    files = write_report(result, out_dir)
-  names = [files.results_csv, files.tuned_csv, files.aggregates_csv, files.json, *files.figures]
+    report = _checked(score, candidate, progress=FLAGS.progress, **kwargs)
+    print(report.format())
+    paths = report.write(out_dir)
   print(f"\n{command} took {time.perf_counter() - start:.1f} s; wrote {out_dir}: "
-        + ", ".join(os.path.basename(p) for p in names)
-        + (f" ({files.figures_skipped})" if files.figures_skipped else ""))
+        + ", ".join(os.path.basename(p) for p in paths))
 
 
 def cmd_evaluate() -> None:
-  _run_suite("evaluate", required=True, tuned=None, reference=None)
+  _run_suite("evaluate", required=True, baselines=())
 
 
 def _csv(flag: str) -> Optional[List[str]]:
@@ -189,7 +195,7 @@ def _run_heldout() -> None:
 def cmd_benchmark() -> None:
   if FLAGS.suite in ("heldout", "test") and FLAGS["suite"].present:
     return _run_heldout()
-  _run_suite("benchmark", required=False, tuned=("adam", "sgdm"), reference="adam")
+  _run_suite("benchmark", required=False, baselines=("adam", "sgdm"))
 
 
 def cmd_list() -> None:

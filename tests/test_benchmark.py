@@ -1,4 +1,4 @@
-"""metafam.benchmark: suites, the vmapped learning-rate sweep, speedup and aggregate metrics, reports, the runner."""
+"""metafam.benchmark: suites, the tuning sweep, speedup and aggregate metrics, custom suites scored end to end."""
 
 import csv
 import json
@@ -11,9 +11,8 @@ import optax
 import pytest
 
 from metafam.benchmark import (SUITES, aggregate, format_table, get_suite, iqm, learned_optimizer, median,
-                               resolve_tasks, run_benchmark, running_min, select_best, speedup_over_baseline,
-                               tune_learning_rate, write_report)
-from metafam.benchmark.report import result_json
+                               resolve_tasks, running_min, score, select_best, speedup_over_baseline)
+from metafam.benchmark import baselines as bl
 from metafam.evaluation import train_and_evaluate_vectorized
 from metafam.optimizers.learned import LearnableAdam, LearnableSGD
 from metafam.outer_trainers import checkpoint
@@ -47,26 +46,16 @@ def test_sgd_sweep_on_quadratic_picks_the_analytic_best_rate():
   With c = 60 the factors are 0.994, 0.981, 0.94, 0.81, 0.4, 0.90, 5.0: the best rate (1e-2) is inside the grid, the
   next one (3.2e-2) is stable but worse than 3.2e-3, and 1e-1 overflows to inf within 100 steps.
   """
-  scale, steps = 60.0, 100
+  scale, steps = 60.0, 96
   task = QuadraticTask(10, scale=scale)
-  result = tune_learning_rate(task, optax.sgd, LRS, num_steps=steps, num_seeds=2, eval_every=10,
-                              key=jax.random.key(3))
+  result = bl.tune_baseline(task, "sgd", steps, learning_rates=LRS, schedules=("constant",), max_extensions=0,
+                            num_seeds=2)
   factor = np.abs(1.0 - LRS * scale)
-  np.testing.assert_array_equal(result.diverged, factor > 1)
-  assert result.best_index == int(np.argmin(np.where(factor > 1, np.inf, factor))) == 4
-  assert result.best_lr == pytest.approx(1e-2) and not result.at_edge
-  assert np.isinf(result.scores[6]) and result.scores[3] < result.scores[5]
-  assert result.train_losses.shape == (7, 2, steps)
-  assert result.eval_losses["inner_valid"].shape == (7, 2, 11)
-  # The loss after t steps is (1 - lr c)^(2t) times the initial loss, per lane.
-  initial = result.eval_losses["inner_valid"][:, :, 0]
-  np.testing.assert_allclose(result.eval_losses["inner_valid"][1, :, -1], initial[1] * factor[1] ** (2 * steps),
-                             rtol=1e-3)
-  # Lane (rate l, seed s) is a plain run of optax.sgd(lr_l) with seed s of the same key.
-  plain = train_and_evaluate_vectorized(task, optax.sgd(LRS[5]), steps, 10, 2, 2, key=jax.random.key(3),
-                                        splits=("inner_valid", "test"))
-  np.testing.assert_allclose(result.eval_losses["inner_valid"][5], plain.eval_losses["inner_valid"], rtol=1e-4)
-  np.testing.assert_allclose(result.train_losses[5], plain.train_losses, rtol=1e-4)
+  scores = np.asarray(result.scores["constant"])
+  np.testing.assert_array_equal(np.isinf(scores), factor > 1)
+  assert result.learning_rate == pytest.approx(LRS[4]) == pytest.approx(1e-2) and not result.at_edge
+  assert scores[3] < scores[5]
+  assert np.asarray(result.test_curves).shape == (2, bl.EVALS_PER_RUN + 1)
 
 
 def test_select_best_never_selects_a_diverged_rate():
@@ -194,76 +183,77 @@ def test_learned_optimizer_checks_theta(tmp_path):
   assert float(LearnableAdam.hyperparameters(opt.theta)["lr"]) == pytest.approx(3e-3, rel=1e-5)
 
 
-# -- the runner end to end ----------------------------------------------------------------------------------------
-STEPS, SEEDS, EVERY = 50, 2, 10
+# -- a custom suite end to end: baselines made by the shipped procedure, then the candidate --------------------------
+STEPS, SEEDS = 48, 2
 
 
 @pytest.fixture(scope="module")
-def tiny_result(tmp_path_factory):
+def tiny_report(tmp_path_factory):
   path = str(tmp_path_factory.mktemp("ckpt") / "lsgd.npz")
   checkpoint.save(path, LearnableSGD(0.1).init(jax.random.key(0)), {"note": "bare theta"})
-  return run_benchmark("tiny", {"lsgd": (LearnableSGD(), path)}, num_steps=STEPS, num_seeds=SEEDS,
-                       eval_every=EVERY, learning_rates=[1e-3, 1e-2, 1e-1], baseline_factor=2, progress=False)
+  cache = str(tmp_path_factory.mktemp("cache"))
+  return score((LearnableSGD(), path), suite="tiny", horizon=STEPS, num_seeds=SEEDS, name="lsgd", progress=False,
+               cache_dir=cache), cache
 
 
-def test_runner_on_the_tiny_suite(tiny_result):
-  r = tiny_result
-  assert r.tasks == ("quadratic_10", "fmnist_mlp_8x8_32") and r.optimizers == ("adam-tuned", "lsgd")
-  for task in r.tasks:
-    sweep = r.sweeps[task]["adam"]
-    assert sweep.train_losses.shape == (3, SEEDS, 2 * STEPS) and sweep.select_at == STEPS
-    for opt in r.optimizers:
-      c = r.runs[task][opt]
-      assert c.train_losses.shape == (SEEDS, STEPS)
-      np.testing.assert_array_equal(c.eval_steps, np.arange(0, STEPS + 1, EVERY))
-      for split in ("inner_valid", "test"):
-        assert c.eval_losses[split].shape == c.normalized_eval_losses[split].shape == (SEEDS, STEPS // EVERY + 1)
-    adam = r.runs[task]["adam-tuned"]
-    assert adam.learning_rate == sweep.best_lr
-    for split in ("inner_valid", "test"):  # tuned Adam learns on both tasks, every seed
-      assert np.all(adam.eval_losses[split][:, -1] < 0.9 * adam.eval_losses[split][:, 0])
-    assert np.all(np.isfinite(r.runs[task]["lsgd"].train_losses))
+def test_score_on_the_tiny_suite(tiny_report):
+  r, cache = tiny_report
+  assert r.suite == bl.CUSTOM and list(r.rows) == ["adam", "lsgd"] and r.candidate == "lsgd"
+  for name, e in r.rows.items():
+    assert [s.task for s in e.scores] == ["quadratic_10", "fmnist_mlp_8x8_32"]
+    for s in e.scores:
+      steps, curves = e.curves[s.task]
+      np.testing.assert_array_equal(steps, bl.eval_steps(STEPS))
+      assert curves.shape == (SEEDS, bl.EVALS_PER_RUN + 1) and np.all(np.isfinite(curves))
+      assert all(1.0 <= v < np.inf for v in s.seed_time_ratios) and s.pool == ("adam", "lsgd")
+      assert all(0.0 <= v <= bl.REFERENCE_FACTOR for v in s.seed_speedups)
+  adam = r.rows["adam"]
+  for s in adam.scores:  # tuned Adam learns on both tasks, every seed
+    curves = adam.curves[s.task][1]
+    assert np.all(curves[:, -1] < 0.9 * curves[:, 0])
   # Normalized losses: an image classifier starts near chance (log 10 -> 1.0).
-  mlp0 = r.runs["fmnist_mlp_8x8_32"]["adam-tuned"].normalized_eval_losses["test"][:, 0]
+  mlp0 = adam.curves["fmnist_mlp_8x8_32"][1][:, 0]
   assert np.all((mlp0 > 0.8) & (mlp0 < 1.3))
-  assert len(r.metrics) == 4
-  for task in r.tasks:
-    m = r.metric(task, "adam-tuned")
-    assert 0 < m.speedup <= 1.0 and not m.speedup_capped and m.best_loss <= m.final_loss
-    assert 0 <= r.metric(task, "lsgd").speedup <= 2.0
-  agg = r.aggregates["adam-tuned"]["speedup_iqm"]
-  assert agg.num_tasks == 2 and agg.low <= agg.value <= agg.high
+  # The baselines' shards were kept: a second report reads them instead of training.
+  assert sorted(os.listdir(os.path.join(cache, "baselines", "quadratic_10"))) == ["adam.json", "adam_reference.json"]
+  agg = r.evaluation.aggregates["profile_score"]
+  assert agg.num_tasks == 2 and agg.low <= agg.value <= agg.high and 0.0 <= agg.value <= 1.0
+  assert "Over 2 tasks" in r.format()
 
 
-def test_report_files(tiny_result, tmp_path, monkeypatch):
+def test_custom_report_files(tiny_report, tmp_path, monkeypatch):
+  r, _ = tiny_report
   monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
   monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
-  with pytest.warns(UserWarning, match="pip install matplotlib"):
-    files = write_report(tiny_result, str(tmp_path))
-  assert files.figures == () and "matplotlib" in files.figures_skipped
-  with open(files.results_csv) as f:
+  paths = r.write(str(tmp_path))
+  assert sorted(os.listdir(tmp_path)) == ["custom.json", "custom_tasks.csv"] == sorted(map(os.path.basename, paths))
+  with open(tmp_path / "custom_tasks.csv") as f:
     rows = list(csv.DictReader(f))
-  assert [(row["task"], row["optimizer"]) for row in rows] == [
-      ("quadratic_10", "adam-tuned"), ("quadratic_10", "lsgd"), ("fmnist_mlp_8x8_32", "adam-tuned"),
-      ("fmnist_mlp_8x8_32", "lsgd")]
-  assert float(rows[0]["learning_rate"]) in (1e-3, 1e-2, 1e-1) and rows[1]["learning_rate"] == ""
-  with open(files.tuned_csv) as f:
-    tuned = list(csv.DictReader(f))
-  assert [row["task"] for row in tuned] == ["quadratic_10", "fmnist_mlp_8x8_32"]
-  with open(files.json) as f:
+  assert [row["task"] for row in rows] == ["quadratic_10", "fmnist_mlp_8x8_32"]
+  assert all(float(row["time ratio"]) >= 1.0 for row in rows)
+  with open(tmp_path / "custom.json") as f:
     doc = json.load(f)
-  assert doc == json.loads(json.dumps(result_json(tiny_result)))
-  assert doc["settings"]["num_steps"] == STEPS and len(doc["results"]) == 4
-  assert len(doc["aggregates"]) == 2 * 2 * 2  # optimizers x metrics x statistics
-  curve = doc["curves_normalized_seed_mean"]["fmnist_mlp_8x8_32"]["adam-tuned"]
-  assert len(curve["eval_steps"]) == len(curve["test"]) == STEPS // EVERY + 1
-  assert sorted(os.listdir(tmp_path)) == ["aggregates.csv", "results.csv", "results.json", "tuned.csv"]
+  assert doc["candidate"] == "lsgd" and set(doc["summary"]) == {"lsgd", "adam"}
 
 
-def test_report_figures_with_matplotlib(tiny_result, tmp_path):
+def test_custom_report_figures_with_matplotlib(tiny_report, tmp_path):
   pytest.importorskip("matplotlib")
-  files = write_report(tiny_result, str(tmp_path))
-  assert [os.path.basename(p) for p in files.figures] == ["curves.png", "speedup.png"]
-  for p in files.figures:
+  r, _ = tiny_report
+  pngs = [p for p in r.write(str(tmp_path)) if p.endswith(".png")]
+  assert sorted(map(os.path.basename, pngs)) == ["custom_curves.png", "profile.png"]
+  for p in pngs:
     with open(p, "rb") as f:
       assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_custom_suites_refuse_bad_arguments_before_training():
+  with pytest.raises(ValueError, match="horizon: a suite without shipped baselines needs the run length"):
+    score(optax.adam, suite="tiny")
+  with pytest.raises(ValueError, match="horizon must be a multiple of 8"):
+    score(optax.adam, suite="tiny", horizon=50)
+  with pytest.raises(ValueError, match=r"baselines \['adamax'\] have no rate grid"):
+    score(optax.adam, suite="tiny", horizon=48, baselines=("adamax",))
+  with pytest.raises(ValueError, match="self-tuning ruleset's single settings are chosen on the dev suite"):
+    score(optax.adam, suite="tiny", horizon=48, ruleset="self_tuning")
+  with pytest.raises(ValueError, match="the heldout suite fixes its horizons"):
+    score(optax.adam, suite="heldout", horizon=48)

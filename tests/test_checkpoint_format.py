@@ -16,7 +16,7 @@ import pytest
 
 from meta_setup import build_trainer, quadratic_family
 from metafam import cli
-from metafam.benchmark import learned_optimizer, load_theta, run_benchmark
+from metafam.benchmark import learned_optimizer, load_theta, score
 from metafam.inner import ConstantSchedule
 from metafam.io import atomic_write, write_json
 from metafam.optimizers import SGD, HandDesigned, LearnableAdam, LearnableSGD, LearnedOptimizer, MLPLOpt
@@ -83,8 +83,8 @@ LOADERS = {
     "checkpoint.read_header": checkpoint.read_header,
     "load_theta": load_theta,
     "learned_optimizer": lambda p: learned_optimizer(LearnableSGD(), p),
-    "run_benchmark": lambda p: run_benchmark([QuadraticTask(2)], {"l": (LearnableSGD(), p)}, num_steps=2,
-                                             tuned=None, reference=None, progress=False),
+    "score": lambda p: score((LearnableSGD(), p), suite=[QuadraticTask(2)], horizon=8, baselines=(),
+                             progress=False),
     "run.restore": lambda p: run.restore(build_trainer(), p, None, {}),
 }
 
@@ -132,7 +132,7 @@ def test_cli_refuses_a_malicious_pickle_with_exit_code_2(tmp_path, evil, capsys,
     args = ["--family=quadratic_family_10", "--optimizer=learnable_sgd", "--num_steps=2", "--progress=false"]
   else:
     args = ["--optimizer=learnable_sgd", f"--checkpoint={write(str(tmp_path / 'evil.npz'))}",
-            "--task=quadratic_10", "--inner_steps=2", "--progress=false"]
+            "--task=quadratic_10", "--inner_steps=8", "--progress=false"]
   code = cli.main(["metafam", command, f"--output_dir={out}"] + args)
   err = capsys.readouterr().err
   assert code == 2 and err.startswith("metafam: error: ") and len(err.strip().splitlines()) == 1, err

@@ -138,9 +138,9 @@ def test_evaluate_a_saved_learned_optimizer_and_its_bad_inputs(tmp_path, capsys)
   ckpt = os.path.join(run_dir, "checkpoint.npz")
   out_dir = str(tmp_path / "eval")
   code, out, err = run(["evaluate", "--optimizer=learnable_sgd", f"--checkpoint={ckpt}", "--task=quadratic_10",
-                        "--inner_steps=20", "--seeds=2", "--progress=false", f"--output_dir={out_dir}"], capsys)
+                        "--inner_steps=24", "--seeds=2", "--progress=false", f"--output_dir={out_dir}"], capsys)
   assert code == 0, err
-  assert "learnable_sgd@run" in out and os.path.exists(os.path.join(out_dir, "results.csv"))
+  assert "learnable_sgd@run" in out and os.path.exists(os.path.join(out_dir, "custom_tasks.csv"))
   for args, message in [
       (["--task=quadratic_10", "--optimizer=mlp_lopt"], "is a learned optimizer: give its meta-parameters with"),
       (["--task=quadratic_10", "--optimizer=mlp_lopt", f"--checkpoint={ckpt}"], "does not hold mlp_lopt meta-"),
@@ -148,8 +148,8 @@ def test_evaluate_a_saved_learned_optimizer_and_its_bad_inputs(tmp_path, capsys)
       (["--optimizer=adam", "--suite=tiny", "--task=quadratic_10"], "give --task or --suite, not both"),
       (["--optimizer=adam", "--task=resnet"], "unknown task 'resnet'; valid names: .*fmnist_mlp_8x8_32"),
       (["--optimizer=adamax"],
-       "unknown optimizer 'adamax'; valid names: adafac_mlp_lopt, adafac_muon_mlp_lopt, adafac_muon_rms_lopt, adafactor, adam, adamw, "
-       "hyper_v2, learnable_adam"),
+       "unknown optimizer 'adamax'; valid names: adafac_mlp_lopt, adafac_muon_mlp_lopt, adafac_muon_rms_lopt, "
+       "adafactor, adam, adamw, ademamix, hyper_v2, learnable_adam"),
       (["--optimizer=learnable_sgd", f"--checkpoint={tmp_path / 'missing.npz'}"], "is not a file"),
   ]:
     code, _, err = run(["evaluate", f"--output_dir={tmp_path / 'bad'}"] + args, capsys)

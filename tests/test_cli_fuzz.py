@@ -21,7 +21,7 @@ from metafam.outer_trainers.run import CHECKPOINT_NAME
 TINY = ["--family=quadratic_family_10", "--optimizer=learnable_sgd", "--estimator=pes", "--num_pairs=2",
         "--unroll_length=5", "--trajectory_length=10", "--eval_tasks=2", "--eval_steps=10", "--sigma=0.05",
         "--checkpoint_every=2", "--progress=false"]
-EVAL = ["--optimizer=adam", "--task=quadratic_10", "--inner_steps=10", "--seeds=1", "--progress=false"]
+EVAL = ["--optimizer=adam", "--task=quadratic_10", "--inner_steps=16", "--seeds=1", "--progress=false"]
 
 
 def _call(args, capsys):
@@ -119,13 +119,13 @@ def bad_invocations(root):
        "--learning_rate=nan: must be a finite number"),
       (evl + ["--learning_rate=inf"] + EVAL, "--learning_rate=inf"),
       (["evaluate", f"--output_dir={ev}"] + EVAL, f"--output_dir '{re.escape(ev)}' already holds results "
-       r"\(results.csv.*pass --overwrite"),
+       r"\(custom.json.*pass --overwrite"),
       (["evaluate", f"--output_dir={file_}/sub"] + EVAL, "cannot be created: .*is a file"),
       (["evaluate", f"--output_dir={file_}"] + EVAL, "exists and is not a directory"),
       (["evaluate", f"--output_dir={locked}"] + EVAL, "cannot be (written|created)|not writable"),
       (evl + ["--optimizer=adamax"],
-       "unknown optimizer 'adamax'; valid names: adafac_mlp_lopt, adafac_muon_mlp_lopt, adafac_muon_rms_lopt, adafactor, adam, adamw, "
-       "hyper_v2, learnable_adam"),
+       "unknown optimizer 'adamax'; valid names: adafac_mlp_lopt, adafac_muon_mlp_lopt, adafac_muon_rms_lopt, "
+       "adafactor, adam, adamw, ademamix, hyper_v2, learnable_adam"),
       (evl + ["--optimizer=adam", "--task=resnet"], "unknown task 'resnet'; valid names: .*fmnist_mlp_8x8_32"),
       (evl + ["--optimizer=adam", "--suite=tiny", "--task=quadratic_10"], "give --task or --suite, not both"),
       (evl + ["--optimizer=mlp_lopt", "--task=quadratic_10"], "is a learned optimizer: give its meta-parameters"),
@@ -166,7 +166,7 @@ def test_at_least_forty_bad_invocations(tmp_path):
 
 def test_every_bad_invocation_is_one_line_exit_2_and_changes_nothing(workspace, capsys):
   before = _snapshot(workspace)
-  assert any(name.endswith(CHECKPOINT_NAME) for name in before) and "eval/results.csv" in before
+  assert any(name.endswith(CHECKPOINT_NAME) for name in before) and "eval/custom.json" in before
   failures = []
   for args, pattern in bad_invocations(workspace):
     try:
@@ -218,7 +218,7 @@ def test_overwrite_replaces_earlier_results(workspace, capsys):
   first = _snapshot(ev)
   code, _, err = _call(["evaluate", f"--output_dir={ev}"] + EVAL, capsys)
   assert code == 2 and "--overwrite" in err and _snapshot(ev) == first
-  code, _, err = _call(["evaluate", f"--output_dir={ev}", "--overwrite", "--inner_steps=12"] + EVAL[:2] +
+  code, _, err = _call(["evaluate", f"--output_dir={ev}", "--overwrite", "--inner_steps=8"] + EVAL[:2] +
                        EVAL[3:], capsys)
   assert code == 0, err
-  assert _snapshot(ev)["results.csv"] != first["results.csv"]
+  assert _snapshot(ev)["custom_tasks.csv"] != first["custom_tasks.csv"]

@@ -141,7 +141,7 @@ def test_sigterm_checkpoints_the_step_in_flight_and_the_resumed_run_is_bit_ident
   wait_for_steps(run, 5, [proc])
   # While it runs, its directory is locked: evaluate and benchmark into it refuse without touching it.
   code = cli.main(["metafam", "evaluate", "--task=quadratic_10", "--optimizer=adam", f"--output_dir={run}",
-                   "--inner_steps=5", "--seeds=1", "--progress=false", "--overwrite"])
+                   "--inner_steps=8", "--seeds=1", "--progress=false", "--overwrite"])
   assert code == 2 and "is in use by a live metafam run (process" in capsys.readouterr().err
   proc.send_signal(signal.SIGTERM)
   out, err = proc.communicate(timeout=120)

@@ -147,8 +147,8 @@ def test_tune_keeps_the_schedule_with_the_lower_score_ties_to_the_first_listed()
 
 
 def test_every_tuned_baseline_goes_through_tune(monkeypatch):
-  """FamilyEvaluator.tune_adam (the main job's comparison), tune_learning_rate (run_benchmark) and tune_baseline
-  (the suites' shipped baselines) all call `tuning.tune`."""
+  """FamilyEvaluator.tune_adam (the main job's comparison) and tune_baseline (every suite's baselines, shipped or
+  custom, and tuned candidates) both call `tuning.tune`."""
   from metafam.benchmark import baselines
   calls = []
   real = tuning.tune
@@ -158,13 +158,12 @@ def test_every_tuned_baseline_goes_through_tune(monkeypatch):
     return real(*args, **kwargs)
   monkeypatch.setattr(tuning, "tune", spy)
   FamilyEvaluator(quadratic_family(), 4, 10, adam_lrs=(1e-2, 1e-1)).tune_adam(jax.random.key(0))
-  sweep.tune_learning_rate(QuadraticTask(4), optax.sgd, (1e-2, 1e-1), num_steps=8, num_seeds=2, eval_every=4)
   baselines.tune_baseline(QuadraticTask(4), "sgd", 8, factory=optax.sgd, learning_rates=(0.1, 0.3),
                           schedules=("constant",), num_seeds=2, max_extensions=0)
-  assert calls == [0, 0, 0]
+  assert calls == [0, 0]
 
 
-def test_tune_adam_and_tune_learning_rate_share_select_best(monkeypatch):
+def test_tune_adam_and_tune_baseline_share_select_best(monkeypatch):
   calls = []
   real = tuning.select_best
 
@@ -175,8 +174,10 @@ def test_tune_adam_and_tune_learning_rate_share_select_best(monkeypatch):
   result = FamilyEvaluator(quadratic_family(), 4, 10, adam_lrs=(1e-2, 1e-1)).tune_adam(jax.random.key(0))
   assert calls == [(2, 4, 10)]  # [rates, instances, every step]
   assert result["best_lr"] in (1e-2, 1e-1)
-  sweep.tune_learning_rate(QuadraticTask(4), optax.sgd, (1e-2, 1e-1), num_steps=10, num_seeds=2, eval_every=5)
-  assert calls[1] == (2, 2, 3)  # [rates, seeds, eval points 0, 5, 10]
+  from metafam.benchmark import baselines
+  baselines.tune_baseline(QuadraticTask(4), "sgd", 16, factory=optax.sgd, learning_rates=(1e-2, 1e-1),
+                          schedules=("constant",), num_seeds=2, max_extensions=0)
+  assert calls[1] == (2, 2, 9)  # [rates, seeds, eval points 0, 2, ..., 16]
 
 
 def test_tune_adam_picks_a_finite_rate_and_never_one_that_diverged_early(monkeypatch):

@@ -1,11 +1,11 @@
 """Benchmarking optimizers on task suites against learning-rate-tuned baselines.
 
 * `suites`: named suites of registered tasks (``tiny``, ``small``, ``full``, ``heldout`` (dev) and ``test``).
-* `sweep`: vmapped learning-rate sweeps of optax optimizers and the selection rule.
-* `runner`: `run_benchmark`, which tunes the baselines and runs any optimizers (vmapped over seeds).
+* `sweep`: `train_lanes`, the vmapped (setting x seed) lanes every tuning sweep trains, and the selection rule.
+* `runner`: optimizers by name or checkpoint (`optimizer_by_name`, `learned_optimizer`, `load_theta`).
 * `metrics`: normalized losses, speedup over tuned Adam, median / IQM with bootstrap confidence intervals (they
   live in `metafam.evaluation.metrics`, the lower layer, and are re-exported here).
-* `report`: aligned terminal tables, CSV / JSON files and (with matplotlib) PNG figures.
+* `report`: aligned terminal tables and CSV.
 * `baselines`: the tuned baselines of the ``heldout`` and ``test`` suites (procedure, shards, the shipped files).
 * `scoring`: `score`, the one scoring path: a candidate and the shipped baselines of ``heldout`` or ``test`` in one
   pool under either ruleset (external: tuned per task; self-tuning: one setting per suite), as a `SuiteReport`
@@ -28,18 +28,14 @@ from metafam.benchmark.heldout import (SuiteEvaluation, TaskScore, baseline_eval
 from metafam.benchmark.candidates import resolve as resolve_candidate, schedule_factory
 from metafam.benchmark.paired import difference, probability_of_improvement
 from metafam.benchmark.scoring import RULESETS, SuiteReport, score
-from metafam.benchmark.report import format_table, print_report, write_report
-from metafam.benchmark.runner import (BenchmarkResult, RunMetrics, learned_optimizer, load_theta,
-                                      resolve_optimizers, run_benchmark)
+from metafam.benchmark.report import format_table
+from metafam.benchmark.runner import learned_optimizer, load_theta
 from metafam.benchmark.suites import SUITES, get_suite, list_suites, resolve_tasks
-from metafam.benchmark.sweep import (TUNABLE, SweepResult, default_learning_rates, select_best, sgdm,
-                                     tune_learning_rate)
+from metafam.benchmark.sweep import TUNABLE, default_learning_rates, select_best, sgdm, train_lanes
 
 __all__ = ["Aggregate", "RunCurves", "Speedup", "aggregate", "iqm", "median", "running_min", "speedup_over_baseline",
-           "format_table", "print_report", "write_report", "BenchmarkResult", "RunMetrics", "learned_optimizer",
-           "load_theta", "resolve_optimizers", "run_benchmark", "SUITES", "get_suite", "list_suites",
-           "resolve_tasks", "TUNABLE", "SweepResult", "default_learning_rates", "select_best", "sgdm",
-           "tune_learning_rate", "SuiteEvaluation", "TaskScore", "baseline_evaluations", "evaluate_suite",
+           "format_table", "learned_optimizer", "load_theta", "SUITES", "get_suite", "list_suites",
+           "resolve_tasks", "TUNABLE", "default_learning_rates", "select_best", "sgdm", "train_lanes", "SuiteEvaluation", "TaskScore", "baseline_evaluations", "evaluate_suite",
            "format_suite", "load_cached_evaluation", "load_normalizers", "score_task", "write_suite_report",
            "difference", "probability_of_improvement", "RULESETS", "SuiteReport", "score", "resolve_candidate",
            "schedule_factory"]

@@ -19,7 +19,7 @@ The speedup reference (`reference_run`): Adam with its tuned *constant* rate, co
 = 4T, so speedups up to ``REFERENCE_FACTOR`` are resolved (its curve up to T is the tuned constant-rate Adam run
 itself).
 
-Every run of a task uses the key ``fold_in(key(0), crc32(task name))`` (as `metafam.benchmark.run_benchmark`), so
+Every run of a task uses the key ``fold_in(key(0), crc32(task name))`` (custom suites too, `custom_data`), so
 seed s of every optimizer, the candidate included, starts from the same initialization and sees the same batches.
 
 `generate` writes one JSON shard per (task, optimizer) and skips shards that exist (resumable); `collect` gathers
@@ -51,7 +51,7 @@ import optax
 
 from metafam.benchmark.candidates import schedule_factory
 from metafam.benchmark.suites import HORIZONS, TEST_HORIZONS
-from metafam.benchmark.sweep import train_lanes
+from metafam.benchmark.sweep import TUNABLE, train_lanes
 from metafam.evaluation import tuning
 from metafam.evaluation.metrics import normalize
 from metafam.io import write_json
@@ -80,6 +80,7 @@ TEST_EVAL_EXAMPLES = 2048
 GRIDS: Dict[str, float] = {
     "adam": 1e-4, "adamw": 1e-4, "nadamw": 1e-4, "rmsprop": 1e-4, "schedule_free_adamw": 1e-4,
     "lion": 1e-5, "sgd_nesterov": 1e-3, "adafactor": 1e-3, "muon": 1e-3, "ademamix": 1e-4,
+    "sgdm": 1e-3, "sgd": 1e-3,  # tuned baselines of custom suites (`custom_data`)
 }
 
 
@@ -262,7 +263,7 @@ def tune_baseline(task: Task, name: str, horizon: int, *, task_name: Optional[st
     lane_chunk = default_lane_chunk(name)
   start = time.perf_counter()
   task_name = task_name or task.name
-  factory = factory if factory is not None else schedule_factory(OPTAX_FACTORIES[name])
+  factory = factory if factory is not None else schedule_factory(TUNABLE[name])
   bad = [s for s in schedules if s not in SCHEDULES]
   if bad or not schedules:
     raise ValueError(f"schedules must be a non-empty subset of {SCHEDULES}, got {tuple(schedules)}.")
@@ -347,18 +348,88 @@ def generate(shard_dir: str, tasks: Optional[Sequence[str]] = None, progress: bo
         bar.update()
         continue
       task, horizon = get_task(task_name), spec.horizons[task_name]
-      batches = spec.eval_batches(task)
-      if opt in OPTAX_FACTORIES:
-        record = tune_baseline(task, opt, horizon, task_name=task_name, eval_batches=batches).to_json()
-      else:
-        with open(shard_path(shard_dir, task_name, REFERENCE)) as f:
-          adam = TunedBaseline.from_json(json.load(f))
-        record = reference_run(task, constant_rate(adam), horizon, task_name=task_name, eval_batches=batches)
+      record = compute_shard(task, task_name, opt, horizon, spec.eval_batches(task), shard_dir)
       path = shard_path(shard_dir, task_name, opt)
       write_json(path, record)
       written.append(path)
       bar.update()
   return written
+
+
+def compute_shard(task: Task, task_name: str, shard: str, horizon: int, eval_batches: int, shard_dir: str,
+                  num_seeds: int = NUM_SEEDS) -> Dict[str, Any]:
+  """One shard's record (JSON-able): baseline ``shard`` tuned on the task (`tune_baseline`), or for
+  ``adam_reference`` the reference run at the best constant rate of the task's ``adam`` shard in ``shard_dir``."""
+  if shard != f"{REFERENCE}_reference":
+    return tune_baseline(task, shard, horizon, task_name=task_name, eval_batches=eval_batches,
+                         num_seeds=num_seeds).to_json()
+  with open(shard_path(shard_dir, task_name, REFERENCE)) as f:
+    adam = TunedBaseline.from_json(json.load(f))
+  return reference_run(task, constant_rate(adam), horizon, task_name=task_name, eval_batches=eval_batches,
+                       num_seeds=num_seeds)
+
+
+CUSTOM = "custom"  # the suite name of baselines made on the fly for any tasks (`custom_data`)
+
+
+def custom_data(tasks: Sequence[Tuple[str, Task]], horizon: int, optimizers: Sequence[str] = (REFERENCE,), *,
+                shard_dir: Optional[str] = None, num_seeds: int = NUM_SEEDS, progress: bool = False
+                ) -> Dict[str, Any]:
+  """The baselines of any ``[(name, Task)]`` at one ``horizon``, made by the shipped suites' procedure (each of
+  ``optimizers`` tuned per task over rates and both schedules, then Adam's reference run to 4T), in the layout of
+  `collect`'s file (suite `CUSTOM`), so `metafam.benchmark.heldout.evaluate_suite` scores a candidate against them
+  exactly as against a shipped suite. ``optimizers`` empty: no baselines (the candidate is trained and scored
+  alone). The shards are kept in ``shard_dir`` (a temporary directory if None) and reused when present there."""
+  import tempfile
+  from tqdm.auto import tqdm
+  from metafam._checks import check_positive_int
+  horizon = check_positive_int("horizon", horizon)
+  eval_steps(horizon)  # a multiple of EVALS_PER_RUN
+  optimizers = tuple(optimizers)
+  unknown = [o for o in optimizers if o not in GRIDS]
+  if unknown:
+    raise ValueError(f"baselines {unknown} have no rate grid; valid: {', '.join(sorted(GRIDS))}.")
+  if optimizers and REFERENCE not in optimizers:
+    optimizers = (REFERENCE,) + optimizers  # the speedup's reference is tuned Adam's constant rate
+  shards = list(optimizers) + ([f"{REFERENCE}_reference"] if optimizers else [])
+  temporary = tempfile.TemporaryDirectory() if shard_dir is None else None
+  root = temporary.name if temporary is not None else os.fspath(shard_dir)
+  try:
+    entries = {}
+    with tqdm(total=len(tasks) * len(shards), desc="baselines", unit="shard", disable=not progress) as bar:
+      for name, task in tasks:
+        entry: Dict[str, Any] = {"horizon": int(horizon), "eval_steps": eval_steps(horizon).tolist(),
+                                 "baselines": {}, "num_seeds": int(num_seeds), "eval_batches": EVAL_BATCHES}
+        for shard in shards:
+          bar.set_postfix_str(f"{name}: {shard}")
+          path = shard_path(root, name, shard)
+          if os.path.exists(path):
+            with open(path) as f:
+              record = json.load(f)
+          else:
+            record = compute_shard(task, name, shard, horizon, EVAL_BATCHES, root, num_seeds)
+            write_json(path, record)
+          if shard.endswith("_reference"):
+            entry["reference"] = record
+          else:
+            entry["baselines"][shard] = record
+          bar.update()
+        entries[name] = entry
+  finally:
+    if temporary is not None:
+      temporary.cleanup()
+  return {"format_version": FORMAT_VERSION, "suite": CUSTOM, "tasks": entries, "pending": [],
+          "optimizers": list(optimizers)}
+
+
+def spec_of(suite: str, data: Optional[Mapping[str, Any]] = None) -> SuiteSpec:
+  """`suite_spec` of a shipped suite; for `CUSTOM` data (`custom_data`) the spec its entries imply."""
+  if suite != CUSTOM:
+    return suite_spec(suite)
+  if data is None or data.get("suite") != CUSTOM:
+    raise ValueError(f"the {CUSTOM!r} suite's baselines are made by custom_data; pass them as data.")
+  horizons = {t: int(e["horizon"]) for t, e in data["tasks"].items()}
+  return SuiteSpec(CUSTOM, horizons, tuple(data.get("optimizers", ())), "", "metafam.benchmark.score")
 
 
 def versions() -> Dict[str, str]:

@@ -186,11 +186,6 @@ def import_factory(path: str, argument: str = "--optimizer") -> Callable[..., An
   return obj
 
 
-def _is_learned_pair(obj: Any) -> bool:
-  return (isinstance(obj, tuple) and not isinstance(obj, optax.GradientTransformation) and len(obj) == 2
-          and isinstance(obj[0], LearnedOptimizer))
-
-
 ACCEPTED = ("a factory lr -> optax.GradientTransformation, metafam.benchmark.schedule_factory(f), a registered "
             "optimizer name, an optax transformation with name=..., a metafam Optimizer or a (LearnedOptimizer, "
             "theta or checkpoint path) pair")
@@ -200,6 +195,7 @@ def resolve(candidate: Any, name: Optional[str] = None, baselines: Sequence[str]
             argument: str = "candidate") -> Candidate:
   """The `Candidate` of what was given (module docstring), checked; a label in ``baselines`` gets
   `CANDIDATE_SUFFIX`. Raises ValueError (one line) for anything else."""
+  from metafam.benchmark.runner import _is_learned_pair
   if name is not None and (not isinstance(name, str) or not name.strip()):
     raise ValueError(f"name must be a non-empty string, got {name!r}.")
   if isinstance(candidate, str):

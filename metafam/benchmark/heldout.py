@@ -56,8 +56,8 @@ import optax
 from metafam._checks import check_positive_int
 from metafam.benchmark import baselines as bl
 from metafam.benchmark import paired
-from metafam.evaluation.metrics import (PROFILE_MAX, Aggregate, normalize, paired_speedups, profile_score,
-                                        stratified_aggregate, time_ratio)
+from metafam.evaluation.metrics import (PROFILE_MAX, Aggregate, Speedup, normalize, paired_speedups,
+                                        profile_score, stratified_aggregate, time_ratio)
 from metafam.inner.step import auto_lane_chunk
 from metafam.optimizers.base import Optimizer
 from metafam.optimizers.learned import LearnedOptimizer
@@ -77,6 +77,8 @@ def suite_data(data: Optional[Mapping[str, Any]], suite: str) -> Mapping[str, An
   """``data``, a suite's baselines (`load_normalizers`' layout; None: the shipped ones of ``suite``), checked to be
   ``suite``'s (a ValueError naming both suites otherwise; data without a ``suite`` field is the heldout suite's)."""
   if data is None:
+    if suite == bl.CUSTOM:
+      raise ValueError(f"the {bl.CUSTOM!r} suite's baselines are made by baselines.custom_data; pass them as data.")
     return load_normalizers(suite=suite)
   if data.get("suite", "heldout") != suite:
     raise ValueError(f"data holds the {data.get('suite', 'heldout')!r} suite's baselines, not {suite!r}'s.")
@@ -235,12 +237,16 @@ def score_task(task: str, entry: Mapping[str, Any], curves: np.ndarray, exclude:
   curves = np.asarray(curves, np.float64)
   if curves.ndim != 2 or curves.shape[1] != steps.size:
     raise ValueError(f"{task}: curves must be [seeds, {steps.size}] at the suite's eval points, got {curves.shape}.")
-  ref_steps = np.asarray(entry["reference"]["eval_steps"], np.float64)
-  ref_seeds = np.asarray(entry["reference"]["test_curves"], np.float64)
-  if ref_seeds.shape[0] != curves.shape[0]:
-    raise ValueError(f"{task}: {curves.shape[0]} seed curves, but the reference has {ref_seeds.shape[0]} seeds.")
   mean = curves.mean(axis=0)
-  of_mean, of_seeds = paired_speedups(steps, curves, ref_steps, ref_seeds)
+  if "reference" in entry:
+    ref_steps = np.asarray(entry["reference"]["eval_steps"], np.float64)
+    ref_seeds = np.asarray(entry["reference"]["test_curves"], np.float64)
+    if ref_seeds.shape[0] != curves.shape[0]:
+      raise ValueError(f"{task}: {curves.shape[0]} seed curves, but the reference has {ref_seeds.shape[0]} seeds.")
+    of_mean, of_seeds = paired_speedups(steps, curves, ref_steps, ref_seeds)
+  else:  # a custom suite without baselines: no speedups
+    of_mean = Speedup(float("nan"), True, float("nan"), float("nan"))
+    of_seeds = (of_mean,) * curves.shape[0]
 
   def speedup(curve, s):  # a curve that ends non-finite scores 0
     return (s.value, not s.reached) if np.isfinite(curve[-1]) else (0.0, False)
@@ -257,7 +263,8 @@ def score_task(task: str, entry: Mapping[str, Any], curves: np.ndarray, exclude:
   final = _final(mean)
   finals = {o: _final(np.mean(np.asarray(b["test_curves"], np.float64), axis=0))
             for o, b in entry["baselines"].items() if o not in exclude}
-  adam = _final(np.mean(np.asarray(entry["baselines"][bl.REFERENCE]["test_curves"], np.float64), axis=0))
+  adam = (_final(np.mean(np.asarray(entry["baselines"][bl.REFERENCE]["test_curves"], np.float64), axis=0))
+          if bl.REFERENCE in entry["baselines"] else float("nan"))
   beats = {o: bool(np.isfinite(final) and (not np.isfinite(f) or final < f)) for o, f in finals.items()}
   rank = 1 + sum(1 for f in finals.values() if np.isfinite(f) and (not np.isfinite(final) or f < final))
   pool = task_pool(entry) if pool is None else {k: np.asarray(v, np.float64) for k, v in pool.items()}
@@ -301,7 +308,7 @@ def baseline_evaluations(data: Optional[Mapping[str, Any]] = None) -> Dict[str, 
   data = load_normalizers() if data is None else data
   suite = data.get("suite", "heldout")
   out = {}
-  for opt in bl.suite_spec(suite).all_optimizers:  # a baseline still in progress: on the tasks that have it
+  for opt in bl.spec_of(suite, data).all_optimizers:  # a baseline still in progress: on the tasks that have it
     scores, curves = [], {}
     for task, entry in data["tasks"].items():
       if opt not in entry["baselines"]:
@@ -340,11 +347,12 @@ def in_pool(evaluations: Mapping[str, SuiteEvaluation], data: Optional[Mapping[s
 
 
 # -- running a candidate --------------------------------------------------------------------------------------------
-def check_suite_choice(suite: str, confirm_test: Any, *, flags: bool = False) -> None:
+def check_suite_choice(suite: str, confirm_test: Any, *, flags: bool = False,
+                       data: Optional[Mapping[str, Any]] = None) -> None:
   """Raises ValueError unless ``suite`` is a suite of `metafam.benchmark.suites` and ``confirm_test`` is True exactly
   when it is ``"test"`` (the suite scored once per shipped optimizer, never used for design choices). Cheap: callers
   check before any work. ``flags``: name the arguments as the command line's ``--suite`` and ``--confirm_test``."""
-  bl.suite_spec(suite)
+  bl.spec_of(suite, data)
   name, test, yes = (("--confirm_test", "--suite test", "add --confirm_test") if flags else
                      ("confirm_test", "suite='test'", "pass confirm_test=True to run it"))
   if suite == "test" and confirm_test is not True:
@@ -360,7 +368,8 @@ def evaluate_suite(candidate: Candidate, *, tasks: Optional[Sequence[str]] = Non
                    learning_rates: Optional[Sequence[float]] = None, schedules: Optional[Sequence[str]] = None,
                    progress: bool = True, suite: str = "heldout", confirm_test: bool = False,
                    cache_dir: Optional[str] = None, cache_identity: Optional[Mapping[str, Any]] = None,
-                   lane_chunk: Any = "auto", fixed_setting: bool = False) -> SuiteEvaluation:
+                   lane_chunk: Any = "auto", fixed_setting: bool = False,
+                   task_objects: Optional[Mapping[str, Any]] = None) -> SuiteEvaluation:
   """Trains ``candidate`` on the suite's tasks that have shipped baselines and scores it (module docstring).
 
   Args:
@@ -386,6 +395,7 @@ def evaluate_suite(candidate: Candidate, *, tasks: Optional[Sequence[str]] = Non
       evaluation is refused with an error naming it, never overwritten.
     cache_identity: JSON-able facts about the candidate that its label does not pin down (e.g. the constructor
       arguments and checkpoint of a factory built around a learned optimizer); part of each cached task's identity.
+    task_objects: ``{name: Task}`` for tasks that are not registered (a custom suite's, `baselines.custom_data`).
     fixed_setting: run a factory at its one given setting on every task (one rate in ``learning_rates``, one
       schedule; the grid is never extended): the self-tuning ruleset's candidate.
     lane_chunk: the candidate's lanes (rates x seeds) update in blocks of this many (`Runner`'s ``lane_chunk``: 1
@@ -395,9 +405,9 @@ def evaluate_suite(candidate: Candidate, *, tasks: Optional[Sequence[str]] = Non
   """
   from tqdm.auto import tqdm
   from metafam.tasks.registry import get_task
-  check_suite_choice(suite, confirm_test)
-  spec = bl.suite_spec(suite)
+  check_suite_choice(suite, confirm_test, data=data)
   data = suite_data(data, suite)
+  spec = bl.spec_of(suite, data)
   from metafam.benchmark.candidates import resolve
   resolved = resolve(candidate, name, baselines=spec.all_optimizers)
   label, tuned = resolved.name, resolved.tuned
@@ -440,17 +450,19 @@ def evaluate_suite(candidate: Candidate, *, tasks: Optional[Sequence[str]] = Non
     steps = np.asarray(entry["eval_steps"], np.int32)
 
     def train(task_name=task_name, entry=entry, steps=steps):
-      task = get_task(task_name)
-      eval_batches = spec.eval_batches(task)
+      task = (task_objects or {}).get(task_name) or get_task(task_name)
+      eval_batches = int(entry.get("eval_batches", spec.eval_batches(task)))
+      num_seeds = _num_seeds(entry)
       if tuned:
         result = bl.tune_baseline(task, registered or label, int(entry["horizon"]), task_name=task_name, factory=opt,
                                   learning_rates=grid, schedules=schedules, eval_batches=eval_batches,
+                                  num_seeds=num_seeds,
                                   lane_chunk=chunk, max_extensions=0 if fixed_setting else bl.MAX_EXTENSIONS)
         return np.asarray(result.test_curves, np.float64), {"learning_rate": float(result.learning_rate),
                                                             "schedule": result.schedule,
                                                             "at_edge": bool(result.at_edge)}
       from metafam.benchmark.sweep import train_lanes
-      _, evals = train_lanes(task, opt, None, num_seeds=bl.NUM_SEEDS, points=steps, eval_batches=eval_batches,
+      _, evals = train_lanes(task, opt, None, num_seeds=num_seeds, points=steps, eval_batches=eval_batches,
                              key=bl.task_key(task_name), splits=bl.SPLITS, name=label, lane_chunk=chunk)
       return normalize(task, evals["test"][0]), None
 
@@ -462,6 +474,13 @@ def evaluate_suite(candidate: Candidate, *, tasks: Optional[Sequence[str]] = Non
     scores.append(score_task(task_name, entry, seed_curves, setting=setting))
     curves[task_name] = (steps, seed_curves)
   return _evaluation(label, scores, curves, data.get("pending", ()), seconds, suite, max(trained_at))
+
+
+def _num_seeds(entry: Mapping[str, Any]) -> int:
+  """The seeds of a task's runs: its reference's, else the entry's ``num_seeds``, else `baselines.NUM_SEEDS`."""
+  if "reference" in entry:
+    return len(entry["reference"]["test_curves"])
+  return int(entry.get("num_seeds", bl.NUM_SEEDS))
 
 
 def _utc_now() -> str:
@@ -597,22 +616,23 @@ def summary_row(evaluation: SuiteEvaluation) -> List[Any]:
   tasks, diverged]``."""
   a = evaluation.aggregates
   return [evaluation.name, _interval(a[PROFILE_SCORE]), _interval(a["median"]), _interval(a["iqm"]),
-          _interval(a["optimality_gap"]), _interval(a[LOSS_GAIN_IQM]), a["iqm"].num_tasks, evaluation.num_diverged]
+          _interval(a["optimality_gap"]), _interval(a[LOSS_GAIN_IQM]), len(evaluation.scores),
+          evaluation.num_diverged]
 
 
 SUMMARY_HEADERS = ["optimizer", "profile score [95% CI]", "median speedup [95% CI]", "IQM speedup [95% CI]",
                    "optimality gap [95% CI]", "IQM loss gain [95% CI]", "tasks", "diverged"]
-TASK_HEADERS = ["task", "T", "time ratio", "speedup", "capped", "loss ratio", "loss gain", "rank", "diverged",
-                "setting"]
+TASK_HEADERS = ["task", "T", "final loss", "time ratio", "speedup", "capped", "loss ratio", "loss gain", "rank",
+                "diverged", "setting"]
 
 
 def task_rows(evaluation: SuiteEvaluation) -> List[List[Any]]:
-  """Per task: `TASK_HEADERS` (the time ratio and speedup of the seed-mean curve; the loss gain is
-  `TaskScore.loss_gain`, the seeds' mean)."""
+  """Per task: `TASK_HEADERS` (the normalized final loss, time ratio and speedup of the seed-mean curve; the loss
+  gain is `TaskScore.loss_gain`, the seeds' mean)."""
   rows = []
   for s in evaluation.scores:
     setting = "-" if s.setting is None else f"{s.setting['schedule']} lr={s.setting['learning_rate']:.3g}"
-    rows.append([s.task, s.horizon, s.time_ratio, s.speedup, s.speedup_capped, s.loss_ratio, s.loss_gain,
+    rows.append([s.task, s.horizon, s.final_loss, s.time_ratio, s.speedup, s.speedup_capped, s.loss_ratio, s.loss_gain,
                  f"{s.rank}/{s.num_ranked}", s.diverged, setting])
   return rows
 

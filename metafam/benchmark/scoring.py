@@ -75,10 +75,12 @@ class SuiteReport:
                      + (["", note] if note else []))
 
   def write(self, out_dir: str) -> List[str]:
-    """`heldout.write_suite_report` of the candidate against the other rows (files named by the suite)."""
-    if self.candidate is None:
-      raise ValueError("a report without a candidate has nothing to write; format() prints its table.")
-    return heldout.write_suite_report(self.evaluation, out_dir, self.others())
+    """`heldout.write_suite_report` of the candidate against the other rows (files named by the suite); without a
+    candidate, the first row's report with the others beside it."""
+    rows = list(self.rows.values())
+    if self.candidate is not None:
+      return heldout.write_suite_report(self.evaluation, out_dir, self.others())
+    return heldout.write_suite_report(rows[0], out_dir, {e.name: e for e in rows[1:]})
 
 
 def check_ruleset(ruleset: Any) -> str:
@@ -99,13 +101,21 @@ def _self_tuning_setting(candidate: Any, learning_rate: Optional[float],
   return {"learning_rate": learning_rate, "schedule": schedules[0]}
 
 
-def score(candidate: Any = None, *, suite: str = "heldout", ruleset: str = "external",
+def score(candidate: Any = None, *, suite: Any = "heldout", ruleset: str = "external",
           tasks: Optional[Sequence[str]] = None, name: Optional[str] = None,
           schedules: Optional[Sequence[str]] = None, learning_rate: Optional[float] = None,
           pretrained: Sequence[str] = (), confirm_test: bool = False, data: Optional[Mapping[str, Any]] = None,
-          cache_dir: Optional[str] = None, progress: bool = True) -> SuiteReport:
+          horizon: Optional[int] = None, baselines: Optional[Sequence[str]] = None,
+          num_seeds: Optional[int] = None, cache_dir: Optional[str] = None, progress: bool = True) -> SuiteReport:
   """Scores ``candidate`` (anything `metafam.benchmark.candidates.resolve` takes; None: the pool alone) with the
   suite's baselines under ``ruleset`` on ``tasks`` (default every task with shipped baselines), in one pool.
+
+  ``suite``: ``"heldout"`` or ``"test"`` (shipped baselines), or any other tasks: a suite of
+  `metafam.benchmark.suites` (``"tiny"``, ``"small"``, ``"full"``), a registered task name, a `Task`, or a list of
+  names and Tasks. Their baselines (``baselines``, default ``("adam",)``; empty: none) are made first by the shipped
+  suites' procedure at ``horizon`` steps (`metafam.benchmark.baselines.custom_data`, kept in
+  ``<cache_dir>/baselines``, ``num_seeds`` seeds, default `metafam.benchmark.baselines.NUM_SEEDS`), then the
+  candidate is scored against them exactly as on a shipped suite; only the external ruleset applies there.
 
   ``schedules``, ``learning_rate``: a factory's schedules to tune over (external) or its one setting (self-tuning).
   ``pretrained``: shipped pretrained optimizers (`metafam.pretrained`) to add to the pool, scored like a candidate
@@ -114,8 +124,16 @@ def score(candidate: Any = None, *, suite: str = "heldout", ruleset: str = "exte
   """
   data, tasks, runs, resolved = check(candidate, suite=suite, ruleset=ruleset, tasks=tasks, name=name,
                                       schedules=schedules, learning_rate=learning_rate, pretrained=pretrained,
-                                      confirm_test=confirm_test, data=data)
-  spec = bl.suite_spec(suite)
+                                      confirm_test=confirm_test, data=data, horizon=horizon, baselines=baselines,
+                                      num_seeds=num_seeds)
+  task_objects = None
+  if data is None:  # a custom suite: its baselines first, by the shipped procedure
+    task_objects = dict(tasks)
+    data = bl.custom_data(tasks, horizon, ("adam",) if baselines is None else baselines, progress=progress,
+                          num_seeds=bl.NUM_SEEDS if num_seeds is None else num_seeds,
+                          shard_dir=None if cache_dir is None else os.path.join(cache_dir, "baselines"))
+    suite, tasks = bl.CUSTOM, [n for n, _ in tasks]
+  spec = bl.spec_of(suite, data)
   rows: Dict[str, SuiteEvaluation] = {}
   settings: Dict[str, str] = {}
   if ruleset == "external":
@@ -134,7 +152,7 @@ def score(candidate: Any = None, *, suite: str = "heldout", ruleset: str = "exte
   labels = []
   for (c, n), r in zip(runs, resolved):
     kwargs: Dict[str, Any] = dict(tasks=tasks, data=data, name=r.name, progress=progress, suite=suite,
-                                  confirm_test=confirm_test,
+                                  confirm_test=confirm_test, task_objects=task_objects,
                                   cache_dir=None if cache_dir is None else os.path.join(cache_dir, r.name))
     if ruleset == "self_tuning" and r.tuned:
       one = _one_setting(c, learning_rate if c is candidate else None, schedules if c is candidate else None)
@@ -152,20 +170,48 @@ def score(candidate: Any = None, *, suite: str = "heldout", ruleset: str = "exte
 def check(candidate: Any = None, *, suite: str = "heldout", ruleset: str = "external",
           tasks: Optional[Sequence[str]] = None, name: Optional[str] = None,
           schedules: Optional[Sequence[str]] = None, learning_rate: Optional[float] = None,
-          pretrained: Sequence[str] = (), confirm_test: bool = False, data: Optional[Mapping[str, Any]] = None):
+          pretrained: Sequence[str] = (), confirm_test: bool = False, data: Optional[Mapping[str, Any]] = None,
+          horizon: Optional[int] = None, baselines: Optional[Sequence[str]] = None,
+          num_seeds: Optional[int] = None):
   """Everything `score` checks before it trains (ValueError, one line): ``(data, tasks, [(candidate, name)],
-  [resolved candidates])``."""
-  from metafam._checks import check_number
+  [resolved candidates])``; for a custom suite ``data`` is None and ``tasks`` are ``[(name, Task)]``."""
+  from metafam._checks import check_number, check_positive_int
   from metafam.benchmark.candidates import resolve
   ruleset = check_ruleset(ruleset)
-  heldout.check_suite_choice(suite, confirm_test)
-  data = heldout.suite_data(data, suite)
-  spec = bl.suite_spec(suite)
-  tasks = list(data["tasks"]) if tasks is None else list(tasks)
-  unknown = [t for t in tasks if t not in data["tasks"]]
-  if unknown or not tasks:
-    raise ValueError(f"tasks {unknown or tasks} have no shipped baselines in the {suite} suite; available: "
-                     f"{', '.join(data['tasks'])}.")
+  shipped = isinstance(suite, str) and suite in bl.SUITE_SPECS
+  if shipped:
+    heldout.check_suite_choice(suite, confirm_test)
+    if horizon is not None or baselines is not None or num_seeds is not None:
+      raise ValueError(f"the {suite} suite fixes its horizons, seeds and baselines: drop horizon, num_seeds and "
+                       "baselines.")
+    data = heldout.suite_data(data, suite)
+    spec = bl.suite_spec(suite)
+    tasks = list(data["tasks"]) if tasks is None else list(tasks)
+    unknown = [t for t in tasks if t not in data["tasks"]]
+    if unknown or not tasks:
+      raise ValueError(f"tasks {unknown or tasks} have no shipped baselines in the {suite} suite; available: "
+                       f"{', '.join(data['tasks'])}.")
+  else:
+    from metafam.benchmark.suites import resolve_tasks
+    if tasks is not None or data is not None or confirm_test:
+      raise ValueError("tasks, data and confirm_test belong to the heldout and test suites; give the tasks as suite.")
+    if ruleset != "external":
+      raise ValueError("the self-tuning ruleset's single settings are chosen on the dev suite: it applies to the "
+                       "heldout and test suites only.")
+    if horizon is None:
+      raise ValueError("horizon: a suite without shipped baselines needs the run length (a multiple of "
+                       f"{bl.EVALS_PER_RUN}).")
+    horizon = check_positive_int("horizon", horizon)
+    if num_seeds is not None:
+      check_positive_int("num_seeds", num_seeds)
+    if horizon % bl.EVALS_PER_RUN:
+      raise ValueError(f"horizon must be a multiple of {bl.EVALS_PER_RUN} (the runs are evaluated at every "
+                       f"eighth of it), got {horizon}.")
+    unknown = [b for b in (baselines or ()) if b not in bl.GRIDS]
+    if unknown:
+      raise ValueError(f"baselines {unknown} have no rate grid; valid: {', '.join(sorted(bl.GRIDS))}.")
+    tasks = resolve_tasks(suite)
+    spec = bl.SuiteSpec(bl.CUSTOM, {}, tuple(baselines or ()), "", "")
   if schedules is not None:
     schedules = tuple(schedules)
     bad = [x for x in schedules if x not in bl.SCHEDULES]

@@ -203,7 +203,7 @@ def paired_speedups(steps: np.ndarray, curves: np.ndarray, baseline_steps: np.nd
                     *, axis: int = 0, per_seed: bool = True) -> tuple:
   """`speedup_over_baseline` of the seed-mean curve against the baseline's seed-mean curve, and of each seed against
   the baseline's same seed (same initialization and batches): the one comparison of curves behind every speedup
-  (`metafam.evaluation.comparison`, `metafam.benchmark.run_benchmark`, `metafam.benchmark.heldout`).
+  (`metafam.evaluation.comparison`, `metafam.benchmark.heldout`).
 
   Args:
     steps, baseline_steps: ``[E]`` and ``[E']`` eval steps.

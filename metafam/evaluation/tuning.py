@@ -1,9 +1,9 @@
 """The one way to tune a baseline's learning rate: the grid, the procedure (`tune`) and the selection rule.
 
 Every tuned baseline goes through `tune`: `metafam.evaluation.family_eval.FamilyEvaluator.tune_adam` (the held-out
-comparison `metafam meta-train` prints), `metafam.benchmark.sweep.tune_learning_rate` (`run_benchmark`) and
-`metafam.benchmark.baselines.tune_baseline` (the shipped baselines of the ``heldout`` and ``test`` suites). They
-differ only in the engine that trains the lanes, which `tune` takes as a function.
+comparison `metafam meta-train` prints) and `metafam.benchmark.baselines.tune_baseline` (the baselines of every
+suite, shipped or custom, and every tuned candidate). They differ only in the engine that trains the lanes, which
+`tune` takes as a function.
 
 Procedure (`tune`): every (schedule, rate) pair of the grid trains S seeds (or instances); each schedule's rate is
 chosen by `select_best` on the selection split (``inner_valid``); while some schedule's choice is an end of the grid,
@@ -109,7 +109,7 @@ Trainer = Callable[[np.ndarray, Tuple[str, ...]], Mapping[str, Lanes]]
 
 class GridChoice:
   """What a result holding a rate grid ``learning_rates`` and the chosen ``best_index`` (-1: every rate diverged)
-  says about the choice; shared by `Tuned` and `metafam.benchmark.sweep.SweepResult`."""
+  says about the choice; shared by `Tuned` and its users."""
   learning_rates: np.ndarray
   best_index: int
 
