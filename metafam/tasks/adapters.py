@@ -180,10 +180,10 @@ def nnx_task(model: Any, loss: UserLoss, datasets: Any = None, name: Optional[st
 
   def split(m):
     graphdef, params, rest = nnx.split(m, nnx.Param, ...)
-    return params.to_pure_dict(), rest.to_pure_dict(), graphdef
+    return nnx.to_pure_dict(params), nnx.to_pure_dict(rest), graphdef
 
   def after(m, state):
-    return nnx.split(m, nnx.Param, ...)[2].to_pure_dict()
+    return nnx.to_pure_dict(nnx.split(m, nnx.Param, ...)[2])
 
   return ModelTask(make, loss, split, lambda p, s, graphdef: nnx.merge(graphdef, p, s), after, datasets,
                    name or f"nnx_{getattr(loss, '__name__', 'task')}")
