@@ -84,6 +84,8 @@ def test_equinox_task_matches_partition_and_combine_by_hand():
   _close(jax.jit(jax.grad(task.loss))(params, KEY, BATCH), jax.grad(hand_loss)(hand_params))
   assert task.init_with_state(KEY)[1] is None  # no arrays besides the params
   assert task.name == "equinox_eqx_mse"
+  assert equinox_task(make, lambda m, key, batch: eqx_mse(m, key, batch)).name == "equinox_task"
+  assert FunctionTask(lambda key: 0.0, lambda p, key, batch: p).name == "FunctionTask"
 
 
 def test_equinox_task_of_a_built_model_returns_its_arrays_for_every_key():

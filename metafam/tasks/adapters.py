@@ -37,6 +37,12 @@ def _require(module: str, extra: str, caller: str) -> Any:
     raise ImportError(f"{caller} needs {module.split('.')[0]} (pip install \"metafam[{extra}]\"): {e}") from None
 
 
+def _default_name(prefix: str, loss: Any, fallback: str) -> str:
+  """``prefix`` + the loss function's name, or ``fallback`` for a lambda."""
+  name = getattr(loss, "__name__", "")
+  return prefix + name if name.isidentifier() else fallback
+
+
 def _check_callable(caller: str, name: str, fn: Any) -> None:
   if not callable(fn):
     raise TypeError(f"{caller}: {name} must be callable, got {type(fn).__name__}.")
@@ -49,7 +55,7 @@ class FunctionTask(Task):
     init: builds the params (a pytree of arrays) from a key.
     loss: the scalar loss of ``params`` on ``batch`` (``batch`` is None when ``datasets`` is None).
     datasets: the `metafam.datasets.Datasets` the batches come from, or None.
-    name: the task's name (default: the loss function's name).
+    name: the task's name (default: the loss function's name, "FunctionTask" for a lambda).
   """
 
   def __init__(self, init: Callable[[jax.Array], Any], loss: Callable[[Any, jax.Array, Any], jax.Array],
@@ -57,7 +63,7 @@ class FunctionTask(Task):
     _check_callable("FunctionTask", "init", init)
     _check_callable("FunctionTask", "loss", loss)
     self._init_fn, self._loss_fn, self.datasets = init, loss, datasets
-    self.name = name or getattr(loss, "__name__", "FunctionTask")
+    self.name = name or _default_name("", loss, "FunctionTask")
 
   def init(self, key):
     return self._init_fn(key)
@@ -145,7 +151,7 @@ def equinox_task(model: Any, loss: UserLoss, datasets: Any = None, name: Optiona
     model: an ``eqx.Module``, or a function ``key -> eqx.Module``.
     loss: ``loss(model, key, batch) -> scalar`` (e.g. ``jnp.mean((jax.vmap(model)(batch["x"]) - batch["y"])**2)``).
     datasets: the task's `metafam.datasets.Datasets`, or None.
-    name: the task's name (default "equinox_" and the loss function's name).
+    name: the task's name (default "equinox_" and the loss function's name; "equinox_task" for a lambda).
   """
   eqx = _require("equinox", "equinox", "equinox_task")
   make = _model_maker("equinox_task", model, eqx.Module)
@@ -157,7 +163,7 @@ def equinox_task(model: Any, loss: UserLoss, datasets: Any = None, name: Optiona
     return params, state, static
 
   return ModelTask(make, loss, split, lambda p, s, static: eqx.combine(p, s, static), _keep_state, datasets,
-                   name or f"equinox_{getattr(loss, '__name__', 'task')}")
+                   name or _default_name("equinox_", loss, "equinox_task"))
 
 
 def nnx_task(model: Any, loss: UserLoss, datasets: Any = None, name: Optional[str] = None) -> ModelTask:
@@ -172,7 +178,7 @@ def nnx_task(model: Any, loss: UserLoss, datasets: Any = None, name: Optional[st
     model: an ``nnx.Module``, or a function ``key -> nnx.Module`` (e.g. ``lambda key: MLP(rngs=nnx.Rngs(key))``).
     loss: ``loss(model, key, batch) -> scalar``.
     datasets: the task's `metafam.datasets.Datasets`, or None.
-    name: the task's name (default "nnx_" and the loss function's name).
+    name: the task's name (default "nnx_" and the loss function's name; "nnx_task" for a lambda).
   """
   nnx = _require("flax.nnx", "flax", "nnx_task")
   make = _model_maker("nnx_task", model, nnx.Module)
@@ -186,7 +192,7 @@ def nnx_task(model: Any, loss: UserLoss, datasets: Any = None, name: Optional[st
     return nnx.to_pure_dict(nnx.split(m, nnx.Param, ...)[2])
 
   return ModelTask(make, loss, split, lambda p, s, graphdef: nnx.merge(graphdef, p, s), after, datasets,
-                   name or f"nnx_{getattr(loss, '__name__', 'task')}")
+                   name or _default_name("nnx_", loss, "nnx_task"))
 
 
 def linen_task(module: Any, loss: UserLoss, example_args: Sequence[Any], datasets: Any = None,
@@ -202,7 +208,7 @@ def linen_task(module: Any, loss: UserLoss, example_args: Sequence[Any], dataset
     loss: ``loss(model, key, batch) -> scalar``, with ``model`` the bound module.
     example_args: the positional arguments `init` traces the module with, e.g. ``(x[:1],)``.
     datasets: the task's `metafam.datasets.Datasets`, or None.
-    name: the task's name (default "linen_" and the loss function's name).
+    name: the task's name (default "linen_" and the loss function's name; "linen_task" for a lambda).
   """
   nn = _require("flax.linen", "flax", "linen_task")
   if not isinstance(module, nn.Module):
@@ -224,5 +230,5 @@ def linen_task(module: Any, loss: UserLoss, example_args: Sequence[Any], dataset
     return module.bind({"params": params, **state})
 
   return ModelTask(make, loss, split, merge, _keep_state, datasets,
-                   name or f"linen_{getattr(loss, '__name__', 'task')}")
+                   name or _default_name("linen_", loss, "linen_task"))
 
