@@ -20,7 +20,8 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 
-from metafam.datasets.base import ArraySplit, Datasets, SPLITS, dataset_lru_cache
+from metafam.datasets.arrays import datasets_from_arrays
+from metafam.datasets.base import Datasets, SPLITS, dataset_lru_cache
 from metafam.datasets.images import image_datasets, resolve_data_dir
 
 CIFAR10_ENV = "METAFAM_CIFAR10_DIR"
@@ -102,13 +103,12 @@ def color_image_datasets(raw: ColorSplits, batch_size: int, image_size: int = 32
                      f"{ {k: x.shape for k, (x, _) in raw.items()} }.")
   per_channel = [image_datasets({k: (x[..., c], y) for k, (x, y) in raw.items()}, batch_size, image_size,
                                 normalization, 1, seed, num_classes) for c in range(num_channels.pop())]
-  splits = {}
-  for i, name in enumerate(SPLITS):
+  arrays = {}
+  for name in SPLITS:
     sources = [d.source(name).arrays for d in per_channel]
-    arrays = {"image": np.concatenate([s["image"] for s in sources], axis=-1), "label": sources[0]["label"]}
-    splits[name] = ArraySplit(arrays, batch_size, seed=seed * len(SPLITS) + i)
+    arrays[name] = {"image": np.concatenate([s["image"] for s in sources], axis=-1), "label": sources[0]["label"]}
   info = dict(per_channel[0].extra_info, channels=len(per_channel))
-  return Datasets(**splits, extra_info=info)
+  return datasets_from_arrays(**arrays, batch_size=batch_size, seed=seed, extra_info=info)
 
 
 @dataset_lru_cache(maxsize=4)

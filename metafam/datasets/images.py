@@ -23,7 +23,8 @@ import jax
 import numpy as np
 
 from metafam._checks import check_positive_int
-from metafam.datasets.base import ArraySplit, Datasets, SPLITS, dataset_lru_cache
+from metafam.datasets.arrays import datasets_from_arrays
+from metafam.datasets.base import Datasets, SPLITS, dataset_lru_cache
 from metafam.datasets.idx import read_idx
 
 FASHION_MNIST_ENV = "METAFAM_FASHION_MNIST_DIR"
@@ -142,15 +143,11 @@ def image_datasets(raw: RawSplits, batch_size: int, image_size: int = 8, normali
   if normalization == "standardize":
     train = preprocess_images(raw["train"][0], image_size, "unit", 1)
     stats = (float(train.mean()), float(train.std()) + 1e-8)
-  splits = {}
-  for i, name in enumerate(SPLITS):
-    x, y = raw[name]
-    arrays = {"image": preprocess_images(x, image_size, normalization, channels, stats),
-              "label": y.astype(np.int32)}
-    splits[name] = ArraySplit(arrays, batch_size, seed=seed * len(SPLITS) + i)
+  arrays = {name: {"image": preprocess_images(raw[name][0], image_size, normalization, channels, stats),
+                   "label": raw[name][1].astype(np.int32)} for name in SPLITS}
   info = {"num_classes": num_classes, "image_size": image_size, "channels": channels,
-          "normalization": normalization, "num_examples": {k: v.num_examples for k, v in splits.items()}}
-  return Datasets(**splits, extra_info=info)
+          "normalization": normalization}
+  return datasets_from_arrays(**arrays, batch_size=batch_size, seed=seed, extra_info=info)
 
 
 @dataset_lru_cache

@@ -15,7 +15,8 @@ from typing import Optional, Tuple
 import numpy as np
 
 from metafam._checks import check_positive_int
-from metafam.datasets.base import ArraySplit, Datasets, SPLITS, dataset_lru_cache
+from metafam.datasets.arrays import datasets_from_arrays
+from metafam.datasets.base import Datasets, SPLITS, dataset_lru_cache
 
 SPLIT_FRACTIONS = (0.80, 0.05, 0.075, 0.075)
 
@@ -67,8 +68,6 @@ def shakespeare_char_datasets(batch_size: int = 32, sequence_length: int = 64, s
   vocab, table = char_vocab(text)
   ids = table[raw]
   bounds = np.round(np.cumsum((0.0,) + SPLIT_FRACTIONS) * len(ids)).astype(int)
-  splits = {name: ArraySplit(windows(ids[bounds[i]:bounds[i + 1]], sequence_length), batch_size,
-                             seed=seed * len(SPLITS) + i)
-            for i, name in enumerate(SPLITS)}
-  return Datasets(**splits, extra_info={"vocab_size": len(vocab), "vocab": vocab,
-                                        "num_examples": {k: v.num_examples for k, v in splits.items()}})
+  arrays = {name: windows(ids[bounds[i]:bounds[i + 1]], sequence_length) for i, name in enumerate(SPLITS)}
+  return datasets_from_arrays(**arrays, batch_size=batch_size, seed=seed,
+                              extra_info={"vocab_size": len(vocab), "vocab": vocab})

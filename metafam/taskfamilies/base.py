@@ -8,14 +8,14 @@ config leaves dispatched with `jax.lax.switch`.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from metafam.datasets.base import dtype_of
-from metafam.tasks.base import Task
+from metafam.tasks.base import Task, non_array_leaf
 
 
 class TaskFamily:
@@ -64,6 +64,36 @@ class _SingleTaskFamily(TaskFamily):
     return self.task
 
 
+class FunctionFamily(TaskFamily):
+  """A `TaskFamily` from two plain functions: ``sample(key) -> cfg`` and ``task_fn(cfg) -> Task``.
+
+  Host-side choices that change shapes (a width, a depth) are fixed per family object, e.g. by a function that
+  takes the width and returns a `FunctionFamily`; sampled values (an init scale) go in the config.
+
+  Args:
+    sample: a config pytree of arrays whose shapes and dtypes never depend on the key.
+    task_fn: the `Task` of a (possibly traced) config.
+    datasets: the family's `metafam.datasets.Datasets` (shared by its tasks), or None.
+    name: the family's name (default "FunctionFamily").
+  """
+
+  def __init__(self, sample: Callable[[jax.Array], Any], task_fn: Callable[[Any], Task], datasets: Any = None,
+               name: Optional[str] = None):
+    super().__init__()
+    for arg, fn in (("sample", sample), ("task_fn", task_fn)):
+      if not callable(fn):
+        raise TypeError(f"FunctionFamily: {arg} must be callable, got {type(fn).__name__}.")
+    self._sample_fn, self._task_fn, self.datasets = sample, task_fn, datasets
+    if name is not None:
+      self.name = name
+
+  def sample(self, key):
+    return self._sample_fn(key)
+
+  def task_fn(self, cfg):
+    return self._task_fn(cfg)
+
+
 def single_task_to_family(task: Task) -> TaskFamily:
   """A family whose config is a dummy int32 scalar and whose `task_fn` always returns ``task`` itself."""
   if not isinstance(task, Task):
@@ -76,7 +106,24 @@ def _describe(tree: Any) -> dict:
           for path, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
 
+def _check_arrays(what: str, family: TaskFamily, tree: Any) -> None:
+  """Raises ValueError (one line) naming the first leaf of ``tree`` that is not an array, and the fix."""
+  found = non_array_leaf(tree)
+  if found is not None:
+    path, leaf = found
+    text = getattr(leaf, "__name__", None) or repr(leaf)
+    text = text if len(text) <= 60 else text[:57] + "..."
+    raise ValueError(
+        f"{family.name}: {what} leaf {path or '<root>'} is a {type(leaf).__name__} ({text}), not an array; params, "
+        "model state and configs must hold arrays only. Split a model's arrays from the rest and rebuild it in the "
+        "loss (Equinox: params, static = eqx.partition(model, eqx.is_inexact_array), then eqx.combine(params, "
+        "static); Flax NNX: nnx.split / nnx.merge), or build the task with metafam.tasks.equinox_task, nnx_task or "
+        "linen_task, which do that.")
+
+
 def _compare(what: str, family: TaskFamily, trees: list) -> None:
+  for tree in trees:
+    _check_arrays(what, family, tree)
   first = _describe(trees[0])
   for i, tree in enumerate(trees[1:], start=1):
     other = _describe(tree)
@@ -100,7 +147,8 @@ def check_family(family: TaskFamily, key: Optional[jax.Array] = None, num_sample
   """Checks that ``family`` can be vmapped; raises ValueError naming the offending leaf.
 
   Samples ``num_samples`` configs one key at a time and compares their leaves' shapes and dtypes, does the same for
-  the initial params/state, then runs a jitted, vmapped ``sample``, ``init`` and ``value_and_grad`` of the loss and
+  the initial params/state (a leaf that is not an array, such as a module's activation function, is named with how to
+  split a model's arrays from the rest), then runs a jitted, vmapped ``sample``, ``init`` and ``value_and_grad`` of the loss and
   checks that the losses are finite scalars.
   """
   if num_samples < 2:
@@ -110,6 +158,8 @@ def check_family(family: TaskFamily, key: Optional[jax.Array] = None, num_sample
   cfgs = [family.sample(k) for k in keys]
   _compare("config", family, cfgs)
   inits = [family.task_fn(c).init_with_state(k) for c, k in zip(cfgs, keys)]
+  _check_arrays("params", family, inits[0][0])
+  _check_arrays("model state", family, inits[0][1])
   _compare("init (params, state)", family, inits)
 
   batch = example_batch(family.datasets)

@@ -13,9 +13,10 @@ it was given unchanged. Variants without aux return an empty dict as aux.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Tuple
+from typing import Any, Mapping, Optional, Tuple
 
 import jax
+import numpy as np
 
 Params = Any
 ModelState = Any
@@ -95,3 +96,15 @@ class Task:
 
   def __repr__(self) -> str:
     return f"<Task {self.name}>"
+
+
+def non_array_leaf(tree: Any) -> Optional[Tuple[str, Any]]:
+  """``(path, leaf)`` of the first leaf of ``tree`` that is neither an array nor a number, or None.
+
+  Params, model states and family configs must be arrays only; a model object handed over whole (an Equinox
+  module with its activation functions, say) has other leaves, which this finds.
+  """
+  for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+    if not isinstance(leaf, (jax.Array, np.ndarray, np.generic, int, float, complex)):
+      return jax.tree_util.keystr(path), leaf
+  return None
