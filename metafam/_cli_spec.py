@@ -69,7 +69,8 @@ _float("meta_learning_rate", RUN_DEFAULTS["meta_learning_rate"], "Adam learning 
        lower=1e-12)
 _int("meta_lr_decay_steps", RUN_DEFAULTS["meta_lr_decay_steps"], "Meta-learning-rate schedule: linear warmup over "
      "the first min(100, N // 10) meta-steps, cosine decay to 0.1 times the rate at meta-step N, constant after "
-     "(0: a constant rate).", lower=0)
+     "(0: a constant rate). Unless given, N is --num_steps (the default shown is the default run's), a --recipe's own "
+     "value when --num_steps is not given, and a resumed run's recorded value.", lower=0)
 _float("clip_grad_norm", RUN_DEFAULTS["clip_grad_norm"], "Clip meta-gradients to this global norm (0: no "
        "clipping).", lower=0.0)
 flags.DEFINE_string("output_dir", None, "Output directory (default runs/<command>): checkpoints, logs, tables, plots.",
@@ -101,6 +102,10 @@ _int("coordinator_timeout", 60, "Seconds a process waits for the coordinator and
 flags.DEFINE_bool("tensorboard", False, "Also log to TensorBoard (needs tensorboardX: pip install 'metafam[tb]').",
                   flag_values=FLAGS)
 flags.DEFINE_bool("progress", True, "Show progress bars.", flag_values=FLAGS)
+flags.DEFINE_bool("report", True, "After the last meta-step, write the closing report (the learned optimizer against "
+                  "tuned Adam on held-out instances: summary.json and plots); --noreport skips it, which saves most "
+                  "of a short run's time. A later run with the same --num_steps writes the missing report.",
+                  flag_values=FLAGS)
 # evaluate / benchmark
 flags.DEFINE_string("task", None, "A registered task name (instead of --suite).", flag_values=FLAGS)
 flags.DEFINE_string("suite", "tiny", "A benchmark suite name.", flag_values=FLAGS)
@@ -128,7 +133,7 @@ COMMANDS: Dict[str, Dict[str, Any]] = {
                         "meta_learning_rate", "meta_lr_decay_steps", "clip_grad_norm", "output_dir",
                         "checkpoint_every", "max_skipped_steps", "eval_every", "eval_tasks", "eval_steps",
                         "seed", "devices", "num_processes", "process_id", "coordinator", "coordinator_timeout",
-                        "tensorboard", "progress")),
+                        "tensorboard", "progress", "report")),
     "evaluate": dict(summary="train a task or suite with one optimizer (hand-designed, or learned from a "
                              "checkpoint) and save the results", args=(), flags=_SUITE_FLAGS),
     "benchmark": dict(summary="tuned Adam and SGDM baselines (and optionally one more optimizer) on a suite: "
@@ -144,6 +149,7 @@ COMMANDS: Dict[str, Dict[str, Any]] = {
                    flags=("num_processes",)),
 }
 HELP_ARGS = ("--help", "-h", "--helpfull", "--helpshort", "-help")
+VERSION_ARGS = ("--version", "-V")
 
 
 # -- help ------------------------------------------------------------------------------------------------------------
@@ -152,7 +158,8 @@ def usage() -> str:
   width = max(map(len, COMMANDS)) + 2
   lines = ["usage: metafam COMMAND [ARGS] [--flag=value ...]", "", "commands:"]
   lines += [f"  {name:<{width}} {spec['summary']}" for name, spec in COMMANDS.items()]
-  lines += ["", "`metafam COMMAND --help` lists a command's flags and their defaults."]
+  lines += ["", "`metafam COMMAND --help` lists a command's flags and their defaults; `metafam --version` prints the "
+            "version."]
   return "\n".join(lines)
 
 

@@ -72,8 +72,10 @@ def recipe_from_command(values: Mapping[str, Any], given: Collection[str]) -> Re
 
   ``values`` maps the command's flag names to their values and ``given`` names the flags set on the command line.
   With ``values["recipe"]``, that recipe (`load_recipe`) with the given `RECIPE_OVERRIDES` applied; otherwise the
-  one-family recipe of the flags (`recipe_from_flags`). Raises ValueError naming the flag (an `UnknownNameError`
-  listing the registered names for an unknown family, optimizer or estimator) before anything is built.
+  one-family recipe of the flags (`recipe_from_flags`). Unless ``meta_lr_decay_steps`` is given, it follows
+  ``num_steps``: the flags' recipe decays over its ``num_steps``, and a recipe whose schedule decays (not 0) over the
+  given ``--num_steps`` (else over its own). Raises ValueError naming the flag (an `UnknownNameError` listing the
+  registered names for an unknown family, optimizer or estimator) before anything is built.
   """
   from metafam._registry import lookup
   from metafam.optimizers.registry import LEARNED_OPTIMIZERS, takes_step_mult
@@ -102,9 +104,13 @@ def recipe_from_command(values: Mapping[str, Any], given: Collection[str]) -> Re
   if "step_mult" in given and path is None and not takes_step_mult(values["optimizer"]):
     raise ValueError(f"--step_mult: --optimizer={values['optimizer']} has no step_mult; it applies to "
                      f"{', '.join(n for n in sorted(LEARNED_OPTIMIZERS) if takes_step_mult(n))}.")
+  follows = "meta_lr_decay_steps" not in given
   try:
     if path is not None:
-      return recipe.replace(**{name: values[name] for name in RECIPE_OVERRIDES if name in given})
-    return recipe_from_flags(values)
+      changes = {name: values[name] for name in RECIPE_OVERRIDES if name in given}
+      if follows and "num_steps" in given and recipe.meta_lr_decay_steps > 0:
+        changes["meta_lr_decay_steps"] = values["num_steps"]
+      return recipe.replace(**changes)
+    return recipe_from_flags(dict(values, meta_lr_decay_steps=values["num_steps"]) if follows else values)
   except ValueError as e:
     raise ValueError(f"--recipe {path}: {e}" if path else str(e)) from None
