@@ -293,15 +293,6 @@ def check_meta_train_flags():
   from metafam.io import check_output_dir
   recipe = meta_train_recipe()
   group = process_group()
-  if FLAGS.devices > 1 and not group.distributed:  # the library's rule (the lanes divide evenly), in the flags' names
-    one_per_pair = recipe.estimator in ("tbptt", "truncated_es")  # truncated_es also runs num_pairs plain lanes
-    lanes = recipe.num_pairs * (1 if one_per_pair else 2)
-    if lanes % FLAGS.devices:
-      per = "one lane per pair" if recipe.estimator == "tbptt" else (
-          "its unperturbed lanes, one per pair" if one_per_pair else "two lanes per antithetic pair")
-      raise UsageError(f"--devices {FLAGS.devices}: --num_pairs {recipe.num_pairs} gives {lanes} lanes ({per} for "
-                       f"--estimator {recipe.estimator}), which cannot be split evenly over {FLAGS.devices} devices; "
-                       f"use a --num_pairs that makes them a multiple of {FLAGS.devices}.")
   if group.process_id == 0:
     check_output_dir(_output_dir("meta-train", FLAGS.output_dir), "--output_dir")
   if FLAGS.num_processes > 1:  # the library's rule, checked before the processes start
@@ -313,6 +304,19 @@ def check_meta_train_flags():
     if importlib.util.find_spec("tensorboardX") is None:
       raise UsageError("--tensorboard needs tensorboardX: pip install 'metafam[tb]'.")
   return recipe, group
+
+
+def _lane_split_error(recipe: Any, devices: int) -> Optional[UsageError]:
+  """The library's rule (the lanes divide evenly over the devices) in the flags' names, or None when it holds."""
+  one_per_pair = recipe.estimator in ("tbptt", "truncated_es")  # truncated_es also runs num_pairs plain lanes
+  lanes = recipe.num_pairs * (1 if one_per_pair else 2)
+  if lanes % devices == 0:
+    return None
+  per = "one lane per pair" if recipe.estimator == "tbptt" else (
+      "its unperturbed lanes, one per pair" if one_per_pair else "two lanes per antithetic pair")
+  return UsageError(f"--devices {devices}: --num_pairs {recipe.num_pairs} gives {lanes} lanes ({per} for --estimator "
+                    f"{recipe.estimator}), which cannot be split evenly over {devices} devices; use a --num_pairs that "
+                    f"makes them a multiple of {devices}.")
 
 
 def cmd_meta_train() -> None:
@@ -333,6 +337,9 @@ def cmd_meta_train() -> None:
   except ValueError as e:
     if devices is None:  # not about devices: the flags are validated, so this is a bug worth a traceback
       raise
+    split = None if group.distributed else _lane_split_error(recipe, FLAGS.devices)
+    if split is not None and "cannot be split evenly" in str(e):
+      raise split from None
     raise UsageError(f"--devices {FLAGS.devices}: {e}") from None  # too few devices
   main = distributed.is_main_process()
   if main:

@@ -368,8 +368,10 @@ def test_a_lock_released_with_restore_leaves_the_directory_as_it_was(tmp_path):
   DirectoryLock(str(new)).acquire().release(restore=True)
   assert not new.exists()  # the directory the lock created is removed (its parent, made on the way, stays)
   kept = DirectoryLock(str(new)).acquire()
-  kept.release()
   assert (new / ".metafam.lock").read_bytes() == str(os.getpid()).encode()
+  kept.release()
+  assert not (new / ".metafam.lock").exists()  # a run that ends removes its lock file
+  DirectoryLock(str(new)).acquire().release()  # and the next one takes the directory as usual
 
 
 def test_consecutive_skipped_updates_stop_the_run_naming_the_step_and_checkpoint(tmp_path):
