@@ -181,3 +181,24 @@ def command_usage(command: str) -> str:
 # Flags that need not agree across the processes of one run (everything else must, see cmd_meta_train).
 PER_PROCESS_FLAGS = ("process_id", "progress", "tensorboard", "output_dir")
 
+
+def listing() -> str:
+  """``metafam list``: the registered names, one a line under their kind, the tasks whose data the user supplies
+  marked with what supplies them."""
+  from metafam.benchmark.suites import list_suites
+  from metafam.optimizers.registry import list_hand_optimizers
+  from metafam.outer_trainers import list_estimators, list_recipes
+  from metafam.taskfamilies.registry import list_families
+  from metafam.tasks.registry import list_tasks, needs_user_data
+  sections = [("tasks", list_tasks()), ("families", list_families()),
+              ("learned optimizers", list_learned_optimizers()), ("hand-designed optimizers", list_hand_optimizers()),
+              ("estimators", list_estimators()), ("recipes", list_recipes()), ("suites", list_suites())]
+  lines = []
+  for i, (title, names) in enumerate(sections):
+    lines += ([""] if i else []) + [f"{title}:"]
+    needs = {name: needs_user_data(name) for name in names} if title == "tasks" else {}
+    width = max(map(len, names)) if needs else 0
+    lines += [f"  {name:<{width}}  [user data: {needs[name][0]}]" if needs.get(name) else f"  {name}" for name in names]
+    lines += [f"  [user data: {short}]: metafam does not ship these data; needs {full}."
+              for short, full in sorted({n for n in needs.values() if n})]
+  return "\n".join(lines)

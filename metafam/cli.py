@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 from absl import flags
 
 from metafam._cli_spec import (COMMANDS, EXIT_CODES, FLAGS, HELP_ARGS, PER_PROCESS_FLAGS, VERSION_ARGS, command_usage,
-                               usage)
+                               listing, usage)
 from metafam._registry import UnknownNameError, lookup
 
 
@@ -86,9 +86,6 @@ def _checked(fn: Any, *args: Any, **kwargs: Any) -> Any:
 def build_optimizers(name: str, *, learning_rate: float, checkpoint: Optional[str]) -> Dict[str, Any]:
   """``{label: optimizer}`` of --optimizer (`metafam.benchmark.runner.optimizer_by_name`)."""
   from metafam.benchmark.runner import optimizer_by_name
-  if checkpoint is not None and not os.path.isfile(checkpoint):
-    raise UsageError(f"--checkpoint {checkpoint!r}: no such file" + (" (it is a directory)." if os.path.isdir(checkpoint)
-                                                                     else "."))
   return _checked(optimizer_by_name, name, learning_rate=learning_rate, checkpoint=checkpoint,
                   names=("--optimizer", "--checkpoint"))
 
@@ -110,22 +107,11 @@ def _optimizers() -> Dict[str, Any]:
   return build_optimizers(FLAGS.optimizer, learning_rate=FLAGS.learning_rate, checkpoint=FLAGS.checkpoint)
 
 
-def check_task_data(tasks: str) -> None:
-  """A usage error naming the task and how to supply its data when a task of ``tasks`` (a task or suite name) needs
-  data the user supplies and none is found: checked before the output directory is created or locked."""
-  from metafam.benchmark.suites import SUITES
-  from metafam.tasks.registry import check_task_data as check
-  for name in SUITES.get(tasks, [tasks]):
-    try:
-      check(name)
-    except FileNotFoundError as e:
-      raise UsageError(f"--{'suite' if tasks in SUITES else 'task'} {tasks}: {e}") from None
-
-
 def _run_suite(command: str, required: bool, tuned, reference) -> None:
   from metafam.benchmark import print_report, run_benchmark, write_report
   tasks = select_tasks()
-  check_task_data(tasks)
+  from metafam.benchmark.suites import check_user_data
+  _checked(check_user_data, tasks)
   out_dir = _prepare_output_dir(command)
   optimizers = _optimizers() if required or FLAGS["optimizer"].present or FLAGS.checkpoint is not None else {}
   with _locked(out_dir):
@@ -192,26 +178,6 @@ def cmd_benchmark() -> None:
   _run_suite("benchmark", required=False, tuned=("adam", "sgdm"), reference="adam")
 
 
-def cmd_list() -> None:
-  from metafam.benchmark.suites import list_suites
-  from metafam.optimizers.registry import list_hand_optimizers, list_learned_optimizers
-  from metafam.outer_trainers import list_estimators, list_recipes
-  from metafam.taskfamilies.registry import list_families
-  from metafam.tasks.registry import list_tasks, needs_user_data
-  sections = [("tasks", list_tasks()), ("families", list_families()),
-              ("learned optimizers", list_learned_optimizers()), ("hand-designed optimizers", list_hand_optimizers()),
-              ("estimators", list_estimators()), ("recipes", list_recipes()), ("suites", list_suites())]
-  for i, (title, names) in enumerate(sections):
-    print(("\n" if i else "") + f"{title}:")
-    needs = {name: needs_user_data(name) for name in names} if title == "tasks" else {}
-    width = max(map(len, names)) if needs else 0
-    for name in names:
-      need = needs.get(name)
-      print(f"  {name:<{width}}  [user data: {need[0]}]" if need else f"  {name}")
-    for short, full in sorted({n for n in needs.values() if n}):
-      print(f"  [user data: {short}]: metafam does not ship these data; needs {full}.")
-
-
 def cmd_convert_checkpoint(old: str, new: str) -> None:
   from metafam.outer_trainers import checkpoint
   if not os.path.isfile(old):
@@ -243,49 +209,8 @@ def meta_train_recipe():
   """The `Recipe` of meta-train's flags (`metafam.outer_trainers.recipe_flags.recipe_from_command`)."""
   from metafam.outer_trainers.recipe_flags import recipe_from_command
   names = COMMANDS["meta-train"]["flags"]
-  values, given = {n: FLAGS[n].value for n in names}, {n for n in names if FLAGS[n].present}
-  if "meta_lr_decay_steps" not in given:  # a resumed run keeps the schedule it started with
-    stored = _recorded_decay_steps(_output_dir("meta-train", FLAGS.output_dir))
-    if stored is not None:
-      values["meta_lr_decay_steps"], given = stored, given | {"meta_lr_decay_steps"}
-  return _checked(recipe_from_command, values, given)
-
-
-def _recorded_decay_steps(out_dir: str) -> Optional[int]:
-  """The meta-learning-rate decay recorded in ``out_dir``'s checkpoint, or None (none, or not readable: the
-  checks of the run itself then report it)."""
-  from metafam.outer_trainers import checkpoint
-  from metafam.outer_trainers.run_dir import CHECKPOINT_NAME
-  path = os.path.join(out_dir, CHECKPOINT_NAME)
-  if not os.path.isfile(path):
-    return None
-  try:
-    config = checkpoint.read_metadata(path).get("config") or {}
-  except (checkpoint.CheckpointError, OSError, ValueError):
-    return None
-  recipe = config.get("recipe") if isinstance(config.get("recipe"), dict) else config
-  value = recipe.get("meta_lr_decay_steps") if isinstance(recipe, dict) else None
-  return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
-
-def check_something_to_train(run: Any, out_dir: str) -> None:
-  """A usage error when the run in ``out_dir`` is already at --num_steps or past it (and, at it, has its report or
-  none is asked for): nothing to train, and no file is changed. A checkpoint of another run is refused first."""
-  from metafam.outer_trainers import checkpoint
-  from metafam.outer_trainers.legacy import same_run
-  from metafam.outer_trainers.run_dir import CHECKPOINT_NAME, check_checkpoint, run_identity
-  path = os.path.join(out_dir, CHECKPOINT_NAME)
-  if not os.path.isfile(path):
-    return
-  check_checkpoint(path, run_identity(run.trainer, run.identity), read_theta=False, same_run=same_run)
-  done = checkpoint.read_metadata(path).get("step")
-  if not isinstance(done, int) or done < FLAGS.num_steps:
-    return
-  if done == FLAGS.num_steps and FLAGS.report and not os.path.exists(os.path.join(out_dir, "summary.json")):
-    return  # only the closing report is missing: the run writes it
-  raise UsageError(f"--num_steps {FLAGS.num_steps}: the run in {out_dir!r} is already at meta-step {done} "
-                   f"({CHECKPOINT_NAME}{', summary.json' if done == FLAGS.num_steps and FLAGS.report else ''}); "
-                   f"nothing to train. Pass --num_steps above {done} to continue it.")
+  return _checked(recipe_from_command, {n: FLAGS[n].value for n in names}, {n for n in names if FLAGS[n].present},
+                  resumed=_output_dir("meta-train", FLAGS.output_dir))
 
 
 def check_meta_train_flags():
@@ -306,19 +231,6 @@ def check_meta_train_flags():
   return recipe, group
 
 
-def _lane_split_error(recipe: Any, devices: int) -> Optional[UsageError]:
-  """The library's rule (the lanes divide evenly over the devices) in the flags' names, or None when it holds."""
-  one_per_pair = recipe.estimator in ("tbptt", "truncated_es")  # truncated_es also runs num_pairs plain lanes
-  lanes = recipe.num_pairs * (1 if one_per_pair else 2)
-  if lanes % devices == 0:
-    return None
-  per = "one lane per pair" if recipe.estimator == "tbptt" else (
-      "its unperturbed lanes, one per pair" if one_per_pair else "two lanes per antithetic pair")
-  return UsageError(f"--devices {devices}: --num_pairs {recipe.num_pairs} gives {lanes} lanes ({per} for --estimator "
-                    f"{recipe.estimator}), which cannot be split evenly over {devices} devices; use a --num_pairs that "
-                    f"makes them a multiple of {devices}.")
-
-
 def cmd_meta_train() -> None:
   recipe, group = check_meta_train_flags()
   out_dir = _output_dir("meta-train", FLAGS.output_dir)
@@ -337,13 +249,15 @@ def cmd_meta_train() -> None:
   except ValueError as e:
     if devices is None:  # not about devices: the flags are validated, so this is a bug worth a traceback
       raise
-    split = None if group.distributed else _lane_split_error(recipe, FLAGS.devices)
+    from metafam.outer_trainers.recipe_flags import lane_split_error
+    split = None if group.distributed else lane_split_error(recipe, FLAGS.devices)
     if split is not None and "cannot be split evenly" in str(e):
-      raise split from None
+      raise UsageError(split) from None
     raise UsageError(f"--devices {FLAGS.devices}: {e}") from None  # too few devices
   main = distributed.is_main_process()
-  if main:
-    check_something_to_train(run, out_dir)
+  done = run.nothing_to_train(FLAGS.num_steps, FLAGS.report) if main else None
+  if done:
+    raise UsageError(f"--num_steps {FLAGS.num_steps}: {done}")
   result = run.run(checkpoint_every=FLAGS.checkpoint_every, eval_every=FLAGS.eval_every or None,
                    progress=FLAGS.progress, log_fn=tensorboard_logger(out_dir) if FLAGS.tensorboard and main else None,
                    handle_signals=True, max_skipped_steps=FLAGS.max_skipped_steps or None, report=FLAGS.report)
@@ -351,11 +265,9 @@ def cmd_meta_train() -> None:
     print(f"process {jax.process_index()}/{jax.process_count()}: meta-training reached step {result.meta_steps}; "
           "process 0 evaluates and writes the results.")
     return
-  if not FLAGS.report:
-    print("\n" + result.format_summary() + f"\n\nwrote {os.path.join(out_dir, METRICS_NAME)}, {CHECKPOINT_NAME} "
-          "(--noreport: no closing report; run the same command without it to write one)")
-    return
   print("\n" + result.format_summary())
+  if not FLAGS.report:
+    return print(f"\nwrote {os.path.join(out_dir, METRICS_NAME)}, {CHECKPOINT_NAME} (--noreport: no closing report)")
   plots = [name for name in result.written if name.endswith(".png")]
   print(f"\nwrote {os.path.join(out_dir, result.written[0])}, {METRICS_NAME}, {CHECKPOINT_NAME}"
         + (", " + ", ".join(plots) if plots else " (install matplotlib for PNG plots: pip install 'metafam[plot]')"))
@@ -421,6 +333,9 @@ def _parse(argv: List[str]) -> tuple:
 def _help(argv: List[str]):
   """The help text if ``argv`` asks for it (``metafam --help``, ``metafam COMMAND --help``), else None."""
   words = argv[1:]
+  if any(w in VERSION_ARGS for w in words):
+    from metafam import __version__
+    return f"metafam {__version__}"
   if not any(w in HELP_ARGS for w in words):
     return None
   commands = [w for w in words if w in COMMANDS]
@@ -454,14 +369,10 @@ def _main(argv: List[str]) -> int:
   if text is not None:
     print(text)
     return 0
-  if any(w in VERSION_ARGS for w in argv[1:]):
-    from metafam import __version__
-    print(f"metafam {__version__}")
-    return 0
   try:
     command, args = _parse(argv)
     handlers: Dict[str, Callable[..., Optional[int]]] = {
-        "meta-train": cmd_meta_train, "list": cmd_list, "evaluate": cmd_evaluate, "benchmark": cmd_benchmark,
+        "meta-train": cmd_meta_train, "list": lambda: print(listing()), "evaluate": cmd_evaluate, "benchmark": cmd_benchmark,
         "convert-checkpoint": cmd_convert_checkpoint, "launch": cmd_launch}
     if command in ("meta-train", "evaluate", "benchmark"):
       _configure_jax(FLAGS.devices)

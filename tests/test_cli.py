@@ -125,14 +125,14 @@ def test_short_run_without_report_then_nothing_to_train_then_the_report(tmp_path
   code, out, err = run(args + ["--noreport"], capsys)
   assert code == 0, err
   assert sorted(os.listdir(out_dir)) == ["checkpoint.npz", "metrics.jsonl"]  # no report, and the lock is gone
-  assert "--noreport: no closing report" in out
+  assert "(--noreport: no closing report)" in out
   from metafam.outer_trainers import checkpoint
   recipe = checkpoint.read_metadata(os.path.join(out_dir, "checkpoint.npz"))["config"]["recipe"]
   assert recipe["meta_lr_decay_steps"] == 3  # decays over --num_steps, not over the default run's 6000
   files = {n: open(os.path.join(out_dir, n), "rb").read() for n in os.listdir(out_dir)}
   code, _, err = run(args + ["--noreport"], capsys)
   assert code == 2 and err == (f"metafam: error: --num_steps 3: the run in {out_dir!r} is already at meta-step 3 "
-                               "(checkpoint.npz); nothing to train. Pass --num_steps above 3 to continue it.\n")
+                               "(checkpoint.npz); nothing to train. Ask for more than 3 meta-steps to continue it.\n")
   assert {n: open(os.path.join(out_dir, n), "rb").read() for n in os.listdir(out_dir)} == files
   code, out, err = run(args, capsys)  # the same --num_steps with the report: only the report is written
   assert code == 0 and "learned (final)" in out, err
