@@ -69,7 +69,8 @@ _float("meta_learning_rate", RUN_DEFAULTS["meta_learning_rate"], "Adam learning 
        lower=1e-12)
 _int("meta_lr_decay_steps", RUN_DEFAULTS["meta_lr_decay_steps"], "Meta-learning-rate schedule: linear warmup over "
      "the first min(100, N // 10) meta-steps, cosine decay to 0.1 times the rate at meta-step N, constant after "
-     "(0: a constant rate).", lower=0)
+     "(0: a constant rate). Unless given, N is --num_steps (the default shown is the default run's), a --recipe's own "
+     "value when --num_steps is not given, and a resumed run's recorded value.", lower=0)
 _float("clip_grad_norm", RUN_DEFAULTS["clip_grad_norm"], "Clip meta-gradients to this global norm (0: no "
        "clipping).", lower=0.0)
 flags.DEFINE_string("output_dir", None, "Output directory (default runs/<command>): checkpoints, logs, tables, plots.",
@@ -101,6 +102,10 @@ _int("coordinator_timeout", 60, "Seconds a process waits for the coordinator and
 flags.DEFINE_bool("tensorboard", False, "Also log to TensorBoard (needs tensorboardX: pip install 'metafam[tb]').",
                   flag_values=FLAGS)
 flags.DEFINE_bool("progress", True, "Show progress bars.", flag_values=FLAGS)
+flags.DEFINE_bool("report", True, "After the last meta-step, write the closing report (the learned optimizer against "
+                  "tuned Adam on held-out instances: summary.json and plots); --noreport skips it, which saves most "
+                  "of a short run's time. A later run with the same --num_steps writes the missing report.",
+                  flag_values=FLAGS)
 # evaluate / benchmark
 flags.DEFINE_string("task", None, "A registered task name (instead of --suite).", flag_values=FLAGS)
 flags.DEFINE_string("suite", "tiny", "A benchmark suite name.", flag_values=FLAGS)
@@ -140,7 +145,7 @@ COMMANDS: Dict[str, Dict[str, Any]] = {
                         "meta_learning_rate", "meta_lr_decay_steps", "clip_grad_norm", "output_dir",
                         "checkpoint_every", "max_skipped_steps", "eval_every", "eval_tasks", "eval_steps",
                         "seed", "devices", "num_processes", "process_id", "coordinator", "coordinator_timeout",
-                        "tensorboard", "progress")),
+                        "tensorboard", "progress", "report")),
     "evaluate": dict(summary="train a task or suite with one optimizer (hand-designed, or learned from a "
                              "checkpoint) and save the results", args=(), flags=_SUITE_FLAGS),
     "benchmark": dict(summary="tuned Adam and SGDM baselines (and optionally one more optimizer) on a suite: "
@@ -157,6 +162,7 @@ COMMANDS: Dict[str, Dict[str, Any]] = {
                    flags=("num_processes",)),
 }
 HELP_ARGS = ("--help", "-h", "--helpfull", "--helpshort", "-help")
+VERSION_ARGS = ("--version", "-V")
 
 
 # -- help ------------------------------------------------------------------------------------------------------------
@@ -165,7 +171,8 @@ def usage() -> str:
   width = max(map(len, COMMANDS)) + 2
   lines = ["usage: metafam COMMAND [ARGS] [--flag=value ...]", "", "commands:"]
   lines += [f"  {name:<{width}} {spec['summary']}" for name, spec in COMMANDS.items()]
-  lines += ["", "`metafam COMMAND --help` lists a command's flags and their defaults."]
+  lines += ["", "`metafam COMMAND --help` lists a command's flags and their defaults; `metafam --version` prints the "
+            "version."]
   return "\n".join(lines)
 
 
@@ -187,3 +194,24 @@ def command_usage(command: str) -> str:
 # Flags that need not agree across the processes of one run (everything else must, see cmd_meta_train).
 PER_PROCESS_FLAGS = ("process_id", "progress", "tensorboard", "output_dir")
 
+
+def listing() -> str:
+  """``metafam list``: the registered names, one a line under their kind, the tasks whose data the user supplies
+  marked with what supplies them."""
+  from metafam.benchmark.suites import list_suites
+  from metafam.optimizers.registry import list_hand_optimizers
+  from metafam.outer_trainers import list_estimators, list_recipes
+  from metafam.taskfamilies.registry import list_families
+  from metafam.tasks.registry import list_tasks, needs_user_data
+  sections = [("tasks", list_tasks()), ("families", list_families()),
+              ("learned optimizers", list_learned_optimizers()), ("hand-designed optimizers", list_hand_optimizers()),
+              ("estimators", list_estimators()), ("recipes", list_recipes()), ("suites", list_suites())]
+  lines = []
+  for i, (title, names) in enumerate(sections):
+    lines += ([""] if i else []) + [f"{title}:"]
+    needs = {name: needs_user_data(name) for name in names} if title == "tasks" else {}
+    width = max(map(len, names)) if needs else 0
+    lines += [f"  {name:<{width}}  [user data: {needs[name][0]}]" if needs.get(name) else f"  {name}" for name in names]
+    lines += [f"  [user data: {short}]: metafam does not ship these data; needs {full}."
+              for short, full in sorted({n for n in needs.values() if n})]
+  return "\n".join(lines)

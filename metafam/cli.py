@@ -27,7 +27,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from absl import flags
 
-from metafam._cli_spec import COMMANDS, EXIT_CODES, FLAGS, HELP_ARGS, PER_PROCESS_FLAGS, command_usage, usage
+from metafam._cli_spec import (COMMANDS, EXIT_CODES, FLAGS, HELP_ARGS, PER_PROCESS_FLAGS, VERSION_ARGS, command_usage,
+                               listing, usage)
 from metafam._registry import UnknownNameError, lookup
 
 
@@ -111,6 +112,8 @@ def _run_suite(command: str, required: bool, baselines) -> None:
   baselines made by the shipped procedure at --inner_steps (`metafam.benchmark.score`), then the candidate."""
   from metafam.benchmark.scoring import check, score
   tasks = select_tasks()
+  from metafam.benchmark.suites import check_user_data
+  _checked(check_user_data, tasks)
   if FLAGS.inner_steps % 8:
     raise UsageError(f"--inner_steps={FLAGS.inner_steps}: must be a multiple of 8 (every run is evaluated at each "
                      "eighth of it).")
@@ -198,21 +201,6 @@ def cmd_benchmark() -> None:
   _run_suite("benchmark", required=False, baselines=("adam", "sgdm"))
 
 
-def cmd_list() -> None:
-  from metafam.benchmark.suites import list_suites
-  from metafam.optimizers.registry import list_hand_optimizers, list_learned_optimizers
-  from metafam.outer_trainers import list_estimators, list_recipes
-  from metafam.taskfamilies.registry import list_families
-  from metafam.tasks.registry import list_tasks
-  print("tasks:       " + ", ".join(list_tasks()))
-  print("families:    " + ", ".join(list_families()))
-  print("optimizers:  learned: " + ", ".join(list_learned_optimizers()) + "; hand-designed: "
-        + ", ".join(list_hand_optimizers()))
-  print("estimators:  " + ", ".join(list_estimators()))
-  print("recipes:     " + ", ".join(list_recipes()))
-  print("suites:      " + ", ".join(list_suites()))
-
-
 def cmd_convert_checkpoint(old: str, new: str) -> None:
   from metafam.outer_trainers import checkpoint
   if not os.path.isfile(old):
@@ -244,7 +232,8 @@ def meta_train_recipe():
   """The `Recipe` of meta-train's flags (`metafam.outer_trainers.recipe_flags.recipe_from_command`)."""
   from metafam.outer_trainers.recipe_flags import recipe_from_command
   names = COMMANDS["meta-train"]["flags"]
-  return _checked(recipe_from_command, {n: FLAGS[n].value for n in names}, {n for n in names if FLAGS[n].present})
+  return _checked(recipe_from_command, {n: FLAGS[n].value for n in names}, {n for n in names if FLAGS[n].present},
+                  resumed=_output_dir("meta-train", FLAGS.output_dir))
 
 
 def check_meta_train_flags():
@@ -283,16 +272,25 @@ def cmd_meta_train() -> None:
   except ValueError as e:
     if devices is None:  # not about devices: the flags are validated, so this is a bug worth a traceback
       raise
-    raise UsageError(f"--devices {FLAGS.devices}: {e}") from None  # lanes do not split evenly, or too few devices
+    from metafam.outer_trainers.recipe_flags import lane_split_error
+    split = None if group.distributed else lane_split_error(recipe, FLAGS.devices)
+    if split is not None and "cannot be split evenly" in str(e):
+      raise UsageError(split) from None
+    raise UsageError(f"--devices {FLAGS.devices}: {e}") from None  # too few devices
   main = distributed.is_main_process()
+  done = run.nothing_to_train(FLAGS.num_steps, FLAGS.report) if main else None
+  if done:
+    raise UsageError(f"--num_steps {FLAGS.num_steps}: {done}")
   result = run.run(checkpoint_every=FLAGS.checkpoint_every, eval_every=FLAGS.eval_every or None,
                    progress=FLAGS.progress, log_fn=tensorboard_logger(out_dir) if FLAGS.tensorboard and main else None,
-                   handle_signals=True, max_skipped_steps=FLAGS.max_skipped_steps or None)
+                   handle_signals=True, max_skipped_steps=FLAGS.max_skipped_steps or None, report=FLAGS.report)
   if not main:
     print(f"process {jax.process_index()}/{jax.process_count()}: meta-training reached step {result.meta_steps}; "
           "process 0 evaluates and writes the results.")
     return
   print("\n" + result.format_summary())
+  if not FLAGS.report:
+    return print(f"\nwrote {os.path.join(out_dir, METRICS_NAME)}, {CHECKPOINT_NAME} (--noreport: no closing report)")
   plots = [name for name in result.written if name.endswith(".png")]
   print(f"\nwrote {os.path.join(out_dir, result.written[0])}, {METRICS_NAME}, {CHECKPOINT_NAME}"
         + (", " + ", ".join(plots) if plots else " (install matplotlib for PNG plots: pip install 'metafam[plot]')"))
@@ -358,6 +356,9 @@ def _parse(argv: List[str]) -> tuple:
 def _help(argv: List[str]):
   """The help text if ``argv`` asks for it (``metafam --help``, ``metafam COMMAND --help``), else None."""
   words = argv[1:]
+  if any(w in VERSION_ARGS for w in words):
+    from metafam import __version__
+    return f"metafam {__version__}"
   if not any(w in HELP_ARGS for w in words):
     return None
   commands = [w for w in words if w in COMMANDS]
@@ -394,7 +395,7 @@ def _main(argv: List[str]) -> int:
   try:
     command, args = _parse(argv)
     handlers: Dict[str, Callable[..., Optional[int]]] = {
-        "meta-train": cmd_meta_train, "list": cmd_list, "evaluate": cmd_evaluate, "benchmark": cmd_benchmark,
+        "meta-train": cmd_meta_train, "list": lambda: print(listing()), "evaluate": cmd_evaluate, "benchmark": cmd_benchmark,
         "convert-checkpoint": cmd_convert_checkpoint, "launch": cmd_launch}
     if command in ("meta-train", "evaluate", "benchmark"):
       _configure_jax(FLAGS.devices)

@@ -119,7 +119,8 @@ class DirectoryLock:
   """An advisory, exclusive lock on an output directory for the life of a run (``with DirectoryLock(path): ...``).
 
   It is an ``flock`` on ``PATH/.metafam.lock``: the kernel releases it when the holder exits in any way (kill -9
-  included), so a dead run never leaves a stale lock, and the file left behind means nothing by itself. The file
+  included), so a dead run never leaves a stale lock, and a file left behind by one means nothing by itself; a run
+  that ends removes the file (`release`). The file
   holds the holder's pid, for the message a second run gets. A second `DirectoryLock` on the same directory, from
   another process or this one, raises `DirectoryBusyError` at once, without changing anything in the directory.
   Creates ``path`` if needed. Advisory: it keeps out metafam runs, not other programs; on file systems without
@@ -158,15 +159,22 @@ class DirectoryLock:
         previous: Optional[Tuple[bytes, int, int]] = (f.read(), *_times(os.fstat(f.fileno())))
     except FileNotFoundError:
       previous = None
-    fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
-    try:
-      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as e:
-      holder = os.pread(fd, 64, 0)
+    while True:
+      fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+      try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+      except OSError as e:
+        holder = os.pread(fd, 64, 0)
+        os.close(fd)
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+          raise _busy(self.path, self.lock_path, holder) from None
+        raise
+      try:  # the file locked must still be the one at the path: a holder that just ended removed it
+        if os.stat(self.lock_path).st_ino == os.fstat(fd).st_ino:
+          break
+      except FileNotFoundError:
+        pass
       os.close(fd)
-      if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-        raise _busy(self.path, self.lock_path, holder) from None
-      raise
     pid = str(os.getpid()).encode()
     if os.pread(fd, 64, 0) != pid:  # the holder's pid, for the message a second run gets
       os.ftruncate(fd, 0)
@@ -176,11 +184,18 @@ class DirectoryLock:
     return self
 
   def release(self, restore: bool = False) -> None:
-    """Releases the lock; with ``restore`` (a run refused after taking it) the lock file gets back the bytes and times
-    it had before `acquire` (or is removed, with the directory if `acquire` created it and it is empty again)."""
+    """Releases the lock and removes the lock file; with ``restore`` (a run refused after taking it) the lock file
+    instead gets back the bytes and times it had before `acquire` (or is removed, with the directory if `acquire`
+    created it and it is empty again). The file is removed while still locked, and `acquire` checks that the file it
+    locked is still the one at the path, so no two holders can ever lock different files."""
     if self._fd is None:
       return
-    if restore:
+    if not restore:
+      try:
+        os.unlink(self.lock_path)
+      except FileNotFoundError:
+        pass
+    else:
       if self._previous is None:
         os.unlink(self.lock_path)
         if self._created_dir and not os.listdir(self.path):

@@ -30,7 +30,9 @@ def _no_persistent_cache(monkeypatch):
 def test_list(capsys):
   code, out, _ = run(["list"], capsys)
   assert code == 0
-  assert "fmnist_mlp_8x8_32" in out and "pes" in out and "mlp_lopt" in out and "recipes:     generalist" in out
+  lines = out.splitlines()
+  assert "  fmnist_mlp_8x8_32" in lines and "  pes" in lines and "  mlp_lopt" in lines
+  assert lines[lines.index("recipes:") + 1] == "  generalist"
 
 
 def test_meta_train_writes_files_and_resumes(tmp_path, capsys):
@@ -67,7 +69,10 @@ def test_meta_train_writes_files_and_resumes(tmp_path, capsys):
     (["meta-train", "--num_pairs=many"], "num_pairs"),
     (["meta-train", "--devices=3"], r"--devices 3: devices=3, but 2 cpu device\(s\) are available"),
     (["meta-train", "--devices=2", "--estimator=tbptt", "--num_pairs=3"],
-     "--devices 2: num_tasks=3 lanes cannot be split evenly over 2 devices"),
+     r"--devices 2: --num_pairs 3 gives 3 lanes \(one lane per pair for --estimator tbptt\), which cannot be split "
+     "evenly over 2 devices"),
+    (["evaluate", "--checkpoint=missing.npz", "--optimizer=adam", "--task=quadratic_10"],
+     "--checkpoint 'missing.npz': no such file"),
     (["train"], "expected one command from meta-train, evaluate, benchmark, list, convert-checkpoint, launch; got train"),
     (["meta-train", "--optimizer=learnable_sgd", "--step_mult=0.1"],
      "--step_mult: --optimizer=learnable_sgd has no step_mult; it applies to adafac_mlp_lopt, "
@@ -89,6 +94,81 @@ def test_bad_input_is_one_line_and_exit_code_2(args, message, capsys, tmp_path):
   import re
   assert re.search(message, err), err
   assert not os.path.exists(tmp_path / "x")  # nothing was created
+
+
+def test_version_and_list_one_entry_a_line_with_user_data_marked(capsys):
+  from metafam import __version__
+  assert run(["--version"], capsys)[:2] == (0, f"metafam {__version__}\n")
+  code, out, _ = run(["list"], capsys)
+  lines = out.splitlines()
+  assert code == 0 and "  quadratic_10" in lines and "  pes" in lines and "recipes:" in lines
+  marked = [line for line in lines if line.endswith("[user data: $METAFAM_FASHION_MNIST_DIR]")]
+  assert len(marked) == 10 and all(line.split()[0].startswith("fmnist60k_") for line in marked)
+  assert any(line.startswith("  [user data: $METAFAM_FASHION_MNIST_DIR]: metafam does not ship these data; needs "
+                             "the full Fashion-MNIST: set $METAFAM_FASHION_MNIST_DIR") for line in lines)
+
+
+def test_evaluate_with_missing_user_data_creates_nothing(tmp_path, capsys, monkeypatch):
+  monkeypatch.setenv("METAFAM_FASHION_MNIST_DIR", str(tmp_path / "nowhere"))
+  out_dir = tmp_path / "out"
+  code, _, err = run(["evaluate", "--task=fmnist60k_logreg_28x28_b128", "--optimizer=adam", f"--output_dir={out_dir}"],
+                     capsys)
+  assert code == 2 and len(err.strip().splitlines()) == 1
+  assert err.startswith("metafam: error: --task fmnist60k_logreg_28x28_b128: task fmnist60k_logreg_28x28_b128 needs "
+                        "the full Fashion-MNIST: set $METAFAM_FASHION_MNIST_DIR")
+  assert "does not exist" in err and not out_dir.exists()
+
+
+def test_short_run_without_report_then_nothing_to_train_then_the_report(tmp_path, capsys):
+  out_dir = str(tmp_path / "run")
+  args = ["meta-train", "--num_steps=3", f"--output_dir={out_dir}"] + TINY
+  code, out, err = run(args + ["--noreport"], capsys)
+  assert code == 0, err
+  assert sorted(os.listdir(out_dir)) == ["checkpoint.npz", "metrics.jsonl"]  # no report, and the lock is gone
+  assert "(--noreport: no closing report)" in out
+  from metafam.outer_trainers import checkpoint
+  recipe = checkpoint.read_metadata(os.path.join(out_dir, "checkpoint.npz"))["config"]["recipe"]
+  assert recipe["meta_lr_decay_steps"] == 3  # decays over --num_steps, not over the default run's 6000
+  files = {n: open(os.path.join(out_dir, n), "rb").read() for n in os.listdir(out_dir)}
+  code, _, err = run(args + ["--noreport"], capsys)
+  assert code == 2 and err == (f"metafam: error: --num_steps 3: the run in {out_dir!r} is already at meta-step 3 "
+                               "(checkpoint.npz); nothing to train. Ask for more than 3 meta-steps to continue it.\n")
+  assert {n: open(os.path.join(out_dir, n), "rb").read() for n in os.listdir(out_dir)} == files
+  code, out, err = run(args, capsys)  # the same --num_steps with the report: only the report is written
+  assert code == 0 and "learned (final)" in out, err
+  assert sorted(os.listdir(out_dir)) == ["checkpoint.npz", "inner_curves.png", "meta_loss.png", "metrics.jsonl",
+                                         "summary.json"]
+  assert open(os.path.join(out_dir, "checkpoint.npz"), "rb").read() == files["checkpoint.npz"]
+  code, _, err = run(args, capsys)
+  assert code == 2 and "already at meta-step 3 (checkpoint.npz, summary.json); nothing to train" in err
+  # Resumed to more steps without --meta_lr_decay_steps: the run keeps the schedule it started with.
+  code, _, err = run(["meta-train", "--num_steps=4", f"--output_dir={out_dir}", "--noreport"] + TINY, capsys)
+  assert code == 0, err
+  assert checkpoint.read_metadata(os.path.join(out_dir, "checkpoint.npz"))["step"] == 4
+
+
+def test_meta_train_names_the_masked_steps_of_a_diverging_lane(tmp_path, capsys):
+  code, _, err = run(["meta-train", "--num_steps=3", f"--output_dir={tmp_path / 'run'}", "--noreport"] + TINY
+                     + ["--sigma=20"], capsys)
+  assert code == 0, err
+  lines = err.strip().splitlines()
+  assert lines[0].startswith("metafam: warning: meta-step 1: PES on family ")
+  assert "of the pair-steps of the estimate were masked because a value went non-finite" in lines[0]
+  assert lines[-1].startswith("metafam: warning: meta-training to meta-step 3: ")
+  with open(tmp_path / "run" / "metrics.jsonl") as f:
+    assert json.loads(f.readline())["nonfinite_fraction"] > 0
+
+
+def test_decay_steps_follow_num_steps_and_the_default_run_is_unchanged():
+  from metafam.outer_trainers.recipe_flags import main_job, recipe_from_command
+  from metafam._cli_spec import COMMANDS, FLAGS as SPEC
+  defaults = {n: SPEC[n].default for n in COMMANDS["meta-train"]["flags"]}
+  assert recipe_from_command(defaults, set()) == main_job()  # 6000 meta-steps, decayed over 6000
+  short = recipe_from_command(dict(defaults, num_steps=20), {"num_steps"})
+  assert (short.num_steps, short.meta_lr_decay_steps) == (20, 20)
+  given = recipe_from_command(dict(defaults, num_steps=20, meta_lr_decay_steps=500), {"num_steps",
+                                                                                      "meta_lr_decay_steps"})
+  assert given.meta_lr_decay_steps == 500
 
 
 def test_other_runs_checkpoint_and_corrupted_checkpoint_are_refused_and_kept(tmp_path, capsys):
@@ -150,7 +230,7 @@ def test_evaluate_a_saved_learned_optimizer_and_its_bad_inputs(tmp_path, capsys)
       (["--optimizer=adamax"],
        "unknown optimizer 'adamax'; valid names: adafac_mlp_lopt, adafac_muon_mlp_lopt, adafac_muon_rms_lopt, "
        "adafactor, adam, adamw, ademamix, hyper_v2, learnable_adam"),
-      (["--optimizer=learnable_sgd", f"--checkpoint={tmp_path / 'missing.npz'}"], "is not a file"),
+      (["--optimizer=learnable_sgd", f"--checkpoint={tmp_path / 'missing.npz'}"], "--checkpoint .*: no such file"),
   ]:
     code, _, err = run(["evaluate", f"--output_dir={tmp_path / 'bad'}"] + args, capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1, err

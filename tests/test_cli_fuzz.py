@@ -129,7 +129,7 @@ def bad_invocations(root):
       (evl + ["--optimizer=adam", "--task=resnet"], "unknown task 'resnet'; valid names: .*fmnist_mlp_8x8_32"),
       (evl + ["--optimizer=adam", "--suite=tiny", "--task=quadratic_10"], "give --task or --suite, not both"),
       (evl + ["--optimizer=mlp_lopt", "--task=quadratic_10"], "is a learned optimizer: give its meta-parameters"),
-      (evl + ["--optimizer=learnable_sgd", f"--checkpoint={root}/missing"], "is not a file"),
+      (evl + ["--optimizer=learnable_sgd", f"--checkpoint={root}/missing"], "--checkpoint .*: no such file"),
       (evl + ["--optimizer=mlp_lopt", f"--checkpoint={ckpt}", "--task=quadratic_10"], "does not hold mlp_lopt"),
       (evl + ["--optimizer=learnable_sgd", f"--checkpoint={garbage}", "--task=quadratic_10"],
        "not a .*checkpoint|corrupted"),

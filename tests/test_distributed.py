@@ -88,8 +88,9 @@ def test_two_processes_equal_one_process(tmp_path, reference):
   theta = run(tmp_path / "run", tmp_path / "theta.npz", STEPS, processes=2)
   assert_same(theta, reference["1x2"], exact=True)
   assert_same(theta, reference["1x1"], exact=False)
-  # Only process 0 wrote, once: a checkpoint and one metrics record per step (and held the directory's lock).
-  assert sorted(os.listdir(tmp_path / "run")) == [".metafam.lock", "checkpoint.npz", "metrics.jsonl"]
+  # Only process 0 wrote, once: a checkpoint and one metrics record per step (and held the directory's lock, whose
+  # file it removed at the end).
+  assert sorted(os.listdir(tmp_path / "run")) == ["checkpoint.npz", "metrics.jsonl"]
   with open(tmp_path / "run" / "metrics.jsonl") as f:
     assert [json.loads(line)["step"] for line in f] == list(range(1, STEPS + 1))
 

@@ -35,7 +35,7 @@ from metafam.outer_trainers.preemption import EXIT_PREEMPTED
 
 TINY = ["--family=quadratic_family_10", "--optimizer=learnable_sgd", "--estimator=pes", "--num_pairs=2",
         "--unroll_length=5", "--trajectory_length=10", "--eval_tasks=2", "--eval_steps=10", "--sigma=0.05",
-        "--progress=false"]
+        "--progress=false", "--meta_lr_decay_steps=6000"]  # one schedule, whatever --num_steps a run is started with
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -368,8 +368,10 @@ def test_a_lock_released_with_restore_leaves_the_directory_as_it_was(tmp_path):
   DirectoryLock(str(new)).acquire().release(restore=True)
   assert not new.exists()  # the directory the lock created is removed (its parent, made on the way, stays)
   kept = DirectoryLock(str(new)).acquire()
-  kept.release()
   assert (new / ".metafam.lock").read_bytes() == str(os.getpid()).encode()
+  kept.release()
+  assert not (new / ".metafam.lock").exists()  # a run that ends removes its lock file
+  DirectoryLock(str(new)).acquire().release()  # and the next one takes the directory as usual
 
 
 def test_consecutive_skipped_updates_stop_the_run_naming_the_step_and_checkpoint(tmp_path):
@@ -398,7 +400,11 @@ def test_cli_run_gone_bad_exits_3_with_one_line(tmp_path, cache_dir):
   code, _, err = meta_train(run, 1000, cache_dir, extra=["--optimizer=mlp_lopt", "--step_mult=1e30",
                                                          "--max_skipped_steps=5", "--checkpoint_every=2"])
   assert code == 3, err[-2000:]
-  line = one_line(err, "metafam: error: meta-step 5: the last 5 meta-updates were all skipped")
+  # First the two warnings of meta-step 1 (its masked steps, its skipped update), then the one error line.
+  warned, error = err.strip().splitlines()[:-1], err.strip().splitlines()[-1]
+  assert [w.split(":")[:3] for w in warned] == [["metafam", " warning", " meta-step 1"]] * 2
+  assert "100.0% of the pair-steps of the estimate were masked" in warned[0] and "was skipped" in warned[1]
+  line = one_line(error, "metafam: error: meta-step 5: the last 5 meta-updates were all skipped")
   assert f"{os.path.join(run, CHECKPOINT_NAME)} at meta-step 4" in line
   assert checkpoint_arrays(run)[0] == 4
 

@@ -262,8 +262,10 @@ def test_a_run_started_by_an_earlier_metafam_resumes_exactly(kind, tmp_path, cap
   assert code == 0 and "meta-steps: 4" in out, err
   with open(os.path.join(old, "metrics.jsonl")) as f:
     assert [json.loads(line)["step"] for line in f] == [1, 2, 3, 4]
-  straight = str(tmp_path / "straight")
-  assert run(["meta-train", "--num_steps=4", f"--output_dir={straight}"] + V1_ARGS[kind], capsys)[0] == 0
+  straight = str(tmp_path / "straight")  # decayed over the steps the old run started with (it keeps its schedule)
+  decay = (stored["config"]["recipe"] if kind == "recipe" else stored["config"])["meta_lr_decay_steps"]
+  assert run(["meta-train", "--num_steps=4", f"--output_dir={straight}", f"--meta_lr_decay_steps={decay}"]
+             + V1_ARGS[kind], capsys)[0] == 0
   flat = [np.concatenate([np.ravel(np.asarray(x, np.float64)) for x in jax.tree.leaves(
       checkpoint.read(os.path.join(d, "checkpoint.npz"))[1]["theta"])]) for d in (old, straight, V1_RUNS + "/" + kind)]
   if os.environ.get("METAFAM_TEST_XLA_OPTIMIZE", "") in ("", "0") and kind == "flags":  # the data's XLA settings

@@ -87,12 +87,15 @@ def optimizer_by_name(name: str, *, learning_rate: float, checkpoint: Optional[s
   ``name@<the checkpoint's directory>``.
 
   Raises ValueError (`UnknownNameError` listing both registries for an unknown name) for a checkpoint given with a
-  hand-designed optimizer, missing for a learned one, not a file or not of ``name``; the messages call the two
+  hand-designed optimizer, missing for a learned one, no file (checked first) or not of ``name``; the messages call the two
   arguments ``names`` (the command line passes its flags).
   """
   from metafam.optimizers.registry import HAND_DESIGNED, LEARNED_OPTIMIZERS
   opt_arg, ckpt_arg = names
   make = lookup({**LEARNED_OPTIMIZERS, **HAND_DESIGNED}, name, "optimizer")
+  if checkpoint is not None and not os.path.isfile(checkpoint):  # first: a wrong path is the likelier mistake
+    raise ValueError(f"{ckpt_arg} {checkpoint!r}: no such file" + (" (it is a directory)." if os.path.isdir(checkpoint)
+                                                                 else "."))
   if name in HAND_DESIGNED:
     if checkpoint is not None:
       raise ValueError(f"{ckpt_arg} holds a learned optimizer; use {opt_arg} with one of "
@@ -102,8 +105,6 @@ def optimizer_by_name(name: str, *, learning_rate: float, checkpoint: Optional[s
   if checkpoint is None:
     raise ValueError(f"{opt_arg}={name} is a learned optimizer: give its meta-parameters with {ckpt_arg}=PATH "
                      "(a checkpoint written by `metafam meta-train`).")
-  if not os.path.isfile(checkpoint):
-    raise ValueError(f"{ckpt_arg} {checkpoint!r} is not a file.")
   try:
     opt = learned_optimizer_from_checkpoint(name, checkpoint)
   except ValueError as e:

@@ -77,6 +77,17 @@ def list_suites() -> List[str]:
   return sorted(SUITES)
 
 
+def check_user_data(tasks: str) -> None:
+  """ValueError naming the task (or suite) and how to supply its data when a task of ``tasks`` (a task or suite name)
+  needs data the user supplies and none is found (`metafam.tasks.registry.check_task_data`); reads no data."""
+  from metafam.tasks.registry import check_task_data
+  for name in SUITES.get(tasks, [tasks]):
+    try:
+      check_task_data(name)
+    except FileNotFoundError as e:
+      raise ValueError(f"--{'suite' if tasks in SUITES else 'task'} {tasks}: {e}") from None
+
+
 def get_suite(name: str) -> List[str]:
   """The task names of suite ``name`` (a new list); `UnknownNameError` (a KeyError) listing the suites if unknown."""
   return list(lookup(SUITES, name, "suite"))

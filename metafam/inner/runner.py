@@ -31,8 +31,8 @@ import optax
 from metafam._checks import check_positive_int
 from metafam._identity import IdentityKey as _ByIdentity
 from metafam.datasets.base import SPLITS, DeviceData
-from metafam.inner.step import (apply_update, draw_train_step, loss_and_grad_drawn, map_lanes, scan_with_draws,
-                                train_step_drawn)
+from metafam.inner.step import (all_finite, apply_update, draw_train_step, loss_and_grad_drawn, map_lanes,
+                                scalar_loss, scan_with_draws, train_step_drawn)
 from metafam.optimizers.base import OptaxOptimizer, Optimizer
 from metafam.taskfamilies.base import TaskFamily
 from metafam.tasks.base import Task
@@ -145,11 +145,13 @@ def _init_program(obj, opt, vmapped, num_steps, keys):
   return fn(keys.cfg, keys.init, keys.opt)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4, 5))
-def _train_program(obj, opt, vmapped, data_kind, shared, lane_chunk, opt_state, cfg, keys, steps, host_batches,
-                   device_data):
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4, 5, 6))
+def _train_program(obj, opt, vmapped, data_kind, shared, lane_chunk, checked, opt_state, cfg, keys, steps,
+                   host_batches, device_data):
   """Scans ``len(steps)`` updates. Losses: ``f32[L]`` or ``f32[L, M]``. The members' losses and gradients are one
-  vmap; their updates are one too, or blocks of ``lane_chunk`` members in sequence (`map_lanes`).
+  vmap; their updates are one too, or blocks of ``lane_chunk`` members in sequence (`map_lanes`). With ``checked``
+  the per-step outputs are ``(losses, nonfinite)``: ``nonfinite`` (int8, shaped like the losses) is 0 for a finite
+  step, 1 where the loss went non-finite, 2 where the loss is finite and the gradient is not (the same updates).
 
   ``host_batches`` (host mode) has a leading step axis, then a member axis unless shared; ``device_data`` is the
   train `DeviceData` (device mode), sampled per member or, when shared, once per step from ``keys.shared_train``.
@@ -173,17 +175,26 @@ def _train_program(obj, opt, vmapped, data_kind, shared, lane_chunk, opt_state, 
   def member_update(opt_state, grad, loss, model_state, key):
     return apply_update(opt, opt_state, grad, loss, model_state, key)
 
+  def nonfinite(loss, grad):
+    return jnp.where(jnp.isfinite(loss), jnp.where(all_finite(grad), 0, 2), 1).astype(jnp.int8)
+
   def body(opt_state, xs_and_draws):
     (_, batch), (member_draws, shared_batch) = xs_and_draws
     if shared_batch is not None:
       batch = device_data.take(shared_batch)
     if not vmapped:
-      return train_step_drawn(_task_of(obj, cfg), opt, opt_state, member_draws, member_data, batch)
+      if not checked:
+        return train_step_drawn(_task_of(obj, cfg), opt, opt_state, member_draws, member_data, batch)
+      loss, model_state, grad = loss_and_grad_drawn(_task_of(obj, cfg), opt, opt_state, member_draws, member_data,
+                                                    batch)
+      new_state = apply_update(opt, opt_state, grad, loss, model_state, member_draws.keys.opt)
+      return new_state, (loss, nonfinite(loss, grad))
     batch_axis = 0 if data_kind == "host" and not shared else None
     loss, model_state, grad = jax.vmap(member_grad, in_axes=(0, 0, 0, batch_axis))(opt_state, cfg, member_draws,
                                                                                    batch)
     args = (opt_state, grad, loss, model_state, member_draws.keys.opt)
-    return map_lanes(member_update, (0,) * len(args), args, lane_chunk), loss
+    new_state = map_lanes(member_update, (0,) * len(args), args, lane_chunk)
+    return new_state, ((loss, jax.vmap(nonfinite)(loss, grad)) if checked else loss)
 
   # The steps' random numbers are drawn before the loop, a block of steps at once (the same numbers).
   return scan_with_draws(body, opt_state, (steps, host_batches), draws)
@@ -234,7 +245,7 @@ def _eval_program(obj, opt, vmapped, data_kind, shared, splits, num_batches, opt
 
     def one(xs):
       loss_key, batch = xs
-      return task.loss_with_state(params, model_state, loss_key, batch)[0]
+      return scalar_loss(task, task.loss_with_state(params, model_state, loss_key, batch)[0])
 
     loss_keys = keys[:, 1:].reshape(len(splits) * num_batches)
     losses = jax.lax.map(one, (loss_keys, batches)).reshape(len(splits), num_batches).mean(axis=1)
@@ -317,8 +328,10 @@ class Runner:
     """``(cfg, opt_state)``; cfg is None for a `Task`, else the sampled configs ``[M, ...]``."""
     return _init_program(self._obj, self._opt, self.vmapped, num_steps, keys)
 
-  def train(self, opt_state: Any, cfg: Any, keys: RunKeys, start: int, length: int) -> Tuple[Any, jax.Array]:
-    """Runs steps ``start .. start + length - 1``; returns ``(opt_state, losses f32[L] or f32[L, M])``."""
+  def train(self, opt_state: Any, cfg: Any, keys: RunKeys, start: int, length: int, checked: bool = False):
+    """Runs steps ``start .. start + length - 1``; returns ``(opt_state, losses f32[L] or f32[L, M])``, with
+    ``checked`` ``(opt_state, (losses, nonfinite))``: ``nonfinite`` int8 like the losses, 0 for a finite step, 1 a
+    non-finite loss, 2 a finite loss with a non-finite gradient (a separate program; the same updates)."""
     host = None
     if self.data_kind == "host":
       split = self.datasets.split("train")
@@ -329,7 +342,7 @@ class Runner:
         host = _stack_host([_stack_host([next(split) for _ in range(per_step)]) for _ in range(length)])
     steps = jnp.arange(start, start + length, dtype=jnp.int32)
     return _train_program(self._obj, self._opt, self.vmapped, self.data_kind, self.shared_train, self.lane_chunk,
-                          opt_state, cfg, keys, steps, host, self.train_data)
+                          bool(checked), opt_state, cfg, keys, steps, host, self.train_data)
 
   def evaluate(self, opt_state: Any, cfg: Any, keys: RunKeys, step: int) -> Dict[str, jax.Array]:
     """``{split: mean loss}`` (scalars, or ``[M]``) over ``eval_batches`` batches per split."""

@@ -38,10 +38,24 @@ def all_finite(tree: Any) -> jax.Array:
   return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
 
 
+def scalar_loss(task: Any, loss: Any, what: str = "loss") -> Any:
+  """``loss`` if it is a scalar, else ValueError naming the task and the shape (raised while tracing: the first call
+  of a program refuses a loss that returns, say, one value per example, before anything runs)."""
+  shape = jnp.shape(loss)
+  if shape != ():
+    raise ValueError(f"task {getattr(task, 'name', type(task).__name__)!r}: its {what} must be a scalar (one number "
+                     f"per batch), got an array of shape {tuple(shape)}; reduce it, e.g. with jnp.mean over the batch.")
+  return loss
+
+
 def loss_and_grad(task: Any, params: Any, model_state: Any, key: jax.Array, batch: Any):
-  """``(loss, new model state, gradient w.r.t. params)`` of ``task.loss_with_state``."""
-  (loss, new_state), grad = jax.value_and_grad(
-      lambda p: task.loss_with_state(p, model_state, key, batch), has_aux=True)(params)
+  """``(loss, new model state, gradient w.r.t. params)`` of ``task.loss_with_state`` (a non-scalar loss is refused,
+  `scalar_loss`)."""
+  def loss_fn(p):
+    loss, new_state = task.loss_with_state(p, model_state, key, batch)
+    return scalar_loss(task, loss), new_state
+
+  (loss, new_state), grad = jax.value_and_grad(loss_fn, has_aux=True)(params)
   return loss, new_state, grad
 
 
@@ -53,7 +67,7 @@ def apply_update(opt: Any, opt_state: Any, grad: Any, loss: jax.Array, model_sta
 
 def meta_loss(task: Any, params: Any, model_state: Any, key: jax.Array, batch: Any) -> jax.Array:
   """The loss of the (updated) ``params`` on ``batch``, through ``task.loss_with_state_and_aux``."""
-  return task.loss_with_state_and_aux(params, model_state, key, batch)[0]
+  return scalar_loss(task, task.loss_with_state_and_aux(params, model_state, key, batch)[0])
 
 
 class TrainDraws(NamedTuple):

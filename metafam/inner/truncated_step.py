@@ -20,6 +20,9 @@ belongs to the *old* one. A step whose loss, gradient, meta-loss or updated para
 (its losses are reported as 0) and ends its trajectory, so one diverging lane never poisons the others: not in the
 forward pass, and not in reverse mode either, where a masked step sends exact zeros back into theta and into its
 lane's earlier steps (see `masking.cut_unless_finite`), so the meta-gradient of a truncation is that of its masked loss.
+``UnrollOutput.nonfinite`` says what went non-finite first in each masked step (`NONFINITE_CAUSES`), and `unroll`
+reports masked steps (``on_nonfinite``, `metafam.nonfinite`): a warning naming the causes, the lanes, the first
+step and the fraction of steps masked.
 
 With ``random_initial_iteration=True``, `init_step_state` starts each lane at a uniform iteration in ``[0, L)`` of
 a fresh trajectory (fresh params), so resets are staggered across lanes; those first, shortened trajectories begin
@@ -34,6 +37,7 @@ from typing import Any, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from metafam._checks import check_bool, check_positive
@@ -42,6 +46,7 @@ from metafam.datasets.base import SPLITS
 from metafam.inner import masking, pairs, sharding
 from metafam.inner import step as step_lib
 from metafam.inner.schedules import ConstantSchedule
+from metafam.nonfinite import check_on_nonfinite, listing, percent, report
 from metafam.optimizers import low_rank
 from metafam.optimizers.base import Optimizer
 from metafam.optimizers.learned import HandDesigned
@@ -49,6 +54,8 @@ from metafam.taskfamilies.base import TaskFamily
 
 META_LOSS_SPLITS = ("same_batch",) + SPLITS
 RESETS = ("auto", "cond", "select")
+# What `UnrollOutput.nonfinite` codes 1, 2, 3, 4 name: the first non-finite value of a masked step.
+NONFINITE_CAUSES = ("loss", "gradient", "meta-loss", "updated params")
 
 
 @functools.partial(jax.tree_util.register_dataclass,
@@ -76,7 +83,7 @@ class LaneState:
 
 @functools.partial(jax.tree_util.register_dataclass,
                    data_fields=["loss", "normalized_loss", "meta_loss", "normalized_meta_loss", "mask", "iteration",
-                                "is_new_trajectory", "is_done", "cfg"], meta_fields=[])
+                                "is_new_trajectory", "is_done", "cfg", "nonfinite"], meta_fields=[])
 @dataclasses.dataclass(frozen=True)
 class UnrollOutput:
   """Per-step outputs, each of shape ``[num_steps, num_tasks]``.
@@ -92,6 +99,9 @@ class UnrollOutput:
     is_done: bool, this step is the last of its trajectory (length reached or non-finite); the lane resets after it.
     cfg: the family config of the trajectory the step belongs to (leaves ``[num_steps, num_tasks, ...]``), only when
       the unroll was asked for it (``with_cfg=True``); None otherwise, so it costs nothing by default.
+    nonfinite: int8, 0 for a finite step, else what went non-finite first: 1 the loss, 2 the gradient (the loss
+      being finite), 3 the meta-loss, 4 the updated params (`NONFINITE_CAUSES`); ``mask == 0`` exactly where it is
+      not 0.
   """
   loss: jax.Array
   normalized_loss: jax.Array
@@ -102,6 +112,7 @@ class UnrollOutput:
   is_new_trajectory: jax.Array
   is_done: jax.Array
   cfg: Any = None
+  nonfinite: Any = None
 
 
 class _StepDraws(NamedTuple):
@@ -154,6 +165,10 @@ class TruncatedStep(DataPytree):
       as learned_optimization's truncated step calls it, so a learned optimizer can add training-only randomness
       such as `MuonResidualLOpt`'s ``lr_spread``) or evaluate (False: ``opt_fn(theta)``, as `FamilyEvaluator` runs
       it).
+    on_nonfinite: "warn" (default), "raise" or "ignore" (`metafam.nonfinite`): what `unroll` does when some of its
+      steps were masked. It reads the unroll's mask on the host once the unroll has finished ("ignore" does not,
+      and does not wait); the estimators built on the step report their estimates the same way. The pure
+      `unroll_fn` never checks.
   """
 
   _data_fields = ("data",)
@@ -162,11 +177,12 @@ class TruncatedStep(DataPytree):
                random_initial_iteration: bool = False, meta_loss_split: Optional[str] = "same_batch",
                antithetic: bool = False, stack_antithetic: bool = True,
                lane_groups: int = 1, donate: bool = True, devices: Any = None, lane_chunk: Any = "auto",
-               is_training: bool = True, reset: str = "auto"):
+               is_training: bool = True, reset: str = "auto", on_nonfinite: str = "warn"):
     self._args = dict(family=family, learned_opt=learned_opt, num_tasks=num_tasks, schedule=schedule,
                       random_initial_iteration=random_initial_iteration, meta_loss_split=meta_loss_split,
                       antithetic=antithetic, stack_antithetic=stack_antithetic, lane_groups=lane_groups,
-                      donate=donate, devices=devices, lane_chunk=lane_chunk, is_training=is_training, reset=reset)
+                      donate=donate, devices=devices, lane_chunk=lane_chunk, is_training=is_training, reset=reset,
+                      on_nonfinite=on_nonfinite)
     if not isinstance(family, TaskFamily):
       raise TypeError(f"family must be a TaskFamily, got {type(family).__name__}.")
     if isinstance(learned_opt, Optimizer):
@@ -191,6 +207,7 @@ class TruncatedStep(DataPytree):
       raise TypeError(f"schedule must have sample(key) -> length, got {type(self.schedule).__name__}.")
     self.random_initial_iteration = random_initial_iteration
     self.is_training = check_bool("is_training", is_training)
+    self.on_nonfinite = check_on_nonfinite(on_nonfinite)
     if reset not in RESETS:
       raise ValueError(f"reset must be one of {RESETS}, got {reset!r}.")
     self.meta_loss_split = meta_loss_split
@@ -313,14 +330,16 @@ class TruncatedStep(DataPytree):
 
     def outputs(lane, loss, meta_loss, grad_ok, new_params):
       task = self.family.task_fn(lane.cfg)
-      finite = grad_ok & jnp.isfinite(meta_loss) & step_lib.all_finite(new_params)
+      meta_ok, params_ok = jnp.isfinite(meta_loss), step_lib.all_finite(new_params)
+      finite = grad_ok & meta_ok & params_ok
+      cause = jnp.select([~jnp.isfinite(loss), ~grad_ok, ~meta_ok, ~params_ok], [1, 2, 3, 4], 0).astype(jnp.int8)
       zero = jnp.zeros_like(loss)
       out = dict(loss=jnp.where(finite, loss, zero), meta_loss=jnp.where(finite, meta_loss, zero))
       out["normalized_loss"] = jnp.where(finite, task.normalizer(out["loss"]), zero)
       out["normalized_meta_loss"] = jnp.where(finite, task.normalizer(out["meta_loss"]), zero)
       is_done = (lane.iteration + 1 >= lane.length) | ~finite
       out.update(mask=finite.astype(jnp.float32), iteration=lane.iteration, is_new_trajectory=lane.iteration == 0,
-                 is_done=is_done)
+                 is_done=is_done, nonfinite=cause)
       if with_cfg:
         out["cfg"] = lane.cfg
       return UnrollOutput(**out), is_done
@@ -454,10 +473,37 @@ class TruncatedStep(DataPytree):
     (num_steps, theta_is_batched); the state's buffers are donated unless ``donate=False``.
     """
     check_positive("num_steps", num_steps, integer=True)
-    return self.unroll_with_keys(theta, state, jax.random.split(key, num_steps), theta_is_batched)
+    return self._unroll_checked(theta, state, jax.random.split(key, num_steps), theta_is_batched)
 
   def unroll_with_keys(self, theta: Any, state: LaneState, step_keys: jax.Array, theta_is_batched: bool = False):
     """Like `unroll`, with the per-step keys given explicitly (``step_keys``: ``[num_steps]`` keys)."""
+    return self._unroll_checked(theta, state, step_keys, theta_is_batched)
+
+  def _unroll_checked(self, theta, state, step_keys, theta_is_batched):
     state, step_keys = sharding.place(state, self.mesh), sharding.place(step_keys, self.mesh, lane_major=False)
-    return self._unroll(self, self.place_theta(theta, theta_is_batched), state, step_keys,
-                        theta_is_batched=theta_is_batched)
+    state, out = self._unroll(self, self.place_theta(theta, theta_is_batched), state, step_keys,
+                              theta_is_batched=theta_is_batched)
+    if self.on_nonfinite != "ignore":
+      message = self.nonfinite_message(out)
+      if message is not None:
+        report(message, self.on_nonfinite, stacklevel=3)  # the warning points at the caller of unroll
+    return state, out
+
+  def nonfinite_message(self, out: UnrollOutput, where: str = "this unroll") -> Optional[str]:
+    """The report of the masked steps of ``out`` (one unroll's outputs, read to the host), or None if none was."""
+    if not getattr(out.nonfinite, "is_fully_addressable", True):  # lanes of other processes: not read from here
+      return None
+    codes = np.asarray(jax.device_get(out.nonfinite))
+    bad = codes != 0
+    if not bad.any():
+      return None
+    kinds = ", ".join(f"the {name} in {int(np.sum(codes == c))}" for c, name in enumerate(NONFINITE_CAUSES, 1)
+                      if np.any(codes == c))
+    step, lane = (int(i[0]) for i in np.nonzero(bad))
+    lanes = np.flatnonzero(bad.any(axis=0))
+    return (f"TruncatedStep on family {self.family.name!r}: {percent(int(bad.sum()), bad.size, 'steps')} of {where} "
+            f"({codes.shape[0]} steps x {codes.shape[1]} lanes) were masked because a value went non-finite ({kinds}); "
+            f"lanes {listing(lanes)} ({len(lanes)} of {codes.shape[1]}), the first at step {step} of lane {lane}. "
+            "A masked step reports loss 0 and mask 0 (UnrollOutput.nonfinite says what went non-finite) and ends "
+            "its lane's trajectory; the other lanes are unaffected. on_nonfinite='raise' raises, 'ignore' skips "
+            "this check.")

@@ -35,7 +35,11 @@ from metafam._checks import check_positive
 from metafam._pytree import DataPytree
 from metafam.optimizers import low_rank
 from metafam.inner import sharding
-from metafam.inner.truncated_step import UnrollOutput
+from metafam.inner.truncated_step import NONFINITE_CAUSES, UnrollOutput
+from metafam.nonfinite import percent, report
+
+# The metrics counting each cause of a masked step (`UnrollOutput.nonfinite`), in the order of NONFINITE_CAUSES.
+NONFINITE_METRICS = ("nonfinite_loss", "nonfinite_gradient", "nonfinite_meta_loss", "nonfinite_params")
 
 LOSS_KINDS = ("meta_loss", "normalized_meta_loss", "loss", "normalized_loss")
 
@@ -50,7 +54,9 @@ class GradientEstimate:
     grad: pytree like theta.
     meta_loss: f32 scalar, the mean (unperturbed or antithetic-average) meta-loss the estimate is about; NaN when
       every step (or pair) was non-finite, so the estimate carries no information (its gradient is then 0).
-    metrics: dict of f32 scalars, e.g. ``num_nonfinite`` (masked steps or pairs) and ``inner_steps``.
+    metrics: dict of f32 scalars, e.g. ``num_nonfinite`` (masked steps or pairs), ``nonfinite_fraction`` (their
+      fraction of the estimate's steps, pair-steps or pairs) and `NONFINITE_METRICS` (the lane-steps masked for
+      each cause, both particles counted).
     unroll_info: None, unless the estimate was asked for it (``estimate(..., with_unroll_info=True)``): the
       per-step outputs of the estimate's unroll, a `metafam.inner.truncated_step.UnrollOutput` of
       ``[num_steps, num_lanes]`` arrays with ``cfg`` filled (which lanes: see each estimator).
@@ -85,6 +91,11 @@ class GradientEstimator(DataPytree, abc.ABC):
   name: str = "estimator"
   #: Whether ``estimate_fn`` takes ``with_unroll_info`` (metafam's estimators do; a user estimator may opt in).
   reports_unroll_info: bool = False
+  #: What `estimate` does when its metrics' ``nonfinite_fraction`` is above 0 (`metafam.nonfinite`); metafam's
+  #: estimators take their `TruncatedStep`'s.
+  on_nonfinite: str = "ignore"
+  #: What ``nonfinite_fraction`` is a fraction of, for the message.
+  nonfinite_unit: str = "steps"
 
   @property
   def mesh(self) -> Optional[Mesh]:
@@ -122,7 +133,34 @@ class GradientEstimator(DataPytree, abc.ABC):
       fn = type(self)._placed_estimate_fn_with_info if with_unroll_info else type(self)._placed_estimate_fn
       jitted = self.__dict__[attr] = jax.jit(fn)
     theta, worker_state = self.place_theta(theta), self.place_worker_state(worker_state)
-    return jitted(self, theta, worker_state, sharding.place(key, self.mesh, lane_major=False))
+    estimate, worker_state = jitted(self, theta, worker_state, sharding.place(key, self.mesh, lane_major=False))
+    if self.on_nonfinite != "ignore" and "nonfinite_fraction" in estimate.metrics:
+      metrics = {k: float(v) for k, v in jax.device_get(estimate.metrics).items() if jnp.ndim(v) == 0}
+      if metrics["nonfinite_fraction"] > 0:
+        report(self.nonfinite_message(metrics, float(estimate.meta_loss)), self.on_nonfinite)
+    return estimate, worker_state
+
+  @property
+  def label(self) -> str:
+    """The estimator in messages: its class, and its family where it has one."""
+    family = getattr(getattr(getattr(self, "step", None), "family", None), "name", None)
+    return type(self).__name__ + (f" on family {family!r}" if family else "")
+
+  def nonfinite_message(self, metrics: Dict[str, float], meta_loss: float, prefix: str = "",
+                        where: str = "GradientEstimate.metrics['nonfinite_fraction']") -> str:
+    """The report of an estimate whose ``metrics`` (host numbers) say that some of its steps were masked; ``where``
+    names what holds the fraction."""
+    causes = [f"the {name} in {metrics[k]:g}" for name, k in zip(NONFINITE_CAUSES, NONFINITE_METRICS)
+              if metrics.get(k, 0) > 0]
+    total = metrics.get("nonfinite_total", 0)
+    share = (percent(round(metrics["nonfinite_fraction"] * total), total, self.nonfinite_unit) if total else
+             f"{100 * metrics['nonfinite_fraction']:.1f}% of the {self.nonfinite_unit}")
+    text = (f"{prefix}{self.label}: {share} of the estimate were masked because a value went non-finite"
+            + (f" ({', '.join(causes)} lane-steps)" if causes else ""))
+    if not np.isfinite(meta_loss):
+      return text + ("; none was finite, so the estimate's meta_loss is NaN and its gradient 0 (MetaTrainer skips "
+                     f"that meta-update; {where}).")
+    return text + f"; the estimate is over the others ({where})."
 
   def _placed_estimate_fn(self, theta, worker_state, key):
     estimate, worker_state = self.estimate_fn(theta, worker_state, key)
@@ -219,6 +257,17 @@ def weighted_noise_sum(coef: jax.Array, noise: Any) -> Any:
       return jnp.einsum("imr,inr->mn", coef.astype(e.a.dtype)[:, None, None] * e.a, e.b)
     return jnp.tensordot(coef.astype(e.dtype), e, axes=1)
   return jax.tree.map(one, noise, is_leaf=_is_low_rank)
+
+
+def nonfinite_metrics(out: UnrollOutput, masked: jax.Array) -> Dict[str, jax.Array]:
+  """``nonfinite_fraction`` (the mean of ``masked``: 1 where a step, pair-step or pair of the estimate was left out,
+  else 0), ``nonfinite_total`` (their number) and the count of each cause of ``out``'s masked lane-steps
+  (`NONFINITE_METRICS`)."""
+  metrics = {"nonfinite_fraction": jnp.mean(masked).astype(jnp.float32),
+             "nonfinite_total": jnp.asarray(masked.size, jnp.float32)}
+  for code, name in enumerate(NONFINITE_METRICS, 1):
+    metrics[name] = jnp.sum(out.nonfinite == code).astype(jnp.float32)
+  return metrics
 
 
 def count_nonfinite(tree: Any) -> jax.Array:

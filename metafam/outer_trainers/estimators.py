@@ -19,15 +19,18 @@ reports them. The option is static: with it off the traced program is the one wi
 
 The meta-loss of a truncation is the masked mean over its steps of the chosen per-step loss (``loss_kind``, default
 the task-normalized ``meta_loss`` of the updated params on the step's ``meta_loss_split``). ES scaling: see `base`.
-Non-finite steps (or pairs) are left out and counted in ``metrics["num_nonfinite"]``; an estimate in which every one
-of them was non-finite reports ``meta_loss`` NaN and a zero gradient, and `MetaTrainer` skips that meta-update.
+Non-finite steps (or pairs) are left out and counted in ``metrics["num_nonfinite"]``, their fraction in
+``metrics["nonfinite_fraction"]`` and their causes in `base.NONFINITE_METRICS`; an estimate in which every one of them
+was non-finite reports ``meta_loss`` NaN and a zero gradient, and `MetaTrainer` skips that meta-update. `estimate`
+reports a masked step as the step's ``on_nonfinite`` says (`metafam.nonfinite`; the meta-training loop reports
+them from its metrics instead).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -37,8 +40,8 @@ from metafam.inner import pairs
 from metafam.inner.schedules import NeverEndingSchedule
 from metafam.inner.truncated_step import LaneState, TruncatedStep
 from metafam.outer_trainers.base import (GradientEstimate, GradientEstimator, check_loss_kind, check_perturbation,
-                                         dense_perturbations, sample_perturbations, step_losses, weighted_noise_sum,
-                                         zero_nonfinite, zero_perturbations)
+                                         dense_perturbations, nonfinite_metrics, sample_perturbations, step_losses,
+                                         weighted_noise_sum, zero_nonfinite, zero_perturbations)
 
 FULL_ES_LOSS_TYPES = ("avg", "last", "min")
 _NEVER_RESAMPLED = 2 ** 30
@@ -47,6 +50,11 @@ _NEVER_RESAMPLED = 2 ** 30
 def _positive_lanes(out: Any) -> Any:
   """The positive particles' half (lane ``2i`` of each pair ``i``) of an antithetic unroll's ``[T, 2N]`` outputs."""
   return jax.tree.map(lambda x: pairs.halves(x, 1)[0], out)
+
+
+class _Codes(NamedTuple):
+  """The one field of an `UnrollOutput` that `nonfinite_metrics` reads (TBPTT keeps only it out of its gradient)."""
+  nonfinite: jax.Array
 
 
 def _per_pair_where(pred: jax.Array, a: Any, b: Any) -> Any:
@@ -69,6 +77,7 @@ class _OnTruncatedStep(GradientEstimator):
     if clip_loss_diff is not None:
       check_positive("clip_loss_diff", clip_loss_diff)
     self.clip_loss_diff = clip_loss_diff
+    self.on_nonfinite = truncated_step.on_nonfinite
 
   def _set_perturbation(self, sigma: float, perturbation: str, rank: int) -> None:
     """Checks and stores the ES noise options (``sigma``, ``perturbation``, ``rank``; see `base`)."""
@@ -98,6 +107,7 @@ class TruncatedBPTT(_OnTruncatedStep):
   """
 
   name = "tbptt"
+  nonfinite_unit = "lane-steps"
 
   def __init__(self, truncated_step: TruncatedStep, unroll_length: int = 50,
                loss_kind: str = "normalized_meta_loss"):
@@ -120,11 +130,11 @@ class TruncatedBPTT(_OnTruncatedStep):
       lanes, out = self.step.unroll_fn(theta, worker_state, keys, with_cfg=with_unroll_info)
       losses, mask = step_losses(out, self.loss_kind)
       info = out if with_unroll_info else None
-      return pairs.masked_mean_or_nan(jnp.sum(losses * mask), jnp.sum(mask)), (lanes, mask, info)
+      return pairs.masked_mean_or_nan(jnp.sum(losses * mask), jnp.sum(mask)), (lanes, mask, info, out.nonfinite)
 
-    (loss, (lanes, mask, info)), grad = jax.value_and_grad(meta_loss, has_aux=True)(theta)
+    (loss, (lanes, mask, info, codes)), grad = jax.value_and_grad(meta_loss, has_aux=True)(theta)
     grad, bad = zero_nonfinite(grad)
-    metrics = {"num_nonfinite": jnp.sum(1.0 - mask) + bad}
+    metrics = {"num_nonfinite": jnp.sum(1.0 - mask) + bad, **nonfinite_metrics(_Codes(codes), 1.0 - mask)}
     return GradientEstimate(grad, loss, metrics, unroll_info=info), lanes
 
 
@@ -139,6 +149,7 @@ class FullES(_OnTruncatedStep):
   """
 
   name = "full_es"
+  nonfinite_unit = "pairs"
 
   def __init__(self, truncated_step: TruncatedStep, trajectory_length: int = 200, sigma: float = 0.01,
                loss_type: str = "avg", loss_kind: str = "normalized_meta_loss",
@@ -180,7 +191,8 @@ class FullES(_OnTruncatedStep):
     num_valid = jnp.maximum(jnp.sum(pair_valid), 1)
     grad = weighted_noise_sum(delta / (num_valid * 2 * self.sigma ** 2), eps)
     mean_loss = pairs.masked_mean_or_nan(jnp.sum(jnp.where(pair_valid, 0.5 * (pos + neg), 0.0)), jnp.sum(pair_valid))
-    metrics = {"num_nonfinite": jnp.sum(~pair_valid).astype(jnp.float32)}
+    metrics = {"num_nonfinite": jnp.sum(~pair_valid).astype(jnp.float32),
+               **nonfinite_metrics(out, (~pair_valid).astype(jnp.float32))}
     info = _positive_lanes(out) if with_unroll_info else None
     return GradientEstimate(grad, mean_loss, metrics, unroll_info=info), worker_state
 
@@ -203,6 +215,7 @@ class TruncatedES(_OnTruncatedStep):
   """
 
   name = "truncated_es"
+  nonfinite_unit = "pair-steps"
   _data_fields = ("step", "plain")
 
   def __init__(self, truncated_step: TruncatedStep, unroll_length: int = 50, sigma: float = 0.01,
@@ -235,7 +248,7 @@ class TruncatedES(_OnTruncatedStep):
     coef = jnp.sum(delta, axis=0) / jnp.maximum(count, 1.0)
     grad = weighted_noise_sum(coef / (jnp.maximum(jnp.sum(count > 0), 1) * 2 * self.sigma ** 2), eps)
     lanes, _ = self.plain.unroll_fn(theta, worker_state, keys)
-    metrics = {"num_nonfinite": jnp.sum(1.0 - pair_mask)}
+    metrics = {"num_nonfinite": jnp.sum(1.0 - pair_mask), **nonfinite_metrics(out, 1.0 - pair_mask)}
     info = _positive_lanes(out) if with_unroll_info else None
     return GradientEstimate(grad, mean_loss, metrics, unroll_info=info), lanes
 
@@ -286,6 +299,7 @@ class PES(_OnTruncatedStep):
   """
 
   name = "pes"
+  nonfinite_unit = "pair-steps"
 
   def __init__(self, truncated_step: TruncatedStep, unroll_length: int = 50, sigma: float = 0.01,
                resample_every: Optional[int] = 1, loss_kind: str = "normalized_meta_loss",
@@ -345,7 +359,7 @@ class PES(_OnTruncatedStep):
     restarted = jnp.any(is_new, axis=0)
     new_state = PESWorkerState(lanes=lanes, accumulator=_per_pair_where(restarted, dense_eps, continuing), eps=eps,
                                age=jnp.where(restarted, 0, jnp.where(resample, 1, ws.age + 1)).astype(jnp.int32))
-    metrics = {"num_nonfinite": jnp.sum(1.0 - pair_mask)}
+    metrics = {"num_nonfinite": jnp.sum(1.0 - pair_mask), **nonfinite_metrics(out, 1.0 - pair_mask)}
     info = _positive_lanes(out) if with_unroll_info else None
     return GradientEstimate(grad, mean_loss, metrics, unroll_info=info), new_state
 

@@ -26,6 +26,7 @@ from metafam.inner import sharding
 from metafam.io import append_line
 from metafam.io import lock_output_dir as _lock_dir
 from metafam.outer_trainers import checkpoint
+from metafam.outer_trainers.nonfinite_log import NonFiniteLog
 from metafam.outer_trainers.preemption import Preempted, StopRequests
 from metafam.outer_trainers.run_dir import (CHECKPOINT_NAME, LEGACY_CHECKPOINT_NAME, METRICS_NAME, WriteFailedError,
                                             check_checkpoint, finite_or_null, holding, restore, run_identity,
@@ -87,6 +88,8 @@ def train(trainer: Any, num_steps: int, *, key: Optional[jax.Array] = None, stat
     untouched (writes are atomic) and no partial metrics line is left.
   * ``max_skipped_steps``: that many consecutive skipped updates (every estimate non-finite) raise
     `RunDivergedError` naming the step and the last checkpoint (None: never stop).
+  * Masked inner steps and skipped updates are reported as ``trainer.on_nonfinite`` says
+    (`metafam.outer_trainers.nonfinite_log.NonFiniteLog`: a warning at the first of each, a summary at the end).
   * ``check_memory``: before anything is allocated, the compiled meta-step's memory is compared with what the
     devices can give (`check_memory`); `metafam.resources.InsufficientMemoryError` if it cannot fit.
   * ``lock_output_dir``: ``output_dir`` is created, proven writable and locked for the run
@@ -127,6 +130,7 @@ class Loop:
     self.ckpt = os.path.join(self.output_dir, CHECKPOINT_NAME) if self.output_dir else None
     self.metrics_path = os.path.join(self.output_dir, METRICS_NAME) if self.output_dir else None
     self.last_saved = 0
+    self.nonfinite = NonFiniteLog(self.trainer)
 
   def train(self, num_steps: int, *, key: Optional[jax.Array], state: Optional[Any], handle_signals: bool,
             memory: bool):
@@ -222,6 +226,8 @@ class Loop:
           f"{jax.process_count()} processes again to resume.") from None
     finally:
       bar.close()
+    if trainer.is_main_process:
+      self.nonfinite.summary(num_steps)
     if self.output_dir and step == start_step and not had_checkpoint:
       self.write(self.ckpt, lambda: save(trainer, state, self.ckpt, self.identity))
     return state, history
@@ -249,6 +255,8 @@ class Loop:
       self.write(self.metrics_path, lambda: append_line(self.metrics_path, line))
     if self.log_fn is not None:
       self.log_fn(record)
+    if trainer.is_main_process or self.nonfinite.on_nonfinite == "raise":  # every process raises at the same step
+      self.nonfinite.observe(record)
     return record
 
   def check_skipped(self, record: Dict[str, Any], clock: Dict[str, Any]) -> None:

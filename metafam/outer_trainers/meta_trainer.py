@@ -33,7 +33,8 @@ from metafam import distributed, resources
 from metafam._checks import check_positive
 from metafam._pytree import DataPytree
 from metafam.inner import sharding
-from metafam.outer_trainers.base import GradientEstimator, count_nonfinite, zero_nonfinite
+from metafam.nonfinite import check_on_nonfinite
+from metafam.outer_trainers.base import NONFINITE_METRICS, GradientEstimator, count_nonfinite, zero_nonfinite
 
 
 def meta_optimizer(learning_rate: float, decay_steps: int = 0, warmup_steps: Optional[int] = None,
@@ -134,13 +135,18 @@ class MetaTrainer(DataPytree):
       of the averaged gradient are set to 0 and the update is applied (learned_optimization's semantics, for
       `metafam.compat.learned_optimization`); ``update_skipped`` is then always 0 and ``grad_norm`` is the norm of
       the gradient applied. Part of a run's default identity when not the default (`run_dir.run_identity`).
+    on_nonfinite: "warn" (default), "raise" or "ignore" (`metafam.nonfinite`): what the meta-training loop
+      (`metafam.outer_trainers.loop.train`) does with a meta-step whose estimates masked inner steps or whose
+      update was skipped; it reads them from the step's metrics (``nonfinite_fraction``: the mean over estimators
+      of each one's masked fraction, ``nonfinite_fraction/LABEL`` per estimator when there are several, the causes'
+      counts `metafam.outer_trainers.base.NONFINITE_METRICS`, ``update_skipped``). The step itself never checks.
   """
 
   _data_fields = ("estimators",)
 
   def __init__(self, learned_opt: Any, estimators: Sequence[GradientEstimator],
                meta_optimizer: optax.GradientTransformation, clip_grad_norm: Optional[float] = None,
-               nonfinite: str = "skip"):
+               nonfinite: str = "skip", on_nonfinite: str = "warn"):
     estimators = list(estimators) if isinstance(estimators, (list, tuple)) else [estimators]
     if not estimators:
       raise ValueError("MetaTrainer needs at least one estimator.")
@@ -161,7 +167,14 @@ class MetaTrainer(DataPytree):
     self.mesh = meshes[0]
     self.learned_opt, self.estimators, self.meta_optimizer = learned_opt, estimators, meta_optimizer
     self.clip_grad_norm, self.nonfinite = clip_grad_norm, nonfinite
+    self.on_nonfinite = check_on_nonfinite(on_nonfinite)
     self._step = jax.jit(MetaTrainer._step_and_pack, donate_argnums=1)  # the trainer passes itself: see step_fn
+
+  @property
+  def estimator_labels(self) -> list:
+    """The estimators' names, numbered (``pes#0``, ``pes#1``) where several share one."""
+    names = [est.name for est in self.estimators]
+    return [f"{n}#{i}" if names.count(n) > 1 else n for i, n in enumerate(names)]
 
   @property
   def inner_steps_per_meta_step(self) -> int:
@@ -201,13 +214,16 @@ class MetaTrainer(DataPytree):
     """
     key = jax.random.fold_in(jax.random.wrap_key_data(state.key_data), state.step)
     keys = jax.random.split(key, len(self.estimators))
-    grads, losses, workers, nonfinite = [], [], [], 0.0
+    grads, losses, workers, nonfinite, fractions = [], [], [], 0.0, []
+    causes = {name: 0.0 for name in NONFINITE_METRICS}
     for est, ws, k in zip(self.estimators, state.worker_states, keys):
       estimate, ws = est.estimate_fn(state.theta, ws, k)
       grads.append(estimate.grad)
       losses.append(estimate.meta_loss)
       workers.append(ws)
       nonfinite = nonfinite + estimate.metrics["num_nonfinite"]
+      fractions.append(jnp.asarray(estimate.metrics.get("nonfinite_fraction", 0.0), jnp.float32))
+      causes = {name: total + estimate.metrics.get(name, 0.0) for name, total in causes.items()}
     grad, meta_loss, bad_grad, skip = mean_estimate(grads, losses, self.nonfinite)
     grad_norm = optax.tree.norm(grad)
     if self.clip_grad_norm is not None:  # stateless, so the meta-optimizer state is the plain optimizer's
@@ -217,9 +233,13 @@ class MetaTrainer(DataPytree):
     theta, opt_state = optax.tree.where(skip, (state.theta, state.opt_state), (theta, opt_state))
     metrics = {"meta_loss": meta_loss, "grad_norm": grad_norm,
                "num_nonfinite": jnp.asarray(nonfinite, jnp.float32), "nonfinite_grad_entries": bad_grad,
-               "update_skipped": skip.astype(jnp.float32)}
+               "update_skipped": skip.astype(jnp.float32), "nonfinite_fraction": sum(fractions) / len(fractions),
+               **{name: jnp.asarray(count, jnp.float32) for name, count in causes.items()}}
     for est, loss in zip(self.estimators, losses):
       metrics[f"meta_loss/{est.name}"] = loss
+    if len(self.estimators) > 1:
+      for label, fraction in zip(self.estimator_labels, fractions):
+        metrics[f"nonfinite_fraction/{label}"] = fraction
     new_state = MetaTrainState(theta=theta, opt_state=opt_state, worker_states=tuple(workers),
                                key_data=state.key_data, step=state.step + 1)
     return self.place(new_state), metrics

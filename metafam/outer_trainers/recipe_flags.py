@@ -8,7 +8,7 @@ whole command line (``--recipe`` with the given flags applied, errors naming the
 
 from __future__ import annotations
 
-from typing import Any, Collection, Dict, Mapping
+from typing import Any, Collection, Dict, Mapping, Optional
 
 from metafam.outer_trainers.recipes import Recipe, load_recipe
 from metafam.taskfamilies.spec import FamilySpec
@@ -67,14 +67,22 @@ RECIPE_OVERRIDES = ("num_steps", "num_pairs", "unroll_length", "sigma", "step_mu
                     "meta_lr_decay_steps", "clip_grad_norm", "perturbation", "perturbation_rank")
 
 
-def recipe_from_command(values: Mapping[str, Any], given: Collection[str]) -> Recipe:
+def recipe_from_command(values: Mapping[str, Any], given: Collection[str], resumed: Optional[str] = None) -> Recipe:
   """The `Recipe` that ``metafam meta-train``'s flags describe.
 
   ``values`` maps the command's flag names to their values and ``given`` names the flags set on the command line.
   With ``values["recipe"]``, that recipe (`load_recipe`) with the given `RECIPE_OVERRIDES` applied; otherwise the
-  one-family recipe of the flags (`recipe_from_flags`). Raises ValueError naming the flag (an `UnknownNameError`
-  listing the registered names for an unknown family, optimizer or estimator) before anything is built.
+  one-family recipe of the flags (`recipe_from_flags`). Unless ``meta_lr_decay_steps`` is given, it follows
+  ``num_steps``: the flags' recipe decays over its ``num_steps``, and a recipe whose schedule decays (not 0) over the
+  given ``--num_steps`` (else over its own). Raises ValueError naming the flag (an `UnknownNameError` listing the
+  registered names for an unknown family, optimizer or estimator) before anything is built. With ``resumed`` (the
+  run directory) a checkpoint there gives the decay when it is not given: a resumed run keeps its schedule.
   """
+  if "meta_lr_decay_steps" not in given and resumed is not None:
+    from metafam.outer_trainers.run_dir import recorded_decay_steps
+    stored = recorded_decay_steps(resumed)
+    if stored is not None:
+      values, given = dict(values, meta_lr_decay_steps=stored), set(given) | {"meta_lr_decay_steps"}
   from metafam._registry import lookup
   from metafam.optimizers.registry import LEARNED_OPTIMIZERS, takes_step_mult
   from metafam.outer_trainers.registry import ESTIMATORS
@@ -102,9 +110,26 @@ def recipe_from_command(values: Mapping[str, Any], given: Collection[str]) -> Re
   if "step_mult" in given and path is None and not takes_step_mult(values["optimizer"]):
     raise ValueError(f"--step_mult: --optimizer={values['optimizer']} has no step_mult; it applies to "
                      f"{', '.join(n for n in sorted(LEARNED_OPTIMIZERS) if takes_step_mult(n))}.")
+  follows = "meta_lr_decay_steps" not in given
   try:
     if path is not None:
-      return recipe.replace(**{name: values[name] for name in RECIPE_OVERRIDES if name in given})
-    return recipe_from_flags(values)
+      changes = {name: values[name] for name in RECIPE_OVERRIDES if name in given}
+      if follows and "num_steps" in given and recipe.meta_lr_decay_steps > 0:
+        changes["meta_lr_decay_steps"] = values["num_steps"]
+      return recipe.replace(**changes)
+    return recipe_from_flags(dict(values, meta_lr_decay_steps=values["num_steps"]) if follows else values)
   except ValueError as e:
     raise ValueError(f"--recipe {path}: {e}" if path else str(e)) from None
+
+
+def lane_split_error(recipe: Recipe, devices: int) -> Optional[str]:
+  """The library's rule (the lanes divide evenly over the devices) in the flags' names, or None when it holds."""
+  one_per_pair = recipe.estimator in ("tbptt", "truncated_es")  # truncated_es also runs num_pairs plain lanes
+  lanes = recipe.num_pairs * (1 if one_per_pair else 2)
+  if lanes % devices == 0:
+    return None
+  per = "one lane per pair" if recipe.estimator == "tbptt" else (
+      "its unperturbed lanes, one per pair" if one_per_pair else "two lanes per antithetic pair")
+  return (f"--devices {devices}: --num_pairs {recipe.num_pairs} gives {lanes} lanes ({per} for --estimator "
+          f"{recipe.estimator}), which cannot be split evenly over {devices} devices; use a --num_pairs that makes "
+          f"them a multiple of {devices}.")

@@ -159,6 +159,31 @@ class MetaTrainingRun:
                  progress=progress and main, log_fn=log_fn, handle_signals=handle_signals,
                  max_skipped_steps=max_skipped_steps, lock_output_dir=main, same_run=same_run, finish=finish)[2]
 
+  def nothing_to_train(self, num_steps: int, report: bool = True) -> Optional[str]:
+    """Why a `run` to ``num_steps`` would have nothing to do (the directory's run is at ``num_steps`` or past it, and
+    at it holds its report or none is asked for), or None; refuses another run's checkpoint first (`steps_done`)."""
+    done = self.steps_done()
+    if done is None or done < num_steps or (done == num_steps and report and not self.has_report()):
+      return None  # (at num_steps without its report, the run writes the report only)
+    files = CHECKPOINT_NAME + (", summary.json" if done == num_steps and report else "")
+    return (f"the run in {self.output_dir!r} is already at meta-step {done} ({files}); nothing to train. Ask for "
+            f"more than {done} meta-steps to continue it.")
+
+  def steps_done(self) -> Optional[int]:
+    """The meta-steps of the checkpoint in the run directory (None: none), after refusing a checkpoint of another
+    run (`metafam.outer_trainers.checkpoint.CheckpointError`); reads no arrays and changes nothing."""
+    path = os.path.join(self.output_dir, CHECKPOINT_NAME) if self.output_dir else None
+    if path is None or not os.path.isfile(path):
+      return None
+    check_checkpoint(path, run_identity(self.trainer, self.identity), read_theta=False, same_run=same_run)
+    from metafam.outer_trainers.checkpoint import read_metadata
+    step = read_metadata(path).get("step")
+    return step if isinstance(step, int) else None
+
+  def has_report(self) -> bool:
+    """Whether the run directory holds a closing report (``summary.json``)."""
+    return bool(self.output_dir) and os.path.exists(os.path.join(self.output_dir, "summary.json"))
+
   def history(self) -> List[Dict[str, Any]]:
     """The records of the run directory's ``metrics.jsonl`` (every session's; ``[]`` if none)."""
     path = os.path.join(self.output_dir, METRICS_NAME) if self.output_dir else None

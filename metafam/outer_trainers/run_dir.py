@@ -118,6 +118,21 @@ def check_checkpoint(path: str, identity: Mapping[str, Any], read_theta: bool = 
       checkpoint.check_finite(tree["theta"], path, "meta-parameter theta")
 
 
+def recorded_decay_steps(output_dir: str) -> Optional[int]:
+  """The meta-learning-rate decay (``meta_lr_decay_steps``) recorded in ``output_dir``'s checkpoint, or None (no
+  checkpoint, or none readable: the run's own checks then report it). A resumed run keeps the schedule it began with."""
+  path = os.path.join(output_dir, CHECKPOINT_NAME)
+  if not os.path.isfile(path):
+    return None
+  try:
+    config = checkpoint.read_metadata(path).get("config") or {}
+  except (checkpoint.CheckpointError, OSError, ValueError):
+    return None
+  recipe = config.get("recipe") if isinstance(config, dict) and isinstance(config.get("recipe"), dict) else config
+  value = recipe.get("meta_lr_decay_steps") if isinstance(recipe, dict) else None
+  return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
 # -- metrics.jsonl ---------------------------------------------------------------------------------------------------
 def finite_or_null(record: Dict[str, Any]) -> Dict[str, Any]:
   """``record`` with non-finite floats (a skipped step's NaN meta-loss) as None: JSON has no NaN, so they are null."""

@@ -6,7 +6,7 @@ families have their own registry, `metafam.taskfamilies.registry`.
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional, Tuple
 
 from metafam._registry import lookup
 
@@ -248,6 +248,35 @@ TASKS: Dict[str, Callable] = {
 def get_task(name: str):
   """Builds the registered task ``name``; `UnknownNameError` listing the valid names if there is none."""
   return lookup(TASKS, name, "task")()
+
+
+# The tasks whose data the user supplies (metafam ships none of it): the data, in short (with the variable that
+# supplies it) and in full (how to supply it).
+USER_DATA_SOURCES: Dict[str, Tuple[str, str]] = {
+    "full Fashion-MNIST": ("$METAFAM_FASHION_MNIST_DIR", "the full Fashion-MNIST: set $METAFAM_FASHION_MNIST_DIR to the "
+                           "directory of its four IDX files, or install Debian's dataset-fashion-mnist "
+                           "(/usr/share/datasets/fashion-mnist)")}
+USER_DATA: Dict[str, str] = {name: "full Fashion-MNIST" for name in TEST_TASKS if name.startswith("fmnist60k_")}
+
+
+def needs_user_data(name: str) -> Optional[Tuple[str, str]]:
+  """``(short, full)``: what registered task ``name`` needs from the user (the data and the variable that supplies
+  it; how to supply them), or None when its data ship with metafam."""
+  return USER_DATA_SOURCES[USER_DATA[name]] if name in USER_DATA else None
+
+
+def check_task_data(name: str) -> None:
+  """FileNotFoundError (naming the task, the data and how to supply them) when the user data that task ``name``
+  needs cannot be found; reads no data (a cheap check before anything is created)."""
+  if name not in USER_DATA:
+    return
+  from metafam.datasets.images import DEBIAN_FASHION_MNIST_DIR, FASHION_MNIST_ENV, resolve_data_dir
+  import os
+  try:
+    resolve_data_dir(None, FASHION_MNIST_ENV, DEBIAN_FASHION_MNIST_DIR)
+  except FileNotFoundError as e:
+    found = f"{e}" if os.environ.get(FASHION_MNIST_ENV) else "neither is there."
+    raise FileNotFoundError(f"task {name} needs {USER_DATA_SOURCES[USER_DATA[name]][1]}; {found}") from None
 
 
 def list_tasks() -> List[str]:

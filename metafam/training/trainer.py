@@ -8,6 +8,12 @@
 The steps between two evaluations are one jitted `lax.scan` (the `metafam.inner.runner.Runner` engine, with batches
 gathered on the device when the datasets allow it); evaluation, keep-best and early stopping happen on the host at
 the evaluation points 0, eval_every, 2 * eval_every, ..., num_steps.
+
+A step whose loss or gradient is non-finite (NaN rows in the data, a learning rate that diverges) is not masked: its
+update makes the params non-finite. The scan counts such steps and `fit` reports them when it ends
+(``on_nonfinite``, `metafam.nonfinite`): a `metafam.nonfinite.NonFiniteWarning` naming the first step, the fraction
+of steps, the members, and what it did to ``best_loss`` and the params; ``TrainResult.nonfinite_fraction`` holds
+the fraction. A loss that is not a scalar is refused with its shape when the first program is traced.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ from tqdm import tqdm
 from metafam._checks import check_positive_int
 from metafam.datasets.base import SPLITS
 from metafam.inner.runner import OptimizerLike, Runner, check_splits, eval_points
+from metafam.inner.step import all_finite
+from metafam.nonfinite import check_on_nonfinite, listing, percent, report
 from metafam.tasks.base import Task
 from metafam.training.callbacks import Callback, monitored_value
 
@@ -60,7 +68,8 @@ class History:
 
 @functools.partial(jax.tree_util.register_dataclass,
                    data_fields=["params", "model_state", "final_params", "opt_state", "history", "best_step",
-                                "best_loss", "stopped_step"], meta_fields=[])
+                                "best_loss", "stopped_step", "nonfinite_fraction", "first_nonfinite_step"],
+                   meta_fields=[])
 @dataclasses.dataclass(frozen=True)
 class TrainResult:
   """The outcome of `Trainer.fit`.
@@ -74,6 +83,9 @@ class TrainResult:
       loss was NaN (then ``params`` are the final ones).
     best_loss: that loss (inf if none).
     stopped_step: the step at which a callback stopped training early, else None.
+    nonfinite_fraction: the fraction of the steps run (of steps x members for ensembles) whose train loss or
+      gradient was non-finite (0.0 with ``on_nonfinite="ignore"``, which does not count them).
+    first_nonfinite_step: the first such step, else None.
   """
   params: Any
   model_state: Any
@@ -83,6 +95,8 @@ class TrainResult:
   best_step: int
   best_loss: float
   stopped_step: Optional[int]
+  nonfinite_fraction: float = 0.0
+  first_nonfinite_step: Optional[int] = None
 
 
 class Trainer:
@@ -104,12 +118,17 @@ class Trainer:
     same_init: ensemble members start from the same params and optimizer state.
     progress: show a tqdm progress bar with the current train loss and monitored loss.
     use_device_data: None samples batches on the device when the datasets allow it; False forces host iterators.
+    on_nonfinite: "warn" (default), "raise" or "ignore" (`metafam.nonfinite`): what `fit` does when a step's train
+      loss or gradient, or every monitored evaluation, is non-finite. "raise" raises
+      `metafam.nonfinite.NonFiniteError` after the first stretch of steps holding one; "ignore" runs the program
+      without the count (the numbers are the same either way).
   """
 
   def __init__(self, task: Task, optimizer: OptimizerLike, *, eval_every: int = 100, eval_batches: int = 10,
                eval_splits: Sequence[str] = ("inner_valid",), monitor: str = "inner_valid", keep_best: bool = True,
                callbacks: Sequence[Callback] = (), ensemble_size: Optional[int] = None, same_batches: bool = False,
-               same_init: bool = False, progress: bool = True, use_device_data: Optional[bool] = None):
+               same_init: bool = False, progress: bool = True, use_device_data: Optional[bool] = None,
+               on_nonfinite: str = "warn"):
     if not isinstance(task, Task):
       raise TypeError(f"task must be a metafam Task, got {type(task).__name__}.")
     self.eval_every = check_positive_int("eval_every", eval_every)
@@ -123,6 +142,7 @@ class Trainer:
       ensemble_size = check_positive_int("ensemble_size", ensemble_size)
     elif same_batches or same_init:
       raise ValueError("same_batches and same_init describe ensemble members; set ensemble_size to use them.")
+    self.on_nonfinite = check_on_nonfinite(on_nonfinite)
     self.task, self.monitor, self.keep_best, self.progress = task, monitor, bool(keep_best), bool(progress)
     self.ensemble_size, self.same_batches, self.same_init = ensemble_size, bool(same_batches), bool(same_init)
     self.runner = Runner(task, optimizer, num_members=ensemble_size, splits=self.eval_splits,
@@ -137,6 +157,7 @@ class Trainer:
     self.opt_state = None
     self.result: Optional[TrainResult] = None
     self._train_chunks: List[np.ndarray] = []
+    self._nonfinite_chunks: List[np.ndarray] = []
     self._eval_steps: List[int] = []
     self._eval_losses: Dict[str, List[Any]] = {s: [] for s in self.eval_splits}
     self._best_loss, self._best_step, self._best_state = math.inf, None, None
@@ -180,9 +201,15 @@ class Trainer:
       for begin, end in zip(points[:-1], points[1:]):
         if self.stop_training:
           break
-        self.opt_state, losses = self.runner.train(self.opt_state, cfg, keys, int(begin), int(end - begin))
-        losses = np.asarray(losses)
+        checked = self.on_nonfinite != "ignore"
+        self.opt_state, out = self.runner.train(self.opt_state, cfg, keys, int(begin), int(end - begin), checked)
+        losses = np.asarray(out[0] if checked else out)
         self._train_chunks.append(losses)
+        if checked:
+          self._nonfinite_chunks.append(np.asarray(out[1]))
+          if self.on_nonfinite == "raise" and self._nonfinite_chunks[-1].any():
+            self.step = int(end)
+            report(self._nonfinite_message(stopped=True), "raise")
         for i, loss in enumerate(losses):
           for callback in step_callbacks:
             callback.on_step(self, int(begin) + i, self._as_loss(loss))
@@ -192,13 +219,70 @@ class Trainer:
         self._evaluate(cfg, keys, bar)
     stopped = self.step if self.stop_training and self.step < num_steps else None
     best_state = self._best_state if self.keep_best and self._best_state is not None else self.opt_state
+    fraction, first = self._nonfinite_steps()
     self.result = TrainResult(params=self.runner.params(best_state), model_state=self.runner.model_state(best_state),
                               final_params=self.runner.params(self.opt_state), opt_state=self.opt_state,
                               history=self.history, best_step=self._best_step, best_loss=self._best_loss,
-                              stopped_step=stopped)
+                              stopped_step=stopped, nonfinite_fraction=fraction, first_nonfinite_step=first)
+    if self.on_nonfinite != "ignore" and (first is not None or self._monitored_nonfinite()[0]):
+      report(self._nonfinite_message(stopped=False), self.on_nonfinite)
     for callback in self.callbacks:
       callback.on_train_end(self, self.result)
     return self.result
+
+  # -- non-finite steps ----------------------------------------------------------------------------------------------
+  def _nonfinite_codes(self) -> np.ndarray:
+    """The steps' codes so far, ``[T]`` (``[T, M]`` for ensembles): 0 finite, 1 loss, 2 gradient non-finite."""
+    if not self._nonfinite_chunks:
+      return np.zeros((0,) if self.ensemble_size is None else (0, self.ensemble_size), np.int8)
+    return np.concatenate(self._nonfinite_chunks, axis=0)
+
+  def _nonfinite_steps(self):
+    """``(fraction of non-finite steps (x members), first such step or None)``."""
+    codes = self._nonfinite_codes()
+    if codes.size == 0:
+      return 0.0, None
+    bad_step = (codes != 0).reshape(codes.shape[0], -1).any(axis=1)
+    return float(np.mean(codes != 0)), (int(np.argmax(bad_step)) if bad_step.any() else None)
+
+  def _monitored_nonfinite(self):
+    """``(evaluations whose monitored loss was non-finite, evaluations)`` (mean over members for ensembles)."""
+    values = [monitored_value({self.monitor: v}, self.monitor) for v in self._eval_losses[self.monitor]]
+    return sum(not math.isfinite(v) for v in values), len(values)
+
+  def _nonfinite_message(self, stopped: bool) -> str:
+    """What went non-finite in this run, where, how often, and what it did to the result."""
+    codes = self._nonfinite_codes()
+    fraction, first = self._nonfinite_steps()
+    parts = []
+    if first is not None:
+      counts = {name: int(np.sum(codes == c)) for c, name in ((1, "train loss"), (2, "gradient"))}
+      kinds = [name for name, n in counts.items() if n]
+      unit = "steps" if self.ensemble_size is None else "member-steps"
+      where = ""
+      if self.ensemble_size is not None:
+        where = f"; members {listing(np.flatnonzero((codes != 0).any(axis=0)))} of {self.ensemble_size}"
+      if len(kinds) > 1:
+        where += "; " + ", ".join(f"{name}: {n}" for name, n in counts.items())
+      parts.append(f"non-finite {' or '.join(kinds)} in {percent(int(np.sum(codes != 0)), codes.size, unit)}, the "
+                   f"first at step {first}{where}")
+      first_code = codes[first] if self.ensemble_size is None else codes[first][codes[first] != 0][0]
+      parts.append("the first non-finite value is the " + ("train loss (look for NaN or infinite values in the "
+                                                             "training data)" if first_code == 1 else
+                                                             "gradient while the loss was finite") +
+                   "; Trainer does not mask steps, so the update with it made the params non-finite"
+                   + ("" if self.params is None or bool(jax.jit(all_finite)(self.params))
+                      else ", and the final params are non-finite"))
+    bad_evals, num_evals = self._monitored_nonfinite()
+    if bad_evals:
+      parts.append(f"the monitored {self.monitor!r} loss was non-finite at {bad_evals} of {num_evals} evaluations"
+                   + (f", so best_loss={self._best_loss} and the params returned are the final ones"
+                      if self._best_step is None else f"; the params returned are those of step {self._best_step}"))
+    head = f"Trainer on task {self.task.name!r}"
+    tail = (f"on_nonfinite='raise' stopped the run after step {self.step}." if stopped else
+            "TrainResult.nonfinite_fraction holds the fraction; on_nonfinite='raise' stops at the first one, "
+            "'ignore' skips the check.")
+    return f"{head}: " + "; ".join(parts) + f". {tail}"
 
   def _as_loss(self, value: Any) -> Any:
     return float(value) if self.ensemble_size is None else np.asarray(value)

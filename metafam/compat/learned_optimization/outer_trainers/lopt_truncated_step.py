@@ -106,6 +106,9 @@ class VectorizedLOptTruncatedStep(TruncatedStep):
       if meta_loss_split is None:
         meta_loss_split = "same_batch"
     metafam_kwargs.setdefault("donate", False)  # the reference's calls are pure: a state stays usable
+    # The reference reports masked steps in its outputs only; unroll_step runs one step per call, and a host check
+    # of each would wait for the device every step (pass on_nonfinite="warn" to have them reported).
+    metafam_kwargs.setdefault("on_nonfinite", "ignore")
     super().__init__(task_family, learned_opt, num_tasks, schedule=truncation_schedule.as_metafam_schedule(trunc_sched),
                      random_initial_iteration=offset > 0, meta_loss_split=meta_loss_split, **metafam_kwargs)
     self.task_family, self.trunc_sched = getattr(task_family, "family", task_family), trunc_sched
