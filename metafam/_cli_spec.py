@@ -113,14 +113,16 @@ flags.DEFINE_string("checkpoint", None, "A meta-train checkpoint (its learned op
                     flag_values=FLAGS)
 _float("learning_rate", 1e-3, "Learning rate of a hand-designed optimizer.", lower=1e-12)
 _int("inner_steps", 200, "Inner training steps per task (a multiple of 8: runs are evaluated at every eighth).")
+flags.register_validator("inner_steps", lambda v: v % 8 == 0, flag_values=FLAGS,
+                         message="must be a multiple of 8 (every run is evaluated at each eighth of it)")
 _int("seeds", 2, "Seeds per task.", upper=MAX_LANES)
 flags.DEFINE_bool("overwrite", False, "Replace the results of an earlier evaluate/benchmark in --output_dir.",
                   flag_values=FLAGS)
 flags.DEFINE_bool("confirm_test", False, "benchmark --suite test: confirm scoring on the test suite (run once per "
                   "shipped optimizer, never for design choices; the result records it).", flag_values=FLAGS)
-flags.DEFINE_string("tasks", None, "benchmark --suite heldout|test: a comma-separated subset of the suite's tasks "
+flags.DEFINE_list("tasks", None, "benchmark --suite heldout|test: a comma-separated subset of the suite's tasks "
                     "(default: all with shipped baselines).", flag_values=FLAGS)
-flags.DEFINE_string("schedules", None, "benchmark --suite heldout|test: the schedules a factory is tuned over, "
+flags.DEFINE_list("schedules", None, "benchmark --suite heldout|test: the schedules a factory is tuned over, "
                     "comma-separated from constant,warmup_cosine (default: both, as the baselines were tuned); "
                     "with --ruleset self_tuning, the one schedule of the single setting (default constant).",
                     flag_values=FLAGS)

@@ -103,25 +103,20 @@ def _prepare_output_dir(command: str) -> str:
   return path
 
 
-def _optimizers() -> Dict[str, Any]:
-  return build_optimizers(FLAGS.optimizer, learning_rate=FLAGS.learning_rate, checkpoint=FLAGS.checkpoint)
+def _optimizer() -> tuple:
+  """``(label, optimizer)`` of --optimizer and --checkpoint."""
+  return next(iter(build_optimizers(FLAGS.optimizer, learning_rate=FLAGS.learning_rate,
+                                    checkpoint=FLAGS.checkpoint).items()))
 
 
-def _run_suite(command: str, required: bool, baselines) -> None:
-  """``evaluate`` (one optimizer, no baselines) and ``benchmark`` on a suite or task without shipped baselines: the
-  baselines made by the shipped procedure at --inner_steps (`metafam.benchmark.score`), then the candidate."""
+FLAG_NAMES = {"candidate": "--optimizer", "tasks": "--tasks", "schedules": "--schedules",
+              "learning_rate": "--learning_rate", "horizon": "--inner_steps", "num_seeds": "--seeds"}
+
+
+def _report(command: str, candidate: Any, **kwargs: Any) -> None:
+  """Checks everything `metafam.benchmark.score` will do (one line, nothing created), then scores and writes."""
   from metafam.benchmark.scoring import check, score
-  tasks = select_tasks()
-  from metafam.benchmark.suites import check_user_data
-  _checked(check_user_data, tasks)
-  if FLAGS.inner_steps % 8:
-    raise UsageError(f"--inner_steps={FLAGS.inner_steps}: must be a multiple of 8 (every run is evaluated at each "
-                     "eighth of it).")
-  candidate, label = None, None
-  if required or FLAGS["optimizer"].present or FLAGS.checkpoint is not None:
-    label, candidate = next(iter(_optimizers().items()))
-  kwargs = dict(suite=tasks, horizon=FLAGS.inner_steps, baselines=baselines, name=label, num_seeds=FLAGS.seeds)
-  _checked(check, candidate, **kwargs)
+  _checked(check, candidate, names=FLAG_NAMES, **kwargs)
   out_dir = _prepare_output_dir(command)
   with _locked(out_dir):
     start = time.perf_counter()
@@ -132,67 +127,48 @@ def _run_suite(command: str, required: bool, baselines) -> None:
         + ", ".join(os.path.basename(p) for p in paths))
 
 
+def _run_suite(command: str, required: bool, baselines) -> None:
+  """``evaluate`` (one optimizer, no baselines) and ``benchmark`` on tasks without shipped baselines: the baselines
+  made by the shipped procedure at --inner_steps, then the candidate."""
+  from metafam.benchmark.suites import check_user_data
+  tasks = select_tasks()
+  _checked(check_user_data, tasks)
+  candidate, label = None, None
+  if required or FLAGS["optimizer"].present or FLAGS.checkpoint is not None:
+    label, candidate = _optimizer()
+  _report(command, candidate, suite=tasks, horizon=FLAGS.inner_steps, baselines=baselines, name=label,
+          num_seeds=FLAGS.seeds)
+
+
 def cmd_evaluate() -> None:
   _run_suite("evaluate", required=True, baselines=())
 
 
-def _csv(flag: str) -> Optional[List[str]]:
-  """The comma-separated values of --flag (None when not given); an empty entry is a usage error."""
-  value = getattr(FLAGS, flag)
-  if value is None:
-    return None
-  items = [v.strip() for v in value.split(",")]
-  if not all(items):
-    raise UsageError(f"--{flag} {value!r}: expected comma-separated names with no empty entry.")
-  return items
-
-
-def build_heldout_candidate() -> Any:
-  """The candidate of ``benchmark --suite heldout|test``: --optimizer as a registered hand-designed or pretrained
-  name (tuned like the baselines, or at its one self-tuning setting), module:function (a factory of the learning
-  rate), or a learned optimizer with --checkpoint; flags that the suite fixes are refused."""
-  from metafam.optimizers.registry import LEARNED_OPTIMIZERS
-  suite = FLAGS.suite
-  fixed = [f"--{n}" for n in ("task", "inner_steps", "seeds", "seed") if FLAGS[n].present]
-  if FLAGS["learning_rate"].present and FLAGS.ruleset != "self_tuning":
-    fixed.append("--learning_rate")
-  if fixed:
-    raise UsageError(f"{', '.join(fixed)}: the {suite} suite fixes its tasks, horizons, seeds and keys, and tunes a "
-                     "hand-designed optimizer's learning rate itself (--learning_rate: only with --ruleset "
-                     "self_tuning); drop these flags.")
-  from metafam.benchmark.heldout import check_suite_choice
-  _checked(check_suite_choice, suite, FLAGS.confirm_test, flags=True)
-  if not FLAGS["optimizer"].present and FLAGS.checkpoint is None:
-    raise UsageError(f"--suite {suite} needs --optimizer (a hand-designed or pretrained name, module:function, or a "
-                     "learned optimizer with --checkpoint).")
-  if FLAGS.optimizer in LEARNED_OPTIMIZERS or FLAGS.checkpoint is not None:
-    label, optimizer = next(iter(_optimizers().items()))
-    return optimizer, label
-  return FLAGS.optimizer, None
-
-
 def _run_heldout() -> None:
-  from metafam.benchmark.heldout import NormalizerFileError, load_normalizers
-  from metafam.benchmark.scoring import score
-  candidate, label = build_heldout_candidate()
-  try:
-    data = load_normalizers(suite=FLAGS.suite)
-  except NormalizerFileError as e:
-    raise UsageError(str(e)) from None
-  if not data["tasks"]:
-    raise UsageError(f"the normalizer file has no complete task yet (pending: {', '.join(data['pending'])}).")
-  learning_rate = FLAGS.learning_rate if FLAGS["learning_rate"].present else None
-  kwargs = dict(suite=FLAGS.suite, ruleset=FLAGS.ruleset, tasks=_csv("tasks"), name=FLAGS.name or label,
-                schedules=_csv("schedules"), learning_rate=learning_rate, confirm_test=FLAGS.confirm_test, data=data)
-  from metafam.benchmark.scoring import check
-  _checked(check, candidate, **kwargs)  # every check, one line, before anything is created or trained
-  out_dir = _prepare_output_dir("benchmark")
-  with _locked(out_dir):
-    report = _checked(score, candidate, progress=FLAGS.progress, **kwargs)
-    print(report.format())
-    paths = report.write(out_dir)
-  print(f"\nbenchmark took {report.evaluation.wall_time:.1f} s; wrote {out_dir}: "
-        + ", ".join(os.path.basename(p) for p in paths))
+  """``benchmark --suite heldout|test``: --optimizer as a registered hand-designed or pretrained name, as
+  module:function (a factory of the learning rate), or a learned optimizer with --checkpoint, against the shipped
+  baselines under --ruleset; flags that the suite fixes are refused."""
+  from metafam.benchmark.heldout import check_suite_choice, load_normalizers
+  from metafam.benchmark.suites import check_user_data
+  from metafam.optimizers.registry import LEARNED_OPTIMIZERS
+  fixed = [f"--{n}" for n in ("task", "inner_steps", "seeds") if FLAGS[n].present]
+  fixed += ["--learning_rate"] if FLAGS["learning_rate"].present and FLAGS.ruleset != "self_tuning" else []
+  if fixed:
+    raise UsageError(f"{', '.join(fixed)}: the {FLAGS.suite} suite fixes its tasks, horizons, seeds and keys, and "
+                     "tunes a hand-designed optimizer's learning rate itself (--learning_rate: only with --ruleset "
+                     "self_tuning); drop these flags.")
+  _checked(check_suite_choice, FLAGS.suite, FLAGS.confirm_test, flags=True)
+  if not FLAGS["optimizer"].present and FLAGS.checkpoint is None:
+    raise UsageError(f"--suite {FLAGS.suite} needs --optimizer (a hand-designed or pretrained name, module:function, "
+                     "or a learned optimizer with --checkpoint).")
+  candidate, label = FLAGS.optimizer, None
+  if FLAGS.optimizer in LEARNED_OPTIMIZERS or FLAGS.checkpoint is not None:
+    label, candidate = _optimizer()
+  _checked(check_user_data, FLAGS.suite)
+  _report("benchmark", candidate, suite=FLAGS.suite, ruleset=FLAGS.ruleset, tasks=FLAGS.tasks,
+          name=FLAGS.name or label, schedules=FLAGS.schedules, confirm_test=FLAGS.confirm_test,
+          learning_rate=FLAGS.learning_rate if FLAGS["learning_rate"].present else None,
+          data=_checked(load_normalizers, suite=FLAGS.suite))
 
 
 def cmd_benchmark() -> None:

@@ -141,13 +141,6 @@ def test_distributed(monkeypatch, capsys):
   assert code == 0 and "2x1" in out
 
 
-def test_suite(tmp_path, monkeypatch, capsys):
-  code, out = run_script("benchmarks/suite.py", ["--quick", "--suite", "tiny", "--num_steps", 4, "--num_seeds", 1,
-                                                 "--num_lrs", 2, "--optimizers", "adam:1e-3", "--no_progress",
-                                                 "--out", tmp_path / "suite"], monkeypatch, capsys)
-  assert code == 0 and "Total wall time" in out and os.listdir(tmp_path / "suite")
-
-
 def test_heldout_baselines_collects_shards(tmp_path, monkeypatch, capsys):
   data = tmp_path / "baselines.json"
   code, out = run_script("benchmarks/heldout_baselines.py", ["--shard_dir", tmp_path / "shards", "--collect_only",

@@ -3,6 +3,15 @@
     python tools/heldout_tables.py tasks       # params, horizon, batch, data, single-run wall time (trains Adam once)
     python tools/heldout_tables.py baselines   # every shipped baseline's metrics (from the normalizer file)
     python tools/heldout_tables.py baselines --suite test   # the same for the test suite, plus a table per task
+    python tools/heldout_tables.py headline --suite test --ruleset self_tuning   # the headline of docs/results
+
+``headline``: every shipped baseline and the shipped pretrained optimizers of one suite under one ruleset, in one
+pool (`metafam.benchmark.score`): the profile score (AlgoPerf's B over the time ratios to the pool's fastest), the
+median time ratio, the tasks where a row is the pool's fastest, VeLO's speedup over tuned Adam with the number of
+tasks where it is only a bound (capped at 4), and a per-task table of time ratios. The pretrained optimizers' runs
+are read from their cached suite evaluations under experiments/results (`PRETRAINED_RUNS`; a row without one is
+listed as not run); under the self-tuning ruleset the baselines' single-setting runs are trained where they differ
+from the shipped ones and kept under experiments/results/headline/.
 
 "Single-run wall time": one Adam run (lr 1e-3, one seed, the task's horizon, the suite's evaluation points),
 compilation included, measured with `time.perf_counter` on this machine.
@@ -11,6 +20,7 @@ compilation included, measured with `time.perf_counter` on this machine.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -101,16 +111,68 @@ def muon_facts(data, evaluations) -> str:
       *("| " + " | ".join(map(str, row)) + " |" for row in paired_rows(muon, evaluations))])
 
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PRETRAINED_RUNS = {  # (suite, ruleset) -> {pretrained optimizer: its cached evaluate_suite run}
+    ("heldout", "external"): {"generalist_v1": "experiments/results/heldout_generalist_v1_tasks"},
+    ("heldout", "self_tuning"): {"generalist_v2": "experiments/results/candidate_e/dev_self_tuning_step2002_tasks"},
+    ("test", "external"): {"generalist_v1": "experiments/results/test_generalist_v1_tasks",
+                           "generalist_v2": "experiments/results/candidate_e/test_tuned_step2002_tasks"},
+    ("test", "self_tuning"): {"generalist_v2": "experiments/results/candidate_e/test_self_tuning_step2002_tasks"},
+}
+
+
+def headline_table(suite: str, ruleset: str) -> str:
+  import numpy as np
+  from metafam.benchmark import score
+  from metafam.benchmark.heldout import LOSS_GAIN_IQM, PROFILE_SCORE, in_pool, load_cached_evaluation
+  from metafam.pretrained import PRETRAINED
+  data = None
+  report = score(None, suite=suite, ruleset=ruleset, progress=False, confirm_test=suite == "test",
+                 cache_dir=os.path.join(ROOT, "experiments", "results", "headline", f"{suite}_{ruleset}"))
+  rows = dict(report.rows)
+  tasks = [s.task for s in next(iter(rows.values())).scores]
+  missing = []
+  for name in PRETRAINED:
+    path = PRETRAINED_RUNS.get((suite, ruleset), {}).get(name)
+    if path is None:
+      missing.append(name)
+      continue
+    rows[name] = load_cached_evaluation(os.path.join(ROOT, path), suite=suite, tasks=tasks, name=name)
+  rows = in_pool(rows, data, with_baselines=ruleset == "external")
+  ci = lambda a: f"{a.value:.2f} [{a.low:.2f}, {a.high:.2f}]"
+  lines = [f"Suite `{suite}`, ruleset `{ruleset}`: {len(tasks)} tasks, 3 seeds; one pool of {len(rows)} optimizers.",
+           "", "| optimizer | setting | profile score [95% CI] | median time ratio | fastest on | "
+           "IQM speedup over tuned Adam [95% CI] | speedup only a bound on | IQM loss gain [95% CI] |",
+           "|---|---|---|---:|---:|---|---:|---|"]
+  for name, e in sorted(rows.items(), key=lambda kv: -kv[1].aggregates[PROFILE_SCORE].value):
+    ratios = np.array([s.time_ratio for s in e.scores])
+    setting = report.settings.get(name, "per task" if ruleset == "external" else "its default rate")
+    lines.append(f"| {name} | {setting} | {ci(e.aggregates[PROFILE_SCORE])} | {np.median(ratios):.2f} | "
+                 f"{int(np.sum(ratios <= 1.0 + 1e-9))} | {ci(e.aggregates['iqm'])} | "
+                 f"{sum(s.speedup_capped for s in e.scores)} | {ci(e.aggregates[LOSS_GAIN_IQM])} |")
+  lines += ["", "Not in the pool (no cached run of this suite and ruleset): " + (", ".join(missing) or "none") + ".",
+            "", "Time ratio per task (1.00: the pool's fastest to that loss):", "",
+            "| task | " + " | ".join(rows) + " |", "|---|" + "---:|" * len(rows)]
+  for i, task in enumerate(tasks):
+    lines.append(f"| `{task}` | " + " | ".join(f"{e.scores[i].time_ratio:.2f}" for e in rows.values()) + " |")
+  return "\n".join(lines)
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument("table", choices=["tasks", "baselines"])
+  parser.add_argument("table", choices=["tasks", "baselines", "headline"])
   parser.add_argument("--tasks", nargs="+", default=None, help="with `tasks`: only these heldout tasks (default all)")
   parser.add_argument("--suite", choices=["heldout", "test"], default="heldout",
-                      help="with `baselines`: the suite whose shipped baselines are tabulated")
+                      help="with `baselines` or `headline`: the suite whose shipped baselines are tabulated")
+  parser.add_argument("--ruleset", choices=["external", "self_tuning"], default="external",
+                      help="with `headline`: per-task tuning or one setting for the whole suite")
   args = parser.parse_args(argv)
   if args.table == "tasks" and args.suite != "heldout":
     parser.error("--suite applies to the `baselines` table; `tasks` lists the heldout suite's tasks")
-  print(tasks_table(args.tasks) if args.table == "tasks" else baselines_table(args.suite))
+  if args.table == "headline":
+    print(headline_table(args.suite, args.ruleset))
+  else:
+    print(tasks_table(args.tasks) if args.table == "tasks" else baselines_table(args.suite))
 
 
 if __name__ == "__main__":

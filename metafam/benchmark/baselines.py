@@ -72,7 +72,7 @@ MAX_EXTENSIONS = 3
 NEWTON_SCHULZ = ("muon",)  # baselines whose update is dominated by the Newton-Schulz iteration
 SPLITS = ("inner_valid", "test")
 TAIL_FRACTION = 0.1
-COMMAND = "python benchmarks/heldout_baselines.py --shard_dir heldout_shards"
+COMMAND = "python benchmarks/heldout_baselines.py --shard_dir experiments/results/heldout_shards"
 DATA_FILE = os.path.join(os.path.dirname(__file__), "data", "heldout_baselines.json")
 TEST_EVAL_EXAMPLES = 2048
 
@@ -124,8 +124,8 @@ class SuiteSpec:
 
 SUITE_SPECS: Dict[str, SuiteSpec] = {
     "heldout": SuiteSpec("heldout", HORIZONS, ("adam", "adamw", "nadamw", "sgd_nesterov", "rmsprop", "lion",
-                                               "adafactor", "muon", "schedule_free_adamw"), DATA_FILE, COMMAND,
-                         in_progress=("ademamix",)),
+                                               "adafactor", "muon", "schedule_free_adamw", "ademamix"), DATA_FILE,
+                         COMMAND),
     "test": SuiteSpec("test", TEST_HORIZONS, ("adam", "adamw", "nadamw", "muon"),
                       os.path.join(os.path.dirname(__file__), "data", "test_baselines.json"),
                       "python benchmarks/heldout_baselines.py --suite test --shard_dir test_shards",

@@ -162,8 +162,12 @@ def _registered(name: str) -> Any:
       return optax_transform(name, learning_rate, num_steps=num_steps)
     pretrained.__name__ = name
     return schedule_factory(pretrained)
-  return schedule_factory(lookup(TUNABLE, name, "optimizer") if name in TUNABLE else
-                          lookup({**TUNABLE, **PRETRAINED}, name, "optimizer"))
+  from metafam._registry import UnknownNameError
+  try:
+    return schedule_factory(lookup(TUNABLE, name, "optimizer") if name in TUNABLE else
+                            lookup({**TUNABLE, **PRETRAINED}, name, "optimizer"))
+  except UnknownNameError as e:
+    raise ValueError(f"{e}; or give a factory as module:function (e.g. optax.contrib:prodigy).") from None
 
 
 def import_factory(path: str, argument: str = "--optimizer") -> Callable[..., Any]:

@@ -156,8 +156,8 @@ class TaskScore:
 
   @property
   def seed_profile_scores(self) -> Tuple[float, ...]:
-    """Per seed, `metafam.evaluation.metrics.profile_score` of the time ratio (1: the pool's fastest; 0: 4x or
-    slower): the runs whose mean is the headline score."""
+    """Per seed, `metafam.evaluation.metrics.profile_score` of the time ratio (1: the pool's fastest; 0: a ratio of
+    4 or more): the runs whose mean is the headline score."""
     return tuple(float(v) for v in profile_score(np.asarray(self.seed_time_ratios, np.float64)))
 
 

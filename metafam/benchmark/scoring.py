@@ -19,7 +19,7 @@ The two rulesets are AlgoPerf's:
 The headline of every row is the **profile score** (`metafam.benchmark.heldout.PROFILE_SCORE`): per task and seed,
 the time ratio of the run to the fastest run of the pool that reached the same loss
 (`metafam.evaluation.metrics.time_ratio`, at least 1, never capped), turned into its share of the performance profile
-from 1x to 4x (`profile_score`), averaged over tasks and seeds: AlgoPerf's score B of the pool, in [0, 1]. The pool
+from ratio 1 to 4 (`profile_score`), averaged over tasks and seeds: AlgoPerf's score B of the pool, in [0, 1]. The pool
 is the report's rows: the suite's baselines under the ruleset, the shipped pretrained optimizers when asked for
 (``pretrained``), and the candidate. VeLO's speedup over tuned Adam (run to 4T) stays as a column.
 """
@@ -172,9 +172,13 @@ def check(candidate: Any = None, *, suite: str = "heldout", ruleset: str = "exte
           schedules: Optional[Sequence[str]] = None, learning_rate: Optional[float] = None,
           pretrained: Sequence[str] = (), confirm_test: bool = False, data: Optional[Mapping[str, Any]] = None,
           horizon: Optional[int] = None, baselines: Optional[Sequence[str]] = None,
-          num_seeds: Optional[int] = None):
+          num_seeds: Optional[int] = None, names: Optional[Mapping[str, str]] = None):
   """Everything `score` checks before it trains (ValueError, one line): ``(data, tasks, [(candidate, name)],
-  [resolved candidates])``; for a custom suite ``data`` is None and ``tasks`` are ``[(name, Task)]``."""
+  [resolved candidates])``; for a custom suite ``data`` is None and ``tasks`` are ``[(name, Task)]``. ``names``:
+  what the messages call the arguments (the command line passes its flags, e.g. ``{"candidate": "--optimizer"}``)."""
+  def n(argument: str) -> str:
+    return (names or {}).get(argument, argument)
+
   from metafam._checks import check_number, check_positive_int
   from metafam.benchmark.candidates import resolve
   ruleset = check_ruleset(ruleset)
@@ -189,7 +193,7 @@ def check(candidate: Any = None, *, suite: str = "heldout", ruleset: str = "exte
     tasks = list(data["tasks"]) if tasks is None else list(tasks)
     unknown = [t for t in tasks if t not in data["tasks"]]
     if unknown or not tasks:
-      raise ValueError(f"tasks {unknown or tasks} have no shipped baselines in the {suite} suite; available: "
+      raise ValueError(f"{n('tasks')}: {unknown or tasks} have no shipped baselines in the {suite} suite; available: "
                        f"{', '.join(data['tasks'])}.")
   else:
     from metafam.benchmark.suites import resolve_tasks
@@ -199,13 +203,13 @@ def check(candidate: Any = None, *, suite: str = "heldout", ruleset: str = "exte
       raise ValueError("the self-tuning ruleset's single settings are chosen on the dev suite: it applies to the "
                        "heldout and test suites only.")
     if horizon is None:
-      raise ValueError("horizon: a suite without shipped baselines needs the run length (a multiple of "
+      raise ValueError(f"{n('horizon')}: a suite without shipped baselines needs the run length (a multiple of "
                        f"{bl.EVALS_PER_RUN}).")
-    horizon = check_positive_int("horizon", horizon)
+    horizon = check_positive_int(n("horizon"), horizon)
     if num_seeds is not None:
-      check_positive_int("num_seeds", num_seeds)
+      check_positive_int(n("num_seeds"), num_seeds)
     if horizon % bl.EVALS_PER_RUN:
-      raise ValueError(f"horizon must be a multiple of {bl.EVALS_PER_RUN} (the runs are evaluated at every "
+      raise ValueError(f"{n('horizon')} must be a multiple of {bl.EVALS_PER_RUN} (the runs are evaluated at every "
                        f"eighth of it), got {horizon}.")
     unknown = [b for b in (baselines or ()) if b not in bl.GRIDS]
     if unknown:
@@ -216,23 +220,25 @@ def check(candidate: Any = None, *, suite: str = "heldout", ruleset: str = "exte
     schedules = tuple(schedules)
     bad = [x for x in schedules if x not in bl.SCHEDULES]
     if bad or not schedules:
-      raise ValueError(f"schedules must be a non-empty subset of {', '.join(bl.SCHEDULES)}, got {list(schedules)}.")
+      raise ValueError(f"{n('schedules')} must be a non-empty subset of {', '.join(bl.SCHEDULES)}, got "
+                       f"{list(schedules)}.")
   if learning_rate is not None:
-    check_number("learning_rate", learning_rate, low=0.0, low_open=True)
+    check_number(n("learning_rate"), learning_rate, low=0.0, low_open=True)
     if ruleset != "self_tuning":
-      raise ValueError("learning_rate is the self-tuning ruleset's one setting; the external ruleset tunes it.")
+      raise ValueError(f"{n('learning_rate')} is the self-tuning ruleset's one setting; the external ruleset tunes "
+                       "it.")
   runs: List[tuple] = [(p, None) for p in pretrained]
   if candidate is not None:
     runs.append((candidate, name))
   taken = spec.all_optimizers + tuple(pretrained)
-  resolved = [resolve(c, n, baselines=spec.all_optimizers if c is not candidate else taken)  # all checked first
-              for c, n in runs]
+  resolved = [resolve(c, label, baselines=spec.all_optimizers if c is not candidate else taken,  # all checked first
+                      argument=n("candidate")) for c, label in runs]
   if ruleset == "self_tuning" and candidate is not None and resolved[-1].tuned:
     _self_tuning_setting(candidate, learning_rate, schedules)
     registered = isinstance(candidate, str) and (candidate in bl.GRIDS or _is_pretrained(candidate))
     if learning_rate is None and not registered:
       raise ValueError("the self-tuning ruleset runs a factory at one learning rate for every task: give "
-                       "learning_rate.")
+                       f"{n('learning_rate')}.")
   return data, tasks, runs, resolved
 
 

@@ -169,7 +169,7 @@ def steps_to_reach(steps: np.ndarray, losses: np.ndarray, target: float) -> floa
   return _crossing_step(steps[i - 1], steps[i], base[i - 1], base[i], target)
 
 
-PROFILE_MAX = 4.0  # AlgoPerf's performance profiles stop at 4x the fastest
+PROFILE_MAX = 4.0  # AlgoPerf's performance profiles stop at a time ratio of 4 to the fastest
 
 
 def time_ratio(steps: np.ndarray, curve: np.ndarray, pool: Sequence[np.ndarray]) -> float:
