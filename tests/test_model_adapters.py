@@ -231,6 +231,20 @@ def test_an_equinox_module_passed_as_params_gets_one_line_naming_the_leaf_and_th
   assert non_array_leaf({"a": jnp.ones(2), "f": jnp.tanh})[0] == "['f']"
 
 
+def test_an_equinox_module_as_params_gets_the_same_line_from_trainer_and_truncated_step():
+  """Without check_family: the engines refuse it where they first initialize the task, before optax sees it."""
+  from metafam.training import Trainer
+  import re
+  expected = re.escape("task '_ModuleAsParams': params leaf .activation is a custom_jvp (relu), not an array")
+  with pytest.raises(ValueError, match=expected) as info:
+    Trainer(_ModuleAsParams(), Adam(0.01), eval_every=5, eval_batches=1, progress=False).fit(10)
+  assert "\n" not in str(info.value) and "equinox_task" in str(info.value)
+  step = TruncatedStep(single_task_to_family(_ModuleAsParams()), Adam(0.01), num_tasks=2,
+                       schedule=ConstantSchedule(10), meta_loss_split=None)
+  with pytest.raises(ValueError, match=expected):
+    step.init_step_state({}, jax.random.key(0))
+
+
 def test_a_non_array_config_leaf_is_named():
   family = FunctionFamily(lambda key: {"act": jax.nn.relu}, lambda cfg: FunctionTask(lambda k: jnp.zeros(2),
                                                                                       lambda p, k, b: jnp.sum(p)))

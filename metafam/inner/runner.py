@@ -35,7 +35,7 @@ from metafam.inner.step import (all_finite, apply_update, draw_train_step, loss_
                                 scalar_loss, scan_with_draws, train_step_drawn)
 from metafam.optimizers.base import OptaxOptimizer, Optimizer
 from metafam.taskfamilies.base import TaskFamily
-from metafam.tasks.base import Task
+from metafam.tasks.base import Task, check_array_leaves
 
 OptimizerLike = Union[Optimizer, optax.GradientTransformation]
 
@@ -133,7 +133,9 @@ def _task_of(obj: Union[Task, TaskFamily], cfg: Any) -> Task:
 
 def _init_member(obj, opt, num_steps, cfg_key, init_key, opt_key):
   cfg = obj.sample(cfg_key) if isinstance(obj, TaskFamily) else None
-  params, model_state = _task_of(obj, cfg).init_with_state(init_key)
+  task = _task_of(obj, cfg)
+  params, model_state = task.init_with_state(init_key)
+  check_array_leaves(f"task {getattr(task, 'name', type(task).__name__)!r}", "params", params)
   return cfg, opt.init(params, model_state=model_state, num_steps=num_steps, key=opt_key)
 
 

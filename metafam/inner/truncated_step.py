@@ -51,6 +51,7 @@ from metafam.optimizers import low_rank
 from metafam.optimizers.base import Optimizer
 from metafam.optimizers.learned import HandDesigned
 from metafam.taskfamilies.base import TaskFamily
+from metafam.tasks.base import check_array_leaves
 
 META_LOSS_SPLITS = ("same_batch",) + SPLITS
 RESETS = ("auto", "cond", "select")
@@ -254,7 +255,9 @@ class TruncatedStep(DataPytree):
   def _fresh_lane(self, theta, key, random_offset: bool) -> LaneState:
     k_cfg, k_init, k_len, k_off, k_opt = jax.random.split(key, 5)
     cfg = self.family.sample(k_cfg)
-    params, model_state = self.family.task_fn(cfg).init_with_state(k_init)
+    task = self.family.task_fn(cfg)
+    params, model_state = task.init_with_state(k_init)
+    check_array_leaves(f"task {getattr(task, 'name', type(task).__name__)!r}", "params", params)
     length = self.schedule.sample(k_len)
     iteration = jnp.asarray(0, jnp.int32)
     if random_offset:

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from metafam.datasets.base import dtype_of
-from metafam.tasks.base import Task, non_array_leaf
+from metafam.tasks.base import Task, check_array_leaves
 
 
 class TaskFamily:
@@ -108,17 +108,7 @@ def _describe(tree: Any) -> dict:
 
 def _check_arrays(what: str, family: TaskFamily, tree: Any) -> None:
   """Raises ValueError (one line) naming the first leaf of ``tree`` that is not an array, and the fix."""
-  found = non_array_leaf(tree)
-  if found is not None:
-    path, leaf = found
-    text = getattr(leaf, "__name__", None) or repr(leaf)
-    text = text if len(text) <= 60 else text[:57] + "..."
-    raise ValueError(
-        f"{family.name}: {what} leaf {path or '<root>'} is a {type(leaf).__name__} ({text}), not an array; params, "
-        "model state and configs must hold arrays only. Split a model's arrays from the rest and rebuild it in the "
-        "loss (Equinox: params, static = eqx.partition(model, eqx.is_inexact_array), then eqx.combine(params, "
-        "static); Flax NNX: nnx.split / nnx.merge), or build the task with metafam.tasks.equinox_task, nnx_task or "
-        "linen_task, which do that.")
+  check_array_leaves(family.name, what, tree)
 
 
 def _compare(what: str, family: TaskFamily, trees: list) -> None:

@@ -108,3 +108,20 @@ def non_array_leaf(tree: Any) -> Optional[Tuple[str, Any]]:
     if not isinstance(leaf, (jax.Array, np.ndarray, np.generic, int, float, complex)):
       return jax.tree_util.keystr(path), leaf
   return None
+
+
+def check_array_leaves(owner: str, what: str, tree: Any) -> None:
+  """Raises ValueError (one line) naming the first leaf of ``tree`` that is not an array (`non_array_leaf`) and how
+  to split a model's arrays from the rest; ``owner`` and ``what`` name where it was found (``"task 'x'"``,
+  ``"params"``). Works on traced values, so an engine calls it where it first initializes a task."""
+  found = non_array_leaf(tree)
+  if found is not None:
+    path, leaf = found
+    text = getattr(leaf, "__name__", None) or repr(leaf)
+    text = text if len(text) <= 60 else text[:57] + "..."
+    raise ValueError(
+        f"{owner}: {what} leaf {path or '<root>'} is a {type(leaf).__name__} ({text}), not an array; params, "
+        "model state and configs must hold arrays only. Split a model's arrays from the rest and rebuild it in the "
+        "loss (Equinox: params, static = eqx.partition(model, eqx.is_inexact_array), then eqx.combine(params, "
+        "static); Flax NNX: nnx.split / nnx.merge), or build the task with metafam.tasks.equinox_task, nnx_task or "
+        "linen_task, which do that.")
