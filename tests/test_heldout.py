@@ -275,7 +275,7 @@ def test_normalizer_file_matches_a_rerun_of_one_task_sweep_exactly():
 @pytest.mark.parametrize("args, message", [
     (["--optimizer=nope"], "unknown optimizer 'nope'; valid names: .*schedule_free_adamw"),
     (["--optimizer=adam", "--learning_rate=0.1"], "--learning_rate: the heldout suite fixes"),
-    (["--optimizer=adam", "--inner_steps=5", "--seeds=2"], "--inner_steps, --seeds: the heldout suite fixes"),
+    (["--optimizer=adam", "--inner_steps=8", "--seeds=2"], "--inner_steps, --seeds: the heldout suite fixes"),
     (["--optimizer=mlp_lopt"], "--optimizer=mlp_lopt is a learned optimizer: give its meta-parameters"),
     ([], "--suite heldout needs --optimizer"),
 ])

@@ -10,7 +10,7 @@ import pytest
 
 import metafam
 from metafam._registry import UnknownNameError, lookup
-from metafam.benchmark import runner, suites, sweep
+from metafam.benchmark import baselines, suites, sweep
 from metafam.optimizers import registry as optimizers
 from metafam.outer_trainers import registry as estimators
 from metafam.taskfamilies import registry as families
@@ -24,7 +24,7 @@ REGISTRIES = {  # name: (table, lookup function of a name)
     "learned optimizers": (optimizers.LEARNED_OPTIMIZERS, optimizers.get_learned_optimizer),
     "hand optimizers": (optimizers.HAND_DESIGNED, lambda n: optimizers.get_hand_optimizer(n, 1e-3)),
     "estimators": (estimators.ESTIMATORS, estimators.get_estimator),
-    "tuned baselines": (sweep.TUNABLE, lambda n: runner.resolve_tuned([n])),
+    "tuned baselines": (sweep.TUNABLE, lambda n: baselines.tune_baseline(None, n, 8)),
 }
 
 

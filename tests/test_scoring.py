@@ -148,7 +148,8 @@ def test_the_api_score_and_the_command_line_give_the_same_numbers(tmp_path, monk
                  progress=False)
   out = tmp_path / "out"
   code = cli.main(["metafam", "benchmark", "--suite=heldout", f"--tasks={TASK}", "--schedules=constant",
-                   "--optimizer=my_factories:schedule_free", "--progress=false", f"--output_dir={out}"])
+                   "--optimizer=my_factories:schedule_free", "--name=schedule_free", "--progress=false",
+                   "--ruleset=external", f"--output_dir={out}"])
   assert code == 0, capsys.readouterr().err
   with open(out / "heldout.json") as f:
     from_cli = json.load(f)["tasks"][0]

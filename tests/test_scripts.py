@@ -521,7 +521,7 @@ def _program(command):
 COVERED = {
     **{f"benchmarks/{name}.py": "tests/test_benchmark_scripts.py" for name in (
         "conv_in_loop", "distributed", "heldout_baselines", "low_rank_estimates", "lowered_cost",
-        "meta_training", "outer_training", "profile_estimate", "suite")},
+        "meta_training", "outer_training", "profile_estimate")},
     # Its documented commands' flags are those of gpu_run.sh's step_cost step, run by tests/test_gpu_run.py, and of
     # its many-members smoke run.
     "benchmarks/step_cost.py": "tests/test_gpu_run.py benchmarks/gpu_run.sh tests/test_benchmark_scripts.py",
@@ -542,7 +542,8 @@ COVERED = {
     "metafam meta-train": "tests/test_cli.py tests/test_cli_fuzz.py tests/test_failures.py tests/test_distributed.py "
                           "tests/test_recipes.py tests/test_wheel.py",
     "metafam evaluate": "tests/test_cli.py tests/test_cli_fuzz.py",
-    "metafam benchmark": "tests/test_cli.py tests/test_cli_fuzz.py tests/test_heldout.py tests/test_test_suite.py",
+    "metafam benchmark": "tests/test_cli.py tests/test_cli_fuzz.py tests/test_heldout.py tests/test_test_suite.py "
+                         "tests/test_scoring.py",
     "metafam convert-checkpoint": "tests/test_cli.py tests/test_checkpoint_format.py",
     "metafam launch": "tests/test_distributed.py",
     "pytest": ".ci/run",

@@ -259,11 +259,12 @@ def tune_baseline(task: Task, name: str, horizon: int, *, task_name: Optional[st
   constant ratio for the edge extensions. ``eval_batches``: batches per split and eval point (`SuiteSpec`).
   ``lane_chunk``: the lanes' updates in blocks of this many (`Runner`); "auto": `default_lane_chunk` of ``name``.
   """
+  from metafam._registry import lookup
+  factory = factory if factory is not None else schedule_factory(lookup(TUNABLE, name, "tuned baseline"))
   if isinstance(lane_chunk, str) and lane_chunk == "auto":
     lane_chunk = default_lane_chunk(name)
   start = time.perf_counter()
   task_name = task_name or task.name
-  factory = factory if factory is not None else schedule_factory(TUNABLE[name])
   bad = [s for s in schedules if s not in SCHEDULES]
   if bad or not schedules:
     raise ValueError(f"schedules must be a non-empty subset of {SCHEDULES}, got {tuple(schedules)}.")
