@@ -432,7 +432,7 @@ def test_adam_at_the_reference_rate_reproduces_the_reference_run():
   steps, curves = (np.asarray(a) for a in _in_a_production_process(
       "import json, sys, optax; from metafam.benchmark import heldout; "
       f"adam = optax.inject_hyperparams(optax.adam)(learning_rate={e['reference']['learning_rate']!r}); "
-      f"r = heldout.evaluate_suite(adam, tasks=[{task!r}], progress=False); "
+      f"r = heldout.evaluate_suite(adam, tasks=[{task!r}], name='adam-reference-rate', progress=False); "
       f"json.dump([r.curves[{task!r}][0].tolist(), r.curves[{task!r}][1].tolist()], sys.stdout)"))
   reference = np.asarray(e["reference"]["test_curves"])[:, :len(steps)]
   np.testing.assert_array_equal(curves, reference)

@@ -193,7 +193,7 @@ def test_tuned_adam_on_the_test_suite_from_the_command_line(tmp_path, monkeypatc
   monkeypatch.setattr(heldout, "load_normalizers", one_task)
   out = tmp_path / "test_run"
   assert cli.main(["metafam", "benchmark", "--suite=test", "--confirm_test", "--optimizer=adam",
-                   f"--output_dir={out}", "--progress=false"]) == 0
+                   "--schedules=constant", f"--output_dir={out}", "--progress=false"]) == 0
   with open(out / "test.json") as f:
     record = json.load(f)
   assert record["suite"] == "test" and record["evaluated_at"].endswith("+00:00")

@@ -130,7 +130,7 @@ def headline_table(suite: str, ruleset: str) -> str:
   report = score(None, suite=suite, ruleset=ruleset, progress=False, confirm_test=suite == "test",
                  cache_dir=os.path.join(ROOT, "experiments", "results", "headline", f"{suite}_{ruleset}"))
   rows = dict(report.rows)
-  tasks = [s.task for s in next(iter(rows.values())).scores]
+  tasks = max(([s.task for s in e.scores] for e in rows.values()), key=len)
   missing = []
   for name in PRETRAINED:
     path = PRETRAINED_RUNS.get((suite, ruleset), {}).get(name)
@@ -138,6 +138,8 @@ def headline_table(suite: str, ruleset: str) -> str:
       missing.append(name)
       continue
     rows[name] = load_cached_evaluation(os.path.join(ROOT, path), suite=suite, tasks=tasks, name=name)
+  partial = {k: len(v.scores) for k, v in rows.items() if len(v.scores) < len(tasks)}  # still being generated
+  rows = {k: v for k, v in rows.items() if k not in partial}
   rows = in_pool(rows, data, with_baselines=ruleset == "external")
   ci = lambda a: f"{a.value:.2f} [{a.low:.2f}, {a.high:.2f}]"
   lines = [f"Suite `{suite}`, ruleset `{ruleset}`: {len(tasks)} tasks, 3 seeds; one pool of {len(rows)} optimizers.",
@@ -151,7 +153,9 @@ def headline_table(suite: str, ruleset: str) -> str:
     lines.append(f"| {name} | {setting} | {ci(e.aggregates[PROFILE_SCORE])} | {np.median(ratios):.2f} | "
                  f"{int(np.sum(ratios <= lowest + 1e-9))} | {ci(e.aggregates['iqm'])} | "
                  f"{sum(s.speedup_capped for s in e.scores)} | {ci(e.aggregates[LOSS_GAIN_IQM])} |")
-  lines += ["", "Not in the pool (no cached run of this suite and ruleset): " + (", ".join(missing) or "none") + ".",
+  lines += ["", "Not in the pool (no cached run of this suite and ruleset): " + (", ".join(missing) or "none") + "; "
+            "baselines still being generated: " + (", ".join(f"{k} ({n} of {len(tasks)} tasks)"
+                                                          for k, n in partial.items()) or "none") + ".",
             "", "Time ratio per task (T over the fewest steps any row needed to reach the row's loss at T; 1.00: nobody "
             "got there sooner):", "",
             "| task | " + " | ".join(rows) + " |", "|---|" + "---:|" * len(rows)]
