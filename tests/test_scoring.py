@@ -136,6 +136,7 @@ def _factory_module(tmp_path, monkeypatch):
   sys.modules.pop("my_factories", None)
 
 
+@pytest.mark.slow  # three tuned runs of a factory on a dev task (about a minute)
 def test_the_api_score_and_the_command_line_give_the_same_numbers(tmp_path, monkeypatch, capsys):
   """A user's factory (schedule-free AdamW with its own warmup, which died inside optax when it was handed a
   schedule) on one dev task: `evaluate_suite`, `score` and `metafam benchmark --optimizer module:function` train it
@@ -172,6 +173,7 @@ def test_a_custom_suite_trains_the_candidate_exactly_as_a_shipped_one():
   np.testing.assert_array_equal(shipped.curves[TASK][1], custom.evaluation.curves[TASK][1])
 
 
+@pytest.mark.slow  # trains every baseline at its single setting on a dev task
 def test_self_tuning_runs_a_baseline_name_at_its_single_dev_setting(tmp_path):
   """Under the self-tuning ruleset the candidate 'adam' runs at Adam's best single dev setting, so its row is the
   single-setting Adam baseline's, and the pool holds no per-task tuned run."""

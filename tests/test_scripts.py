@@ -418,6 +418,9 @@ def test_meta_gradient_signal_quick(monkeypatch, capsys):
 def test_heldout_tables(monkeypatch, capsys):
   code, out = run_script("tools/heldout_tables.py", ["baselines"], monkeypatch, capsys)
   assert code == 0 and out.startswith("|") and "Tasks:" in out and "IQM loss gain" in out
+  code, out = run_script("tools/heldout_tables.py", ["headline", "--suite", "heldout", "--ruleset", "external"],
+                         monkeypatch, capsys)
+  assert code == 0 and "| muon | per task | 0.77 [0.73, 0.80] |" in out and "lowest ratio on" in out
   code, out = run_script("tools/heldout_tables.py", ["baselines", "--suite", "test"], monkeypatch, capsys)
   assert code == 0 and "| muon |" in out and "| `fmnist60k_logreg_28x28_b128` |" in out
   # Muon against the others, paired, and the speedup cap's ceiling: a candidate at the cap on every seed beats each of
