@@ -62,6 +62,7 @@ def test_outer_training_against_the_reference_library(tmp_path, monkeypatch, cap
   assert out.count("outer_valid") >= 3 and "FullES, 2 pairs" in out
 
 
+@pytest.mark.slow  # the benchmark script end to end (about 25 s); its engine is tested in tests/test_inner.py
 def test_inner_training(tmp_path, monkeypatch, capsys):
   # One device with the host-driven baselines skipped is gpu_run.sh's inner_training step (tests/test_gpu_run.py).
   md = tmp_path / "inner.md"

@@ -19,10 +19,11 @@ PAGES = sorted(os.path.relpath(p, DOCS) for p in glob.glob(os.path.join(DOCS, "*
 RUNNABLE = [page for page in PAGES if code_blocks(os.path.join(DOCS, page), "python")]
 
 
-# The two heaviest tutorials run with `-m slow` (in CI): their library paths are the benchmark runner's and the
-# meta-training loop's, tested in tests/test_benchmark.py and tests/test_meta_trainer.py.
-SLOW_CASES = {("test_page_python_blocks_run", f"tutorials/{page}.md")
-              for page in ("benchmarking-optax", "learned-optimizer-optax")}
+# The heaviest pages run with `-m slow` (in CI): the two tutorials' library paths are the scoring path's and the
+# meta-training loop's, tested in tests/test_benchmark.py and tests/test_meta_trainer.py; the your-model guide's
+# adapters, arrays and families are tested in tests/test_model_adapters.py and tests/test_array_datasets.py.
+SLOW_CASES = {("test_page_python_blocks_run", f"{page}.md")
+              for page in ("tutorials/benchmarking-optax", "tutorials/learned-optimizer-optax", "guide/your-model")}
 
 
 @pytest.fixture(scope="module")

@@ -192,6 +192,7 @@ def test_planted_residual_is_learned():
 SCHEDULE_STEPS = 1000
 
 
+@pytest.mark.slow  # a 1000-step meta-training run (about 50 s); the planted step gain above is the default check
 def test_planted_schedule_is_learned():
   """On a noisy quadratic whose minimum is fixed (`MatrixQuadraticFamily(noise_std=0.5, target_std=0)`), Muon's
   fixed-norm steps leave it jittering at a floor set by the rate, so a rate that falls as training goes on beats every
