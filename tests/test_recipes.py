@@ -161,7 +161,7 @@ def test_meta_train_recipe_resumes_bit_identically_and_reports_its_totals(tmp_pa
   assert summary["config"]["recipe"]["families"][1]["kwargs"]["dim"] == 7
   # `evaluate` rebuilds the optimizer with the recipe's step_mult (recorded inside the run's recipe).
   code, out, err = run(["evaluate", "--optimizer=adafac_muon_rms_lopt", f"--checkpoint={resumed}/checkpoint.npz",
-                        "--task=quadratic_10", "--inner_steps=5", "--seeds=1", "--progress=false",
+                        "--task=quadratic_10", "--inner_steps=8", "--seeds=1", "--progress=false",
                         f"--output_dir={tmp_path / 'eval'}"], capsys)
   assert code == 0, err
   (built,) = cli.build_optimizers("adafac_muon_rms_lopt", learning_rate=1e-3,
