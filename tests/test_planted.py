@@ -174,7 +174,10 @@ PARAMETER = 1  # MuonResidualLOpt's features: gradient, parameter, momentum, dir
 def test_planted_residual_is_learned():
   """On quadratics whose minimum is W = 0 for every instance, with noisy gradients, the parameter feature points
   exactly at the minimum while every gradient feature is noisy: the residual must learn a positive slope on it (a
-  pull towards zero), and removing it must cost loss on the same instances, by more than 4 paired standard errors.
+  pull towards zero), and removing it must cost loss on the same instances: on at least 28 of 32 (a sign test; under
+  no effect the chance is below 3e-5), robust to one instance on which the ablated optimizer nearly diverges (seen
+  after the meta-training programs gained their non-finite counts: the float rounding moved, one instance's
+  ablated loss rose by 2.7 and its variance hid a cost that every instance pays).
   """
   family = planted.MatrixQuadraticFamily(SHAPE, noise_std=0.5, target_std=0.0)
   lopt, trainer = _trainer(family, 0.3, RESIDUAL_STEPS)
@@ -185,7 +188,7 @@ def test_planted_residual_is_learned():
   per = planted.objective_by_theta(family, lopt, thetas, RECIPE.schedule(), jax.random.key(2), num_tasks=32,
                                    per_instance=True)
   diff = per[1] - per[0]  # ablated minus trained, per instance
-  assert diff.mean() > 4 * diff.std(ddof=1) / np.sqrt(len(diff)), (per.mean(axis=1), diff.mean(), diff.std())
+  assert np.sum(diff > 0) >= 28 and np.median(diff) > 0, (per.mean(axis=1), np.round(diff, 4))
 
 
 # -- 4. a planted schedule: a decay that beats the best constant rate is learned -------------------------------------
