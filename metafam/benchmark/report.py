@@ -15,7 +15,7 @@ import csv
 import io
 import math
 import os
-from typing import Any, List, Sequence, Tuple
+from typing import Any, Sequence, Tuple
 
 import numpy as np
 

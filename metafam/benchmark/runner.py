@@ -12,7 +12,7 @@ Scoring lives in `metafam.benchmark.scoring` (`score`, the one path) and `metafa
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Optional, Tuple, Union
 
 import jax
 import jax.numpy as jnp
