@@ -52,13 +52,13 @@ def main():
   for name, tx in opts.items():
     lopt = HandDesigned(OptaxOptimizer(tx, name=name))
     res = compare_with_tuned_adam(ev, lopt, {name: {}}, key)
-    r = res.learned[name]
-    sm = smooth_curves(r.curves, a.steps // 10).mean(axis=1)
+    r = res.speedup(name)
+    sm = smooth_curves(res.curves[name], a.steps // 10).mean(axis=1)
     adam_sm = smooth_curves(res.adam_curves, a.steps // 10).mean(axis=1)
     q = [int(a.steps * f) - 1 for f in (0.25, 0.5, 0.75, 1.0)]
     print(f"{name:28s} smoothed@{[i + 1 for i in q]}: {' '.join(f'{sm[i]:.4f}' for i in q)}  "
-          f"speedup {r.speedup.value:.2f} [{r.speedup.low:.2f}, {r.speedup.high:.2f}] reached "
-          f"{int(r.reached.sum())}/16 | tuned adam lr {res.adam_lr:g}: {' '.join(f'{adam_sm[i]:.4f}' for i in q)}",
+          f"speedup {r.value:.2f} [{r.low:.2f}, {r.high:.2f}] at the cap "
+          f"{res.at_cap(name)}/16 | tuned adam lr {res.adam_lr:g}: {' '.join(f'{adam_sm[i]:.4f}' for i in q)}",
           flush=True)
 
 

@@ -155,7 +155,8 @@ def main():
     ev = FamilyEvaluator(fam, 16, args.eval_steps)
     res = compare_with_tuned_adam(ev, lopt, thetas, jax.random.key(args.seed + 1_000_003))
     print(res.format_table(), flush=True)
-    for label, r in res.learned.items():
+    for label in res.learned:
+      r = res.speedup(label)
       row = dict(name=args.name, family=fam_name, trained_on=args.family, theta=label, seed=args.seed,
                  lopt=args.lopt, lopt_kwargs=json.loads(args.lopt_kwargs), estimator=args.estimator,
                  pairs=args.pairs, unroll=args.unroll, trajectory=args.trajectory, schedule=args.schedule,
@@ -163,9 +164,9 @@ def main():
                  cosine=args.cosine, theta_ema=args.theta_ema or None, meta_steps=steps,
                  train_seconds=round(seconds, 1),
                  best_step=best[1] if label == "best" else None,
-                 final_loss=r.final_loss, adam_final_loss=res.adam_final_loss, adam_lr=res.adam_lr,
-                 speedup=r.speedup.value, low=r.speedup.low, high=r.speedup.high,
-                 reached=int(r.reached.sum()), mean_curve_speedup=r.mean_curve_speedup)
+                 final_loss=res.final_loss(label), adam_final_loss=res.adam_final_loss, adam_lr=res.adam_lr,
+                 speedup=r.value, low=r.low, high=r.high, at_cap=res.at_cap(label),
+                 speedup_of_mean_curve=res.scores[label].scores[0].speedup)
       with open(args.out, "a") as f:
         f.write(json.dumps(row) + "\n")
 

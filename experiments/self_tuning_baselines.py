@@ -27,6 +27,7 @@ import time
 from metafam.benchmark import baselines as bl
 from metafam.benchmark import heldout
 from metafam.benchmark import self_tuning as st
+from metafam.evaluation.scores import LOSS_GAIN_IQM
 
 DEFAULT_OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "self_tuning_baselines.md")
 
@@ -83,7 +84,7 @@ def main(argv=None):
     c = choices[o]
     rows.append([o, f"{c.schedule} {c.learning_rate:.3g}", f"{trained} ({s.wall_time:.0f} s)",
                  interval(s.aggregates["iqm"]), interval(tuned.aggregates["iqm"]),
-                 interval(s.aggregates[heldout.LOSS_GAIN_IQM]), interval(tuned.aggregates[heldout.LOSS_GAIN_IQM]),
+                 interval(s.aggregates[LOSS_GAIN_IQM]), interval(tuned.aggregates[LOSS_GAIN_IQM]),
                  *paired[1:5], paired[5]])
     print(f"{o}: done", flush=True)
   comparison = markdown(headers, rows)

@@ -1,4 +1,5 @@
-"""Held-out comparison with tuned Adam: per-instance speedups on curves with known answers, and the full pipeline."""
+"""The main job's held-out comparison with tuned Adam: the suites' scores (`metafam.evaluation.scores`) with the
+instances as seeds, on curves with known answers and on a trained family."""
 
 import json
 
@@ -7,10 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from metafam.evaluation.metrics import aggregate
-from metafam.evaluation.comparison import (compare_with_tuned_adam, instance_curves, instance_speedups,
-                                           mean_curve_speedup, smooth_curves)
+from metafam.evaluation.comparison import compare_with_tuned_adam, instance_curves, score_comparison, smooth_curves
 from metafam.evaluation.family_eval import FamilyEvaluator
+from metafam.evaluation.metrics import running_min
+from metafam.evaluation.scores import REFERENCE_FACTOR
 from metafam.optimizers.learned import LearnableAdam, LearnableSGD
 from metafam.taskfamilies.quadratic import QuadraticFamily
 
@@ -24,57 +25,64 @@ def exp_curves(rates, speed=1.0, num_steps=T):
   return np.exp(-np.asarray(rates)[None, :] * speed * t)
 
 
-def test_twice_as_fast_curves_score_two_per_instance():
-  """A learned curve c(2t) against Adam's c(t) reaches Adam's step-T loss at T / 2: speedup exactly 2."""
-  rates = np.linspace(0.005, 0.05, 16)
-  speedups, reached, steps = instance_speedups(exp_curves(rates, 2.0), exp_curves(rates))
-  np.testing.assert_allclose(speedups, 2.0, rtol=1e-9)
-  np.testing.assert_allclose(steps, T / 2, rtol=1e-9)
-  assert reached.all()
-  assert mean_curve_speedup(exp_curves(rates, 2.0), exp_curves(rates)) == pytest.approx(2.0, rel=0.02)
+def compare_curves(rates, curves, smoothing=1, **kw):
+  """Adam ``exp(-rate t)`` on each instance, run to T and (its reference) to 4T, against ``curves``."""
+  return score_comparison("synthetic", exp_curves(rates), exp_curves(rates, num_steps=REFERENCE_FACTOR * T), curves,
+                          adam_lr=1e-2, smoothing=smoothing, **kw)
 
 
-def test_non_integer_speedups_are_interpolated_exactly():
+def per_instance(cmp, name, field="seed_speedups"):
+  return np.asarray(getattr(cmp.scores[name].scores[0], field))
+
+
+def test_known_speedups_are_exact_and_the_cap_is_counted():
+  """c(k t) against Adam's c(t): its loss at T is Adam's at kT, so the speedup is exactly k (log-linear curves make
+  the interpolation exact) up to the reference's 4T; c(5t) is beyond it: at the cap 4 on every instance."""
+  rates = np.linspace(0.005, 0.02, 16)
+  cmp = compare_curves(rates, {f"x{k}": exp_curves(rates, k) for k in (0.5, 2.0, 2.5, 5.0)})
+  for k in (0.5, 2.0, 2.5):
+    np.testing.assert_allclose(per_instance(cmp, f"x{k}"), k, rtol=1e-9)
+    assert cmp.speedup(f"x{k}").value == pytest.approx(k, rel=1e-9) and cmp.at_cap(f"x{k}") == 0
+  np.testing.assert_array_equal(per_instance(cmp, "x5.0"), float(REFERENCE_FACTOR))
+  assert cmp.at_cap("x5.0") == 16 and cmp.scores["x5.0"].scores[0].speedup_capped
+  # Tuned Adam against its own reference (the same curve to T): 1.
+  np.testing.assert_allclose(per_instance(cmp, cmp.adam_label), 1.0)
+
+
+def test_time_ratios_are_measured_against_everyone_in_the_table():
+  """The pool is tuned Adam and every theta: the fastest (c(5t)) has ratio 1 everywhere; c(2t) reaches its own
+  result at T, which c(5t) reached at 2T/5 (ratio 2.5); Adam's result, c(5t) reaches at T/5 (ratio 5, profile 0)."""
+  rates = np.linspace(0.005, 0.02, 8)
+  cmp = compare_curves(rates, {"x2": exp_curves(rates, 2.0), "x5": exp_curves(rates, 5.0)})
+  np.testing.assert_allclose(per_instance(cmp, "x5", "seed_time_ratios"), 1.0)
+  np.testing.assert_allclose(per_instance(cmp, "x2", "seed_time_ratios"), 2.5, rtol=1e-9)
+  np.testing.assert_allclose(per_instance(cmp, cmp.adam_label, "seed_time_ratios"), 5.0, rtol=1e-9)
+  assert cmp.scores["x5"].aggregates["profile_score"].value == pytest.approx(1.0)
+  assert cmp.scores["x2"].aggregates["profile_score"].value == pytest.approx((4 - 2.5) / 3)
+  assert cmp.scores[cmp.adam_label].aggregates["profile_score"].value == pytest.approx(0.0)
+
+
+def test_a_diverged_instance_scores_zero_and_the_rest_still_count():
   rates = np.full(4, 0.02)
-  speedups, _, _ = instance_speedups(exp_curves(rates, 2.5), exp_curves(rates))
-  np.testing.assert_allclose(speedups, 2.5, rtol=1e-9)
-
-
-def test_identical_curves_score_one_and_slower_curves_score_zero():
-  rates = np.linspace(0.01, 0.03, 5)
-  same, reached, _ = instance_speedups(exp_curves(rates), exp_curves(rates))
-  np.testing.assert_allclose(same, 1.0)
-  assert reached.all()
-  slow, reached, steps = instance_speedups(exp_curves(rates, 0.5), exp_curves(rates))
-  np.testing.assert_array_equal(slow, 0.0)  # never reaches Adam's final loss within T: counted as 0
-  assert not reached.any() and np.isnan(steps).all()
-
-
-def test_non_finite_learned_steps_never_count():
-  """A step that went non-finite (inf in the curves) cannot reach the target; the finite rest still can."""
-  rates = np.full(2, 0.02)
   learned = exp_curves(rates, 2.0)
-  learned[:, 0] = np.inf  # diverged from the start
-  learned[50:, 1] = np.inf  # diverged at step 51, before it would reach the target (step 100)
-  speedups, reached, _ = instance_speedups(learned, exp_curves(rates))
-  np.testing.assert_array_equal(speedups, 0.0)
-  assert not reached.any()
+  learned[150:, 0] = np.inf  # diverged at step 151
+  cmp = compare_curves(rates, {"learned": learned})
+  np.testing.assert_allclose(per_instance(cmp, "learned"), [0.0, 2.0, 2.0, 2.0], rtol=1e-9)
+  assert cmp.scores["learned"].scores[0].diverged and np.isnan(cmp.final_loss("learned"))
 
 
 def test_median_interval_contains_the_known_speedup():
-  """Per-instance speedups scattered around 2 (noisy curves, then smoothed): the median's bootstrap interval holds
-  the true value 2, and the point estimate is close to it."""
+  """Per-instance speedups scattered around 2 (noisy curves, then smoothed): the median's bootstrap interval over
+  instances holds the true median, and the point estimate is close to it."""
   rng = np.random.default_rng(0)
-  rates = rng.uniform(0.005, 0.02, 32)
+  rates = rng.uniform(0.002, 0.006, 32)
   speeds = 2.0 * np.exp(rng.normal(0.0, 0.1, 32))  # per-instance true speedups, median about 2
-  base = 0.3 + exp_curves(rates)
-  learned = 0.3 + exp_curves(rates * speeds)
-  noise = lambda: rng.normal(0.0, 0.002, base.shape)
-  speedups, reached, _ = instance_speedups(smooth_curves(learned + noise(), 10), smooth_curves(base + noise(), 10))
-  assert reached.all()
-  agg = aggregate(speedups, "median", num_resamples=2000)
-  assert agg.low <= np.median(speeds) <= agg.high
-  assert agg.low <= 2.0 <= agg.high
+  noise = lambda n: rng.normal(0.0, 0.002, (n, 32))
+  adam, reference = 0.3 + exp_curves(rates), 0.3 + exp_curves(rates, num_steps=4 * T)
+  cmp = score_comparison("noisy", adam + noise(T), reference + noise(4 * T),
+                         {"learned": 0.3 + exp_curves(rates * speeds) + noise(T)}, adam_lr=1e-2, smoothing=10)
+  agg = cmp.speedup("learned")
+  assert agg.statistic == "median" and agg.low <= np.median(speeds) <= agg.high
   assert agg.value == pytest.approx(np.median(speeds), rel=0.1)
 
 
@@ -90,11 +98,12 @@ def test_smooth_curves_is_a_trailing_mean():
     smooth_curves(x, 0)
 
 
-def test_instance_speedups_checks_shapes():
+def test_score_comparison_checks_shapes():
+  rates = np.full(3, 0.01)
   with pytest.raises(ValueError, match="num_steps, num_tasks"):
-    instance_speedups(np.ones((5, 2)), np.ones((5, 3)))
-  with pytest.raises(ValueError, match="num_steps, num_tasks"):
-    instance_speedups(np.ones(5), np.ones(5))
+    compare_curves(rates, {"a": np.ones((T, 2))})
+  with pytest.raises(ValueError, match="reference"):
+    score_comparison("f", exp_curves(rates), exp_curves(rates), {"a": exp_curves(rates)}, adam_lr=1e-2)
 
 
 # -- the pipeline on a small quadratic family --------------------------------------------------------------------
@@ -114,31 +123,35 @@ def test_instance_curves_average_to_the_evaluator_curve(evaluator):
 
 
 def test_adam_against_itself_and_a_frozen_optimizer(evaluator):
-  """Tuned Adam's own theta as the "learned" optimizer gives Adam's curves (speedup >= 1, every instance reached);
-  SGD with a negligible learning rate never reaches Adam's final loss: speedup 0 on every instance."""
+  """Tuned Adam's own theta as the "learned" optimizer scores exactly as tuned Adam does: on each instance, the step
+  at which its smoothed running minimum first reaches its value at T, over T (the reference's first T steps are the
+  same run). SGD with a negligible learning rate ends where it started, which Adam passes after one step: speedup
+  exactly 1/T on every instance, and time ratio T (profile score 0)."""
   key = jax.random.key(4)
   adam = LearnableAdam()
   lr = evaluator.tune_adam(key)["best_lr"]
   same = dict(adam.init(None), log_lr=jnp.log(jnp.float32(lr)))
-  cmp = compare_with_tuned_adam(evaluator, adam, {"adam as learned": same}, key)
-  r = cmp.learned["adam as learned"]
-  assert cmp.adam_lr == lr
-  np.testing.assert_allclose(r.curves, cmp.adam_curves, rtol=1e-6)
-  assert r.reached.all() and r.speedup.value >= 1.0 and r.fraction_reached == 1.0
-  assert r.final_loss == pytest.approx(cmp.adam_final_loss, rel=1e-6)
-
   sgd = LearnableSGD(1e-7)
+  cmp = compare_with_tuned_adam(evaluator, adam, {"adam as learned": same}, key)
+  assert cmp.adam_lr == lr and list(cmp.scores) == ["adam as learned", cmp.adam_label]
+  np.testing.assert_allclose(cmp.curves["adam as learned"], cmp.adam_curves, rtol=1e-6)
+  smooth = running_min(smooth_curves(cmp.adam_curves, cmp.smoothing))
+  first = np.argmax(smooth <= smooth[-1], axis=0) + 1
+  np.testing.assert_allclose(per_instance(cmp, "adam as learned"), first / NUM_STEPS)
+  np.testing.assert_allclose(per_instance(cmp, cmp.adam_label), first / NUM_STEPS)
+
   cmp = compare_with_tuned_adam(evaluator, sgd, {"frozen": sgd.init(None)}, key, statistic="iqm")
-  r = cmp.learned["frozen"]
-  np.testing.assert_array_equal(r.speedups, 0.0)
-  assert (r.speedup.value, r.speedup.low, r.speedup.high) == (0.0, 0.0, 0.0) and r.speedup.statistic == "iqm"
-  assert r.final_loss > cmp.adam_final_loss
+  np.testing.assert_allclose(per_instance(cmp, "frozen"), 1.0 / NUM_STEPS)
+  np.testing.assert_allclose(per_instance(cmp, "frozen", "seed_time_ratios"), NUM_STEPS)
+  assert cmp.speedup("frozen").statistic == "iqm" and cmp.final_loss("frozen") > cmp.adam_final_loss
   summary = json.loads(json.dumps(cmp.to_json()))  # JSON-able
-  assert summary["learned"]["frozen"]["fraction_reached"] == 0.0 and summary["adam"]["lr"] == lr
-  assert len(summary["learned"]["frozen"]["speedup_per_instance"]) == NUM_TASKS
+  frozen = summary["learned"]["frozen"]
+  assert summary["adam"]["lr"] == lr and summary["reference_steps"] == REFERENCE_FACTOR * NUM_STEPS
+  assert len(frozen["speedup_per_instance"]) == NUM_TASKS and frozen["at_cap"] == 0
+  assert frozen["profile_score"]["value"] == 0.0 and frozen["speedup"]["value"] == pytest.approx(1 / NUM_STEPS)
   table = cmp.format_table()
-  assert "frozen" in table and "Adam (tuned lr=" in table and "0.00 [0.00, 0.00]" in table
-  assert set(cmp.mean_curves()) == {"frozen", cmp.adam_label}
+  assert "frozen" in table and "Adam (tuned lr=" in table and "0.03 [0.03, 0.03]" in table
+  assert list(cmp.mean_curves()) == ["frozen", cmp.adam_label] and list(cmp.learned) == ["frozen"]
 
 
 def test_input_checks(evaluator):

@@ -14,6 +14,7 @@ import pytest
 from metafam import cli
 from metafam.benchmark import baselines as bl
 from metafam.benchmark import heldout
+from metafam.evaluation import scores as engine
 from metafam.benchmark.suites import HORIZONS, SUITES
 from metafam.evaluation.metrics import optimality_gap, performance_profile, stratified_aggregate
 from metafam.optimizers.optax_zoo import OPTAX_FACTORIES
@@ -45,7 +46,7 @@ def entry(reference_seeds=None, adam_final=None, others=None):
 # -- per-task metrics --------------------------------------------------------------------------------------------
 def test_candidate_equal_to_tuned_adam_scores_one():
   e = entry()
-  score = heldout.score_task("t", e, np.asarray(e["baselines"]["adam"]["test_curves"]))
+  score = engine.score_task("t", e, np.asarray(e["baselines"]["adam"]["test_curves"]))
   assert score.speedup == 1.0 and score.seed_speedups == (1.0, 1.0, 1.0)
   assert score.loss_ratio == 1.0 and not score.speedup_capped and not score.diverged
   assert score.rank == 1 and score.num_ranked == len(OPTAX_FACTORIES) + 1  # ties with adam do not count against it; others are 1.5x
@@ -54,21 +55,21 @@ def test_candidate_equal_to_tuned_adam_scores_one():
 @pytest.mark.parametrize("k", [0.5, 1.5, 2.0, 3.0, 3.7])
 def test_curve_shifted_by_factor_k_scores_k(k):
   curves = np.stack([decay(k * STEPS)] * 3)  # reaches at T what the reference reaches at k T
-  score = heldout.score_task("t", entry(), curves)
+  score = engine.score_task("t", entry(), curves)
   np.testing.assert_allclose(score.speedup, k, rtol=1e-9)
   np.testing.assert_allclose(score.seed_speedups, k, rtol=1e-9)
   np.testing.assert_allclose(score.loss_ratio, decay(k * T) / decay(T), rtol=1e-12)
 
 
 def test_speedups_beyond_the_reference_run_are_capped_and_flagged():
-  score = heldout.score_task("t", entry(), np.stack([decay(5.0 * STEPS)] * 3))
+  score = engine.score_task("t", entry(), np.stack([decay(5.0 * STEPS)] * 3))
   assert score.speedup == 4.0 and score.speedup_capped
 
 
 def test_a_diverged_seed_scores_zero_and_ranks_last():
   curves = np.stack([decay(2.0 * STEPS)] * 3)
   curves[1, -1] = np.nan
-  score = heldout.score_task("t", entry(), curves)
+  score = engine.score_task("t", entry(), curves)
   assert score.diverged and score.seed_speedups[1] == 0.0 and score.seed_speedups[0] == pytest.approx(2.0)
   assert np.isnan(score.final_loss) and score.rank == len(OPTAX_FACTORIES) + 1 and not any(score.beats.values())
 
@@ -76,30 +77,30 @@ def test_a_diverged_seed_scores_zero_and_ranks_last():
 def test_rank_and_beats_count_lower_final_losses():
   finals = {"lion": 0.01, "muon": 0.02}  # better than the candidate's final loss
   curves = np.stack([decay(1.2 * STEPS)] * 3)
-  score = heldout.score_task("t", entry(others=finals), curves)
+  score = engine.score_task("t", entry(others=finals), curves)
   assert score.rank == 3
   assert not score.beats["lion"] and not score.beats["muon"] and score.beats["adam"] and score.beats["sgd_nesterov"]
-  assert heldout.score_task("t", entry(others=finals), curves, exclude=("lion",)).rank == 2
+  assert engine.score_task("t", entry(others=finals), curves, exclude=("lion",)).rank == 2
 
 
 def test_loss_gains_are_tuned_adams_final_loss_over_each_seeds_best():
   curves = np.stack([decay(2.0 * STEPS)] * 3)
   curves[0, -1] = curves[0, -3] * 1.1  # rises at the end: its gain uses the best loss by T, not the last one
   curves[2, -1] = np.inf  # diverged
-  score = heldout.score_task("t", entry(), curves)
+  score = engine.score_task("t", entry(), curves)
   adam_final = decay(T)  # tuned Adam's seed-mean final loss (all its seeds are decay(STEPS))
   np.testing.assert_allclose(score.seed_loss_gains[:2], [adam_final / curves[0, -2], adam_final / decay(2.0 * T)],
                              rtol=1e-12)
   assert score.seed_loss_gains[2] == 0.0
-  assert heldout.score_task("t", entry(), np.asarray(entry()["baselines"]["adam"]["test_curves"])).seed_loss_gains \
+  assert engine.score_task("t", entry(), np.asarray(entry()["baselines"]["adam"]["test_curves"])).seed_loss_gains \
       == (1.0, 1.0, 1.0)
 
 
 def test_optimizers_tied_at_the_speedup_cap_are_ranked_by_their_loss_gains():
   # Both reach losses the 4T reference never reaches: their speedups tie at the cap, their loss gains do not.
   e = entry()
-  scores = {k: (heldout.score_task("t", e, np.stack([decay(k * STEPS)] * 3)),) for k in (5.0, 6.0)}
-  evaluations = {k: heldout._evaluation(f"x{k:g}", s, {}, (), 0.0, "heldout") for k, s in scores.items()}
+  scores = {k: (engine.score_task("t", e, np.stack([decay(k * STEPS)] * 3)),) for k in (5.0, 6.0)}
+  evaluations = {k: engine.suite_evaluation(f"x{k:g}", s, {}, (), 0.0, "heldout") for k, s in scores.items()}
   assert evaluations[5.0].seed_speedups().tolist() == evaluations[6.0].seed_speedups().tolist() == [[4.0]] * 3
   np.testing.assert_allclose(evaluations[6.0].seed_loss_gains(), decay(T) / decay(6.0 * T), rtol=1e-12)
   [row] = heldout.paired_rows(evaluations[6.0], {"x5": evaluations[5.0]})
@@ -108,12 +109,12 @@ def test_optimizers_tied_at_the_speedup_cap_are_ranked_by_their_loss_gains():
   assert row["P(lower loss) [95% CI]"] == "1.00 [1.00, 1.00]"
   gain_difference = decay(T) / decay(6.0 * T) - decay(T) / decay(5.0 * T)
   assert row["IQM loss-gain difference [95% CI]"].startswith(f"{gain_difference:+.2f}")
-  assert evaluations[6.0].aggregates[heldout.LOSS_GAIN_IQM].value == pytest.approx(decay(T) / decay(6.0 * T))
+  assert evaluations[6.0].aggregates[engine.LOSS_GAIN_IQM].value == pytest.approx(decay(T) / decay(6.0 * T))
 
 
 def test_score_task_refuses_curves_off_the_eval_points():
   with pytest.raises(ValueError, match=r"curves must be \[seeds, 9\]"):
-    heldout.score_task("t", entry(), np.ones((3, 5)))
+    engine.score_task("t", entry(), np.ones((3, 5)))
 
 
 def test_a_factory_that_takes_num_steps_is_given_the_horizon():
@@ -436,7 +437,7 @@ def test_adam_at_the_reference_rate_reproduces_the_reference_run():
       f"json.dump([r.curves[{task!r}][0].tolist(), r.curves[{task!r}][1].tolist()], sys.stdout)"))
   reference = np.asarray(e["reference"]["test_curves"])[:, :len(steps)]
   np.testing.assert_array_equal(curves, reference)
-  assert heldout.score_task(task, e, curves) == heldout.score_task(task, e, reference)
+  assert engine.score_task(task, e, curves) == engine.score_task(task, e, reference)
 
 
 @pytest.mark.slow

@@ -8,24 +8,19 @@ import sys
 import numpy as np
 import pytest
 
-from metafam.benchmark.metrics import aggregate
-from metafam.evaluation.comparison import HeldOutComparison, LearnedResult, instance_speedups
+from metafam.evaluation.comparison import score_comparison
 from metafam.evaluation.report import ema, meta_train_summary, validation_series, write_meta_train_report
 
 T, N = 20, 4
 
 
 def comparison():
-  t = np.arange(1, T + 1, dtype=np.float64)[:, None]
+  t = np.arange(1, 4 * T + 1, dtype=np.float64)[:, None]
   adam = np.exp(-0.05 * t) * np.ones((1, N))
-  learned = {}
-  for name, speed in (("learned (init)", 0.5), ("learned (final)", 2.0)):
-    curves = np.exp(-0.05 * speed * t) * np.ones((1, N))
-    speedups, reached, steps = instance_speedups(curves, adam)
-    learned[name] = LearnedResult(name, curves, speedups, reached, steps, aggregate(speedups, "median"), 1.0)
-  return HeldOutComparison(family="synthetic", split="test", select_split="inner_valid", num_tasks=N, num_steps=T,
-                           adam_lr=1e-2, adam_select_scores={1e-3: 0.5, 1e-2: 0.3, 1e-1: math.inf},
-                           adam_curves=adam, learned=learned, statistic="median", confidence=0.95, smoothing=1)
+  learned = {name: np.exp(-0.05 * speed * t[:T]) * np.ones((1, N))
+             for name, speed in (("learned (init)", 0.5), ("learned (final)", 2.0))}
+  return score_comparison("synthetic", adam[:T], adam, learned, adam_lr=1e-2,
+                          adam_select_scores={1e-3: 0.5, 1e-2: 0.3, 1e-1: math.inf})
 
 
 HISTORY = [{"step": s, "meta_loss": float("nan") if s == 3 else 1.0 / s, "grad_norm": 1.0} for s in range(1, 13)]
@@ -53,6 +48,7 @@ def test_report_writes_the_summary_and_plots(tmp_path):
   assert summary["meta_step_seconds_total"] == pytest.approx(sum(h.get("seconds", 0.0) for h in HISTORY))
   assert summary["config"] == config and summary["meta_steps"] == 12 and summary["train_seconds_this_session"] == 3.5
   assert summary["eval"] == json.loads(json.dumps(cmp.to_json()))
+  assert summary["eval"]["learned"]["learned (final)"]["speedup"]["value"] == pytest.approx(2.0)  # c(2t) vs c(t)
   assert summary["eval"]["adam"]["select_scores"]["0.1"] is None  # a diverged lr's inf score
   assert summary["meta_loss_first_10"] == [1.0, 0.5, None] + [1.0 / s for s in range(4, 11)]
   assert summary["meta_loss_last_10"] == [None] + [1.0 / s for s in range(4, 13)]  # steps 3..12

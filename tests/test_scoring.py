@@ -14,6 +14,7 @@ import pytest
 from metafam import cli
 from metafam.benchmark import baselines as bl
 from metafam.benchmark import heldout, resolve_candidate, schedule_factory, score
+from metafam.evaluation import scores as engine
 from metafam.benchmark.candidates import CANDIDATE_SUFFIX, at_schedule
 from metafam.evaluation.metrics import profile_score, time_ratio
 from metafam.optimizers.base import OptaxOptimizer, schedule_free_eval_params
@@ -49,9 +50,9 @@ def test_score_task_time_ratios_are_measured_against_the_pool_and_never_capped()
            "reference": {"eval_steps": np.arange(0, 4 * T + 1, T // 8).tolist(),
                          "test_curves": [(2.0 * np.exp(-3.0 * np.arange(0, 4 * T + 1, T // 8) / T)).tolist()] * 3}}
   fast = np.stack([decay(30.0)] * 3)  # far beyond what the reference reaches in 4T: the speedup is a bound
-  s = heldout.score_task("t", entry, fast)
+  s = engine.score_task("t", entry, fast)
   assert s.speedup_capped and s.speedup == 4.0 and s.time_ratio == 1.0 and s.seed_time_ratios == (1.0,) * 3
-  slow = heldout.score_task("t", entry, np.stack([decay(3.0)] * 3), pool={"fast": fast})
+  slow = engine.score_task("t", entry, np.stack([decay(3.0)] * 3), pool={"fast": fast})
   assert slow.pool == ("fast",) and slow.time_ratio == pytest.approx(10.0, rel=1e-9)  # a value, not a bound
   assert slow.seed_profile_scores == (0.0,) * 3 and s.seed_profile_scores == (1.0,) * 3
 
@@ -63,7 +64,7 @@ def test_shipped_baselines_are_values_on_every_task():
     for name, e in heldout.baseline_evaluations(heldout.load_normalizers(suite=suite)).items():
       for s in e.scores:
         assert 1.0 <= s.time_ratio < np.inf and all(1.0 <= r < np.inf for r in s.seed_time_ratios), (suite, name)
-      assert 0.0 < e.aggregates[heldout.PROFILE_SCORE].value <= 1.0
+      assert 0.0 < e.aggregates[engine.PROFILE_SCORE].value <= 1.0
 
 
 # -- the candidate contract ------------------------------------------------------------------------------------------

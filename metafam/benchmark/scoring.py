@@ -16,7 +16,7 @@ The two rulesets are AlgoPerf's:
   a pretrained optimizer at its default rate with a constant schedule, any other factory at ``learning_rate`` and
   the one entry of ``schedules``; a whole transformation, `Optimizer` or learned optimizer as it is.
 
-The headline of every row is the **profile score** (`metafam.benchmark.heldout.PROFILE_SCORE`): per task and seed,
+The headline of every row is the **profile score** (`metafam.evaluation.scores.PROFILE_SCORE`): per task and seed,
 the time ratio of the run to the fastest run of the pool that reached the same loss
 (`metafam.evaluation.metrics.time_ratio`, at least 1, never capped), turned into its share of the performance profile
 from ratio 1 to 4 (`profile_score`), averaged over tasks and seeds: AlgoPerf's score B of the pool, in [0, 1]. The pool
@@ -32,7 +32,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from metafam.benchmark import baselines as bl
 from metafam.benchmark import heldout
-from metafam.benchmark.heldout import SuiteEvaluation
+from metafam.evaluation.scores import SuiteEvaluation, suite_evaluation
 
 RULESETS = ("external", "self_tuning")
 
@@ -263,5 +263,5 @@ def _subset(evaluation: SuiteEvaluation, tasks: Sequence[str], data: Mapping[str
   """``evaluation`` restricted to ``tasks`` (aggregates recomputed)."""
   scores = [s for s in evaluation.scores if s.task in tasks]
   curves = {t: c for t, c in evaluation.curves.items() if t in tasks}
-  return heldout._evaluation(evaluation.name, scores, curves, evaluation.pending, evaluation.wall_time,
+  return suite_evaluation(evaluation.name, scores, curves, evaluation.pending, evaluation.wall_time,
                              evaluation.suite, evaluation.evaluated_at)

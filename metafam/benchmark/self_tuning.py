@@ -34,7 +34,7 @@ kept per task in an optional cache directory (`metafam.benchmark.heldout`'s cach
 setting is refused).
 
 **Scores** (`score_curves`, `self_tuning_baselines`). Curves are scored per task by
-`metafam.benchmark.heldout.score_task` and across tasks by its `aggregate_scores`: the measuring stick stays tuned
+`metafam.evaluation.scores.score_task` and across tasks by its `aggregate_scores`: the measuring stick stays tuned
 Adam (the speedup's reference, tuned Adam's final loss in the loss gains), so the two scores share their units and
 only the competitors lose their tuning. A score's rank and win fractions still count against the shipped (tuned)
 baselines. `self_tuning_rows` pairs an untuned candidate with each single-setting baseline.
@@ -45,13 +45,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 from metafam.benchmark import baselines as bl
 from metafam.benchmark import heldout
+from metafam.evaluation.scores import SuiteEvaluation, score_task, suite_evaluation
 
 GRID_STEP = 0.5  # the baselines' grids are half a decade apart: one grid step in log10 of the rate
 _RATE_RTOL = 1e-9  # rates of one grid computed on different machines differ by ulps
@@ -342,8 +342,8 @@ def _curves(suite, task, optimizer, schedule, learning_rate, steps, curves, ship
 
 def score_curves(name: str, curves: Mapping[str, Any], data: Mapping[str, Any], *, exclude: Sequence[str] = (),
                  settings: Optional[Mapping[str, Optional[Dict[str, Any]]]] = None,
-                 wall_time: float = 0.0) -> heldout.SuiteEvaluation:
-  """A `metafam.benchmark.heldout.SuiteEvaluation` of seed curves per task, scored like `evaluate_suite` scores a
+                 wall_time: float = 0.0) -> SuiteEvaluation:
+  """A `metafam.evaluation.scores.SuiteEvaluation` of seed curves per task, scored like `evaluate_suite` scores a
   candidate (`score_task`, `aggregate_scores`).
 
   ``curves``: ``{task: [S, E]}`` normalized test losses at the task's evaluation points (or `BaselineCurves`).
@@ -363,18 +363,15 @@ def score_curves(name: str, curves: Mapping[str, Any], data: Mapping[str, Any], 
         setting = {"learning_rate": c.learning_rate, "schedule": c.schedule, "shipped": c.shipped}
       c = c.curves
     c = np.asarray(c, np.float64)
-    scores.append(heldout.score_task(task, data["tasks"][task], c, exclude=exclude, setting=setting))
+    scores.append(score_task(task, data["tasks"][task], c, exclude=exclude, setting=setting))
     stored[task] = (np.asarray(data["tasks"][task]["eval_steps"]), c)
-  aggregates, wins, diverged = heldout.aggregate_scores(scores)
-  return heldout.SuiteEvaluation(name=name, scores=tuple(scores), curves=stored, aggregates=aggregates,
-                                 win_fraction=wins, num_diverged=diverged, pending=tuple(data.get("pending", ())),
-                                 wall_time=float(wall_time), suite=data.get("suite", "heldout"))
+  return suite_evaluation(name, scores, stored, data.get("pending", ()), float(wall_time), data.get("suite", "heldout"))
 
 
 def self_tuning_baselines(*, suite: str = "heldout", data: Optional[Mapping[str, Any]] = None,
                           dev_data: Optional[Mapping[str, Any]] = None, optimizers: Optional[Sequence[str]] = None,
                           tasks: Optional[Sequence[str]] = None, cache_dir: Optional[str] = None,
-                          progress: bool = False) -> Tuple[Dict[str, SingleRate], Dict[str, heldout.SuiteEvaluation]]:
+                          progress: bool = False) -> Tuple[Dict[str, SingleRate], Dict[str, SuiteEvaluation]]:
   """``(choices, evaluations)``: each baseline's best single setting over the development suite (``dev_data``,
   default the shipped heldout baselines; over all of its tasks) and its `SuiteEvaluation` at that setting on
   ``tasks`` of ``suite`` (``data``, default the shipped file), curves trained where they differ from the tuned ones
@@ -405,8 +402,8 @@ def self_tuning_baselines(*, suite: str = "heldout", data: Optional[Mapping[str,
 SELF_TUNING_HEADERS = ["baseline", "single setting"] + heldout.PAIRED_HEADERS[1:]
 
 
-def self_tuning_rows(candidate: heldout.SuiteEvaluation,
-                     baselines: Mapping[str, heldout.SuiteEvaluation]) -> List[List[Any]]:
+def self_tuning_rows(candidate: SuiteEvaluation,
+                     baselines: Mapping[str, SuiteEvaluation]) -> List[List[Any]]:
   """The self-tuning comparison: per baseline at its single setting (`self_tuning_baselines`), its setting and
   `metafam.benchmark.heldout.paired_rows` of ``candidate`` against it (P(candidate > baseline) and the IQM difference
   of the per-seed speedups, then of the per-seed loss gains, with paired bootstrap intervals; `SELF_TUNING_HEADERS`).
@@ -414,7 +411,7 @@ def self_tuning_rows(candidate: heldout.SuiteEvaluation,
   ``candidate`` must be untuned (every score's ``setting`` None: its recipe's fixed step scale, e.g.
   `evaluate_suite` of a ``(learned optimizer, theta)`` pair) and scored on the baselines' suite.
   """
-  if not isinstance(candidate, heldout.SuiteEvaluation):
+  if not isinstance(candidate, SuiteEvaluation):
     raise ValueError(f"candidate must be a SuiteEvaluation, got {type(candidate).__name__}.")
   tuned = [s.task for s in candidate.scores if s.setting is not None]
   if tuned:
@@ -424,7 +421,7 @@ def self_tuning_rows(candidate: heldout.SuiteEvaluation,
     raise ValueError("baselines must be a non-empty mapping of name to SuiteEvaluation.")
   rows = []
   for name, b in baselines.items():
-    if not isinstance(b, heldout.SuiteEvaluation):
+    if not isinstance(b, SuiteEvaluation):
       raise ValueError(f"baselines[{name!r}] must be a SuiteEvaluation, got {type(b).__name__}.")
     if b is candidate:
       raise ValueError(f"baselines[{name!r}] is the candidate itself.")

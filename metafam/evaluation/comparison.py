@@ -1,31 +1,29 @@
-"""Held-out comparison of learned optimizers with tuned Adam: losses, per-instance curves and speedups.
+"""The main job's closing report: learned optimizers against tuned Adam on fresh instances of a family.
 
 `compare_with_tuned_adam(evaluator, learned_opt, thetas, key)` trains ``evaluator.num_tasks`` fresh instances of the
-evaluator's family for ``evaluator.num_steps`` steps with Adam at the learning rate `FamilyEvaluator.tune_adam`
+evaluator's family for T = ``evaluator.num_steps`` steps with Adam at the learning rate `FamilyEvaluator.tune_adam`
 selects (on ``inner_valid``) and with each learned optimizer, all on the same instances and batches, and scores the
-updated params after every step on ``evaluator.split`` (normally ``test``).
+updated params after every step on ``evaluator.split`` (normally ``test``). Tuned Adam also runs on to
+``REFERENCE_FACTOR`` x T steps on the same instances: the reference of the speedups, as in the suites.
+
+The scores are the suites' (`metafam.evaluation.scores`, the one engine), with the instances as the seeds: each
+optimizer is a `SuiteEvaluation` of one task (the family) in one pool (tuned Adam and every theta given). Per
+instance and on the instance-mean curve:
+
+* the **speedup** is VeLO's, as everywhere in metafam: the steps tuned Adam needs to reach the optimizer's loss at
+  T, over T; 2 means Adam needs twice the budget to get where the optimizer got. Above ``REFERENCE_FACTOR`` it is
+  not resolved and counts as that cap (``at_cap`` says on how many instances); an instance that ends non-finite
+  scores 0. Across instances: the **median** (``statistic="iqm"`` also accepted) with a seeded 95% percentile
+  bootstrap interval over instances (`metafam.evaluation.metrics.stratified_aggregate` with one stratum);
+* the **time ratio** to the pool's fastest (AlgoPerf's; 1 = no optimizer of the table got there sooner) and its
+  profile score, the suites' headline;
+* the loss ratio to tuned Adam and the loss gains.
 
 Every step scores one fresh batch of the split, so a single instance's curve is noisy (on the 8x8 image-MLP family
-the step-to-step standard deviation, about 0.05, exceeds what tuned Adam gains between steps 100 and 200). Speedups
-are therefore computed on smoothed curves (`smooth_curves`): the loss at step t is the mean of the last ``smoothing``
-per-step losses (default ``T // 10``), which averages ``smoothing`` test batches and lags both curves equally.
-
-Speedup over tuned Adam, per instance ``i`` (`instance_speedups`): the target is Adam's final smoothed loss on
-instance ``i`` (the running minimum of its smoothed curve at the last step T, as in
-`metafam.evaluation.metrics.speedup_over_baseline`, applied by `metafam.evaluation.metrics.paired_speedups`);
-``s_i`` is the first (log-interpolated) step at which the learned optimizer's smoothed running-minimum curve reaches that target, and the speedup is ``T / s_i``:
-reaching Adam's step-T loss by step T / 2 scores 2. The trailing window delays the learned optimizer's crossing by up
-to ``smoothing / 2`` steps more than it moves Adam's target, so speedups err low (a true 2.0 reads about 1.9 with the
-defaults). An instance on which the learned optimizer never reaches the target within T steps has a speedup below 1
-of unknown size; it counts as 0, the most conservative value, and the fraction of instances reached is reported
-beside it.
-
-Across instances the statistic is the **median** of the per-instance speedups (``statistic="iqm"`` is also accepted)
-with a seeded 95% percentile-bootstrap interval over instances (`metafam.evaluation.metrics.aggregate`). The median is
-the statistic that does not depend on how the unreached instances are counted, as long as fewer than half of them
-are unreached (any value below the median gives the same median), and it is robust to the heavy right tail of
-``T / s_i`` (an instance reached at step 5 scores 40). ``mean_curve_speedup`` is the same crossing computed once on
-the instance-mean curves (a ratio of steps of the average learning curves), given for reference.
+the step-to-step standard deviation, about 0.05, exceeds what tuned Adam gains between steps 100 and 200). The
+curves are therefore scored smoothed (`smooth_curves`): the loss at step t is the mean of the last ``smoothing``
+per-step losses (default ``T // 10``), which averages ``smoothing`` test batches and lags every curve alike. The
+final and mean losses of the table are those of the raw curves.
 """
 
 from __future__ import annotations
@@ -37,10 +35,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from metafam.evaluation.metrics import STATISTICS, Aggregate, Speedup, aggregate, paired_speedups
 from metafam.evaluation.family_eval import FamilyEvaluator
-
-UNREACHED_SPEEDUP = 0.0  # the speedup counted for an instance whose target was never reached
+from metafam.evaluation.metrics import STATISTICS, Aggregate
+from metafam.evaluation.scores import (REFERENCE, REFERENCE_FACTOR, SuiteEvaluation, score_task,
+                                       suite_evaluation)
 
 
 def instance_curves(evaluator: FamilyEvaluator, learned_opt: Any, theta: Any, key: jax.Array) -> np.ndarray:
@@ -65,81 +63,17 @@ def smooth_curves(curves: np.ndarray, window: int) -> np.ndarray:
   return np.where(nbad > 0, np.inf, total / count)
 
 
-def _check_curves(learned: np.ndarray, adam: np.ndarray) -> tuple:
-  learned, adam = np.asarray(learned, np.float64), np.asarray(adam, np.float64)
-  if learned.ndim != 2 or learned.shape != adam.shape or learned.shape[0] < 1:
-    raise ValueError(f"curves must both be [num_steps, num_tasks] with num_steps >= 1, got {learned.shape} and "
-                     f"{adam.shape}.")
-  return learned, adam, np.arange(1, learned.shape[0] + 1, dtype=np.float64)
-
-
-def _over_adam(s: Speedup, num_steps: int) -> tuple:
-  """``(speedup, reached, learned steps)`` from a `Speedup` in which Adam's curve was the "optimizer" (its final
-  loss the target) and the learned optimizer's the "baseline" that has to reach it."""
-  reached = bool(s.reached and np.isfinite(s.target))
-  needed = s.baseline_steps_needed if reached else float("nan")
-  return (num_steps / max(needed, 1e-12) if reached else UNREACHED_SPEEDUP), reached, needed
-
-
-def instance_speedups(learned: np.ndarray, adam: np.ndarray) -> tuple:
-  """Per-instance speedups over Adam from (smoothed) curves ``[num_steps, num_tasks]`` (loss after steps 1..T).
-
-  Returns ``(speedups f64[num_tasks], reached bool[num_tasks], learned_steps f64[num_tasks])``: ``learned_steps`` is
-  the step at which the learned optimizer first reaches Adam's final loss (NaN if never) and the speedup is
-  ``T / learned_steps``, or ``UNREACHED_SPEEDUP`` (0) where never reached. See the module docstring.
-  """
-  learned, adam, steps = _check_curves(learned, adam)
-  _, per_instance = paired_speedups(steps, adam, steps, learned, axis=1)
-  speedups, reached, needed = zip(*(_over_adam(s, learned.shape[0]) for s in per_instance))
-  return np.asarray(speedups), np.asarray(reached), np.asarray(needed)
-
-
-def mean_curve_speedup(learned: np.ndarray, adam: np.ndarray) -> float:
-  """``T / s`` for the instance-mean of (smoothed) curves (``s``: the step at which the learned mean curve first
-  reaches Adam's final mean loss); ``UNREACHED_SPEEDUP`` if it never does."""
-  learned, adam, steps = _check_curves(learned, adam)
-  mean, _ = paired_speedups(steps, adam, steps, learned, axis=1, per_seed=False)
-  return float(_over_adam(mean, learned.shape[0])[0])
-
-
 def _finite_mean(x: np.ndarray) -> float:
   return float(np.mean(x)) if np.all(np.isfinite(x)) else float("nan")
 
 
-@dataclasses.dataclass(frozen=True)
-class LearnedResult:
-  """One learned optimizer (one theta) on the held-out instances.
+def _num(x: Any) -> Optional[float]:
+  return float(x) if x is not None and np.isfinite(x) else None
 
-  Attributes:
-    name: the label it was given.
-    curves: ``f64[num_steps, num_tasks]`` per-instance normalized losses after each step (unsmoothed).
-    speedups: ``f64[num_tasks]`` per-instance speedups over tuned Adam (0 where Adam's final loss is never reached).
-    reached: ``bool[num_tasks]``: whether the learned optimizer reached Adam's final loss on that instance.
-    learned_steps: ``f64[num_tasks]``: the step at which it did (NaN if never).
-    speedup: `Aggregate` of ``speedups`` (median or IQM with a bootstrap interval over instances).
-    mean_curve_speedup: the crossing computed on the instance-mean curves.
-  """
-  name: str
-  curves: np.ndarray
-  speedups: np.ndarray
-  reached: np.ndarray
-  learned_steps: np.ndarray
-  speedup: Aggregate
-  mean_curve_speedup: float
 
-  @property
-  def final_loss(self) -> float:
-    """Mean over instances of the loss after the last step (NaN if any instance is non-finite)."""
-    return _finite_mean(self.curves[-1])
-
-  @property
-  def mean_loss(self) -> float:
-    """Mean over steps and instances (NaN if anything is non-finite)."""
-    return _finite_mean(self.curves)
-
-  @property
-  def fraction_reached(self) -> float:
-    return float(np.mean(self.reached))
+def _interval(a: Aggregate) -> Dict[str, Any]:
+  return {"statistic": a.statistic, "value": _num(a.value), "low": _num(a.low), "high": _num(a.high),
+          "confidence": a.confidence}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,14 +84,16 @@ class HeldOutComparison:
     family: the family's name.
     split: the scored split (normally "test"); Adam's lr was selected on ``select_split``.
     select_split: the split tune_adam selected the lr on.
-    num_tasks, num_steps: held-out instances and inner steps.
+    num_tasks, num_steps: held-out instances and inner steps (T).
     adam_lr: the selected Adam learning rate.
     adam_select_scores: ``{lr: mean select_split loss over the last 10% of steps}`` of the sweep (inf, null in JSON,
       for a diverged lr: see `metafam.evaluation.tuning`).
-    adam_curves: ``f64[num_steps, num_tasks]`` Adam's per-instance curves at ``adam_lr``.
-    learned: ``{name: LearnedResult}`` in the order given.
-    statistic, confidence: how per-instance speedups were aggregated.
-    smoothing: the trailing window (steps) of the curves the speedups were computed on.
+    adam_curves: ``f64[num_steps, num_tasks]`` Adam's raw per-instance curves at ``adam_lr``.
+    curves: ``{name: f64[num_steps, num_tasks]}`` each learned theta's raw per-instance curves, in the order given.
+    scores: ``{name: SuiteEvaluation}`` of every theta and, last under `adam_label`, of tuned Adam: one task (the
+      family), the instances as seeds, the smoothed curves as scored.
+    statistic, confidence: how per-instance speedups are summarized (``scores[name].aggregates`` holds them all).
+    smoothing: the trailing window (steps) of the scored curves.
   """
   family: str
   split: str
@@ -167,73 +103,99 @@ class HeldOutComparison:
   adam_lr: float
   adam_select_scores: Dict[float, float]
   adam_curves: np.ndarray
-  learned: Dict[str, LearnedResult]
+  curves: Dict[str, np.ndarray]
+  scores: Dict[str, SuiteEvaluation]
   statistic: str
   confidence: float
   smoothing: int
 
   @property
-  def adam_final_loss(self) -> float:
-    return _finite_mean(self.adam_curves[-1])
-
-  @property
-  def adam_mean_loss(self) -> float:
-    return _finite_mean(self.adam_curves)
-
-  def mean_curves(self) -> Dict[str, np.ndarray]:
-    """``{label: f64[num_steps]}`` instance-mean curves, learned optimizers first, then Adam (for plots)."""
-    curves = {name: r.curves.mean(axis=1) for name, r in self.learned.items()}
-    curves[self.adam_label] = self.adam_curves.mean(axis=1)
-    return curves
-
-  @property
   def adam_label(self) -> str:
     return f"Adam (tuned lr={self.adam_lr:.2g})"
 
-  def to_json(self) -> Dict[str, Any]:
-    """A JSON-able summary (no per-step curves; per-instance speedups and final losses included)."""
-    def num(x):
-      return float(x) if np.isfinite(x) else None
+  @property
+  def learned(self) -> Dict[str, SuiteEvaluation]:
+    """The learned thetas' scores, in the order given (``scores`` without tuned Adam's)."""
+    return {k: v for k, v in self.scores.items() if k != self.adam_label}
 
-    learned = {}
-    for name, r in self.learned.items():
-      learned[name] = {
-          "final_loss": num(r.final_loss), "mean_loss": num(r.mean_loss),
-          "final_loss_per_instance": [num(x) for x in r.curves[-1]],
-          "speedup": {"statistic": r.speedup.statistic, "value": num(r.speedup.value), "low": num(r.speedup.low),
-                      "high": num(r.speedup.high), "confidence": r.speedup.confidence},
-          "speedup_per_instance": [num(x) for x in r.speedups],
-          "steps_to_adam_final_loss": [num(x) for x in r.learned_steps],
-          "fraction_reached": r.fraction_reached, "mean_curve_speedup": num(r.mean_curve_speedup)}
+  def raw_curves(self, name: str) -> np.ndarray:
+    """``f64[num_steps, num_tasks]`` raw per-instance curves of a theta or of tuned Adam (`adam_label`)."""
+    return self.adam_curves if name == self.adam_label else self.curves[name]
+
+  def final_loss(self, name: str) -> float:
+    """Mean over instances of the raw loss after the last step (NaN if any instance is non-finite)."""
+    return _finite_mean(self.raw_curves(name)[-1])
+
+  def mean_loss(self, name: str) -> float:
+    """Mean over steps and instances of the raw curves (NaN if anything is non-finite)."""
+    return _finite_mean(self.raw_curves(name))
+
+  def speedup(self, name: str) -> Aggregate:
+    """The ``statistic`` over instances of the per-instance speedups over tuned Adam, with its interval."""
+    return self.scores[name].aggregates[self.statistic]
+
+  def at_cap(self, name: str) -> int:
+    """Instances whose speedup is at the cap (``REFERENCE_FACTOR``: tuned Adam never got there in its run)."""
+    return int(np.sum(np.asarray(self.scores[name].scores[0].seed_speedups) >= REFERENCE_FACTOR))
+
+  @property
+  def adam_final_loss(self) -> float:
+    return self.final_loss(self.adam_label)
+
+  def mean_curves(self) -> Dict[str, np.ndarray]:
+    """``{label: f64[num_steps]}`` instance-mean raw curves, learned optimizers first, then Adam (for plots)."""
+    return {name: self.raw_curves(name).mean(axis=1) for name in self.scores}
+
+  def to_json(self) -> Dict[str, Any]:
+    """A JSON-able summary (no per-step curves; per-instance scores and final losses included)."""
+    def entry(name):
+      e = self.scores[name]
+      s = e.scores[0]
+      return {"final_loss": _num(self.final_loss(name)), "mean_loss": _num(self.mean_loss(name)),
+              "final_loss_per_instance": [_num(x) for x in self.raw_curves(name)[-1]],
+              "speedup": _interval(self.speedup(name)),
+              "speedup_per_instance": [_num(x) for x in s.seed_speedups],
+              "speedup_of_mean_curve": _num(s.speedup), "at_cap": self.at_cap(name),
+              "time_ratio_per_instance": [_num(x) for x in s.seed_time_ratios],
+              "time_ratio_of_mean_curve": _num(s.time_ratio),
+              "profile_score": _interval(e.aggregates["profile_score"]),
+              "loss_ratio": _num(s.loss_ratio), "loss_gain": _interval(e.aggregates["loss_gain_iqm"])}
     return {"family": self.family, "split": self.split, "select_split": self.select_split, "tasks": self.num_tasks,
-            "inner_steps": self.num_steps,
-            "adam": {"lr": self.adam_lr, "final_loss": num(self.adam_final_loss), "mean_loss": num(self.adam_mean_loss),
-                     "final_loss_per_instance": [num(x) for x in self.adam_curves[-1]],
-                     "select_scores": {f"{lr:g}": num(s) for lr, s in self.adam_select_scores.items()}},
-            "learned": learned,
+            "inner_steps": self.num_steps, "reference_steps": REFERENCE_FACTOR * self.num_steps,
+            "adam": {"lr": self.adam_lr, **entry(self.adam_label),
+                     "select_scores": {f"{lr:g}": _num(s) for lr, s in self.adam_select_scores.items()}},
+            "learned": {name: entry(name) for name in self.learned},
             "smoothing": self.smoothing,
-            "speedup_definition": (f"{self.statistic} over instances of T / (first step the learned optimizer reaches "
-                                   f"tuned Adam's step-T loss on that instance), 0 where never reached; curves "
-                                   f"smoothed by a trailing mean over {self.smoothing} steps; {self.confidence:.0%} "
-                                   f"bootstrap interval over instances")}
+            "speedup_definition": (f"{self.statistic} over instances of (steps tuned Adam, run to "
+                                   f"{REFERENCE_FACTOR}T, needs to reach the optimizer's best loss by T) / T, at most "
+                                   f"{REFERENCE_FACTOR} (at_cap: instances there), 0 where the optimizer diverged; "
+                                   f"curves smoothed by a trailing mean over {self.smoothing} steps; "
+                                   f"{self.confidence:.0%} bootstrap interval over instances "
+                                   "(metafam.evaluation.scores)"),
+            "time_ratio_definition": ("T over the fewest steps any optimizer of this comparison needs to reach the "
+                                      "optimizer's best loss by T (1: the fastest); profile_score: the mean over "
+                                      "instances of (4 - min(ratio, 4)) / 3")}
 
   def format_table(self) -> str:
-    """An aligned text table: final and mean loss per optimizer, speedup over tuned Adam with its interval."""
+    """An aligned text table: final and mean loss, the speedup over tuned Adam with its interval and the profile
+    score, per optimizer."""
     pct = f"{self.confidence:.0%}"
     head = (f"held-out comparison: {self.num_tasks} fresh instances of {self.family}, {self.num_steps} inner steps, "
             f"normalized {self.split} loss; Adam's lr tuned on {self.select_split}")
-    rows = [("optimizer", "final loss", "mean loss", f"speedup vs Adam [{pct} CI]", "reached")]
-    for name, r in self.learned.items():
-      a = r.speedup
-      rows.append((name, f"{r.final_loss:.4f}", f"{r.mean_loss:.4f}",
-                   f"{a.value:.2f} [{a.low:.2f}, {a.high:.2f}]", f"{int(r.reached.sum())}/{self.num_tasks}"))
-    rows.append((self.adam_label, f"{self.adam_final_loss:.4f}", f"{self.adam_mean_loss:.4f}", "1 (reference)", ""))
+    rows = [("optimizer", "final loss", "mean loss", f"speedup vs tuned Adam [{pct} CI]", f"at {REFERENCE_FACTOR}x",
+             f"profile score [{pct} CI]")]
+    for name, e in self.scores.items():
+      a, p = self.speedup(name), e.aggregates["profile_score"]
+      rows.append((name, f"{self.final_loss(name):.4f}", f"{self.mean_loss(name):.4f}",
+                   f"{a.value:.2f} [{a.low:.2f}, {a.high:.2f}]", f"{self.at_cap(name)}/{self.num_tasks}",
+                   f"{p.value:.2f} [{p.low:.2f}, {p.high:.2f}]"))
     widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
     lines = [head] + ["  ".join(cell.ljust(w) if c == 0 else cell.rjust(w) for c, (cell, w) in
                                 enumerate(zip(row, widths))).rstrip() for row in rows]
-    lines.append(f"speedup: {self.statistic} over instances of T / (step at which the learned optimizer first reaches "
-                 f"tuned Adam's final loss on that instance; 0 if never), on curves averaged over the last "
-                 f"{self.smoothing} steps")
+    lines.append(f"speedup: {self.statistic} over instances of the steps tuned Adam (run to {REFERENCE_FACTOR}T) "
+                 f"needs to reach the optimizer's loss at T, over T (at most {REFERENCE_FACTOR}); profile score: "
+                 f"1 where no optimizer above got there sooner, 0 at 4x slower; curves averaged over the last "
+                 f"{self.smoothing} steps (metafam.evaluation.scores, as in `metafam benchmark`)")
     return "\n".join(lines)
 
 
@@ -253,7 +215,7 @@ def compare_with_tuned_adam(evaluator_or_family: Any, learned_opt: Any, thetas: 
                             statistic: str = "median", confidence: float = 0.95, num_resamples: int = 2000,
                             seed: int = 0, min_tasks: int = 16, smoothing: Optional[int] = None
                             ) -> HeldOutComparison:
-  """Compares ``learned_opt`` at each of ``thetas`` with tuned Adam on the same held-out instances.
+  """Compares ``learned_opt`` at each of ``thetas`` with tuned Adam on the same held-out instances (module docstring).
 
   Args:
     evaluator_or_family: a `FamilyEvaluator` (its family, instances, steps, split and Adam lr grid are used) or a
@@ -262,10 +224,9 @@ def compare_with_tuned_adam(evaluator_or_family: Any, learned_opt: Any, thetas: 
       "learned (final)": theta}``.
     key: selects the instances and batches (the same for every optimizer).
     statistic: "median" (default) or "iqm" of the per-instance speedups; ``confidence``, ``num_resamples`` and
-      ``seed`` set its bootstrap interval (`metafam.evaluation.metrics.aggregate`).
+      ``seed`` set the bootstrap intervals.
     min_tasks: refuse fewer instances than this (an interval over a handful of instances means little); 1 disables.
-    smoothing: trailing window (steps) of the curves the speedups are computed on (default ``num_steps // 10``, at
-      least 1; 1 disables); final and mean losses are those of the raw curves.
+    smoothing: trailing window (steps) of the scored curves (default ``num_steps // 10``, at least 1; 1 disables).
   """
   ev = _as_evaluator(evaluator_or_family, num_tasks, num_steps)
   if not thetas:
@@ -281,17 +242,45 @@ def compare_with_tuned_adam(evaluator_or_family: Any, learned_opt: Any, thetas: 
   tuned = ev.tune_adam(key)
   adam_theta = dict(ev.adam.init(None), log_lr=jnp.log(jnp.float32(tuned["best_lr"])))
   adam_curves = ev.instance_curves(ev.adam, adam_theta, key)  # the program tune_adam's curve came from
-  adam_smooth = smooth_curves(adam_curves, smoothing)
-  results = {}
-  for name, theta in thetas.items():
-    curves = ev.instance_curves(learned_opt, theta, key)
-    smooth = smooth_curves(curves, smoothing)
-    speedups, reached, needed = instance_speedups(smooth, adam_smooth)
-    agg = aggregate(speedups, statistic=statistic, num_resamples=num_resamples, confidence=confidence, seed=seed)
-    results[str(name)] = LearnedResult(str(name), curves, speedups, reached, needed, agg,
-                                       mean_curve_speedup(smooth, adam_smooth))
-  scores = {lr: float(s) for lr, s in zip(ev.adam_lrs, tuned["select_scores"])}
-  return HeldOutComparison(family=getattr(ev.family, "name", type(ev.family).__name__), split=ev.split,
-                           select_split=ev.select_split, num_tasks=ev.num_tasks, num_steps=ev.num_steps,
-                           adam_lr=float(tuned["best_lr"]), adam_select_scores=scores, adam_curves=adam_curves,
-                           learned=results, statistic=statistic, confidence=confidence, smoothing=int(smoothing))
+  reference = FamilyEvaluator(ev.family, ev.num_tasks, REFERENCE_FACTOR * ev.num_steps, split=ev.split,
+                              devices=ev.devices).instance_curves(ev.adam, adam_theta, key)
+  raw = {str(name): ev.instance_curves(learned_opt, theta, key) for name, theta in thetas.items()}
+  return score_comparison(getattr(ev.family, "name", type(ev.family).__name__), adam_curves, reference, raw,
+                          adam_lr=float(tuned["best_lr"]),
+                          adam_select_scores={lr: float(s) for lr, s in zip(ev.adam_lrs, tuned["select_scores"])},
+                          split=ev.split, select_split=ev.select_split, statistic=statistic, confidence=confidence,
+                          num_resamples=num_resamples, seed=seed, smoothing=smoothing)
+
+
+def score_comparison(family: str, adam_curves: np.ndarray, reference: np.ndarray, curves: Mapping[str, np.ndarray],
+                     *, adam_lr: float, adam_select_scores: Optional[Mapping[float, float]] = None,
+                     split: str = "test", select_split: str = "inner_valid", statistic: str = "median",
+                     confidence: float = 0.95, num_resamples: int = 2000, seed: int = 0,
+                     smoothing: int = 1) -> HeldOutComparison:
+  """The `HeldOutComparison` of raw per-instance curves ``f64[T, N]`` (loss after steps 1..T): tuned Adam's
+  ``adam_curves``, its ``reference`` run ``f64[REFERENCE_FACTOR * T, N]`` on the same instances, and ``curves``
+  (``{name: f64[T, N]}``), scored by `metafam.evaluation.scores.score_task` after `smooth_curves` over
+  ``smoothing`` steps (the module docstring); `compare_with_tuned_adam` without the training."""
+  adam_curves, reference = np.asarray(adam_curves, np.float64), np.asarray(reference, np.float64)
+  num_steps, num_tasks = adam_curves.shape if adam_curves.ndim == 2 else (0, 0)
+  raw = {str(k): np.asarray(v, np.float64) for k, v in curves.items()}
+  bad = [k for k, v in raw.items() if v.shape != adam_curves.shape]
+  if num_steps < 1 or bad or reference.shape != (REFERENCE_FACTOR * num_steps, num_tasks):
+    raise ValueError(f"curves must be [num_steps, num_tasks] like Adam's {adam_curves.shape} (not: {bad}) and the "
+                     f"reference [{REFERENCE_FACTOR} * num_steps, num_tasks], got {reference.shape}.")
+  adam_label = f"Adam (tuned lr={adam_lr:.2g})"
+  scored = {name: smooth_curves(c, smoothing).T for name, c in {**raw, adam_label: adam_curves}.items()}
+  steps = np.arange(1, num_steps + 1)
+  entry = {"horizon": num_steps, "eval_steps": steps,
+           "baselines": {REFERENCE: {"test_curves": scored[adam_label]}},
+           "reference": {"eval_steps": np.arange(1, REFERENCE_FACTOR * num_steps + 1),
+                         "test_curves": smooth_curves(reference, smoothing).T}}
+  scores = {}
+  for name, c in scored.items():
+    score = score_task(family, entry, c, exclude=(REFERENCE,) if name == adam_label else (), pool=scored)
+    scores[name] = suite_evaluation(name, [score], {family: (steps, c)}, suite="family",
+                                    num_resamples=num_resamples, confidence=confidence, seed=seed)
+  return HeldOutComparison(family=family, split=split, select_split=select_split, num_tasks=num_tasks,
+                           num_steps=num_steps, adam_lr=float(adam_lr),
+                           adam_select_scores=dict(adam_select_scores or {}), adam_curves=adam_curves, curves=raw,
+                           scores=scores, statistic=statistic, confidence=confidence, smoothing=int(smoothing))
