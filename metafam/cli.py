@@ -2,8 +2,8 @@
 
 The commands (meta-train, evaluate, benchmark, list, convert-checkpoint, launch) and their flags are defined in
 `metafam._cli_spec`; ``metafam --help`` lists the commands, ``metafam COMMAND --help`` a command's flags with their
-defaults. ``meta-train`` turns its flags into a `metafam.outer_trainers.recipes.Recipe` (or loads ``--recipe``) and
-runs a `metafam.outer_trainers.run.MetaTrainingRun`; evaluate and benchmark run `metafam.benchmark`.
+defaults. ``meta-train`` turns its flags into a `metafam.runs.recipes.Recipe` (or loads ``--recipe``) and
+runs a `metafam.runs.run.MetaTrainingRun`; evaluate and benchmark run `metafam.benchmark`.
 
 Bad input (unknown names, non-finite or out-of-range numbers, flags that the command does not take, an output
 directory that cannot be written, that holds another run's results or that a live run is using, a corrupted,
@@ -178,7 +178,7 @@ def cmd_benchmark() -> None:
 
 
 def cmd_convert_checkpoint(old: str, new: str) -> None:
-  from metafam.outer_trainers import checkpoint
+  from metafam.runs import checkpoint
   if not os.path.isfile(old):
     raise UsageError(f"OLD {old!r} is not a file.")
   if os.path.exists(new):
@@ -205,8 +205,8 @@ def process_group():
 
 
 def meta_train_recipe():
-  """The `Recipe` of meta-train's flags (`metafam.outer_trainers.recipe_flags.recipe_from_command`)."""
-  from metafam.outer_trainers.recipe_flags import recipe_from_command
+  """The `Recipe` of meta-train's flags (`metafam.runs.recipe_flags.recipe_from_command`)."""
+  from metafam.runs.recipe_flags import recipe_from_command
   names = COMMANDS["meta-train"]["flags"]
   return _checked(recipe_from_command, {n: FLAGS[n].value for n in names}, {n for n in names if FLAGS[n].present},
                   resumed=_output_dir("meta-train", FLAGS.output_dir))
@@ -239,7 +239,7 @@ def cmd_meta_train() -> None:
       {name: FLAGS[name].value for name in COMMANDS["meta-train"]["flags"] if name not in PER_PROCESS_FLAGS},
       what="meta-train flags")
   import jax
-  from metafam.outer_trainers.run import CHECKPOINT_NAME, METRICS_NAME, MetaTrainingRun, tensorboard_logger
+  from metafam.runs.run import CHECKPOINT_NAME, METRICS_NAME, MetaTrainingRun, tensorboard_logger
   num_devices = jax.device_count() if group.distributed else FLAGS.devices
   devices = num_devices if num_devices > 1 else None
   try:
@@ -248,7 +248,7 @@ def cmd_meta_train() -> None:
   except ValueError as e:
     if devices is None:  # not about devices: the flags are validated, so this is a bug worth a traceback
       raise
-    from metafam.outer_trainers.recipe_flags import lane_split_error
+    from metafam.runs.recipe_flags import lane_split_error
     split = None if group.distributed else lane_split_error(recipe, FLAGS.devices)
     if split is not None and "cannot be split evenly" in str(e):
       raise UsageError(split) from None
@@ -360,9 +360,9 @@ def main(argv: List[str]) -> int:
 def _main(argv: List[str]) -> int:
   from metafam.distributed import DistributedError, PeerFailureError, exit_now
   from metafam.io import DirectoryBusyError, OutputDirectoryError
-  from metafam.outer_trainers.checkpoint import CheckpointError
-  from metafam.outer_trainers.run import RunDivergedError, WriteFailedError
-  from metafam.outer_trainers.preemption import Preempted
+  from metafam.runs.checkpoint import CheckpointError
+  from metafam.runs.run import RunDivergedError, WriteFailedError
+  from metafam.runs.preemption import Preempted
   from metafam.resources import InsufficientMemoryError
   text = _help(argv)
   if text is not None:

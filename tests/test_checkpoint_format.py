@@ -21,10 +21,11 @@ from metafam.inner import ConstantSchedule
 from metafam.io import atomic_write, write_json
 from metafam.optimizers import SGD, HandDesigned, LearnableAdam, LearnableSGD, LearnedOptimizer, MLPLOpt
 from metafam import optimizers as optimizers_module
-from metafam.outer_trainers import MetaTrainState, MetaTrainer, checkpoint, make_estimator, train
-from metafam.outer_trainers.checkpoint import CheckpointError
-from metafam.outer_trainers import run, run_dir
-from metafam.outer_trainers.run import CHECKPOINT_NAME, LEGACY_CHECKPOINT_NAME
+from metafam.outer_trainers import MetaTrainState, MetaTrainer, make_estimator
+from metafam.runs import checkpoint, train
+from metafam.runs.checkpoint import CheckpointError
+from metafam.runs import run, run_dir
+from metafam.runs.run import CHECKPOINT_NAME, LEGACY_CHECKPOINT_NAME
 from metafam.tasks.quadratic import QuadraticTask
 
 

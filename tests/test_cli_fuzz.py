@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from metafam import cli
-from metafam.outer_trainers.run import CHECKPOINT_NAME
+from metafam.runs.run import CHECKPOINT_NAME
 
 TINY = ["--family=quadratic_family_10", "--optimizer=learnable_sgd", "--estimator=pes", "--num_pairs=2",
         "--unroll_length=5", "--trajectory_length=10", "--eval_tasks=2", "--eval_steps=10", "--sigma=0.05",

@@ -12,8 +12,8 @@ import pytest
 
 from metafam import cli
 from metafam.benchmark.suites import HORIZONS
-from metafam.outer_trainers import CheckpointError, checkpoint
-from metafam.outer_trainers.recipes import RECIPES, Recipe, load_recipe
+from metafam.runs import CheckpointError, checkpoint
+from metafam.runs.recipes import RECIPES, Recipe, load_recipe
 from metafam.taskfamilies.spec import FamilySpec
 
 TINY_RECIPE = {
@@ -181,9 +181,9 @@ def test_meta_train_recipe_resumes_bit_identically_and_reports_its_totals(tmp_pa
 def test_a_run_object_is_the_library_form_of_meta_train(tmp_path):
   """`MetaTrainingRun`: the recipe's identity is the checkpointed config, `run` trains to the recipe's length and
   returns the closing comparison and the files it wrote; another recipe in its directory is refused."""
-  from metafam.outer_trainers import MetaTrainingRun
-  from metafam.outer_trainers.legacy import stored_identity
-  from metafam.outer_trainers.run_dir import run_identity
+  from metafam.runs import MetaTrainingRun
+  from metafam.runs.legacy import stored_identity
+  from metafam.runs.run_dir import run_identity
   recipe = Recipe.from_dict(TINY_RECIPE)
   out = str(tmp_path / "run")
   built = MetaTrainingRun(recipe, out, seed=3, eval_tasks=2, eval_steps=5)
@@ -228,9 +228,9 @@ V1_ARGS = {
 
 def test_the_configs_of_earlier_versions_map_to_the_recipe_identity():
   """`stored_identity` of each stored config is the identity of the recipe the same command line builds now."""
-  from metafam.outer_trainers.legacy import stored_identity
-  from metafam.outer_trainers.run_dir import run_identity
-  from metafam.outer_trainers.recipe_flags import recipe_from_flags
+  from metafam.runs.legacy import stored_identity
+  from metafam.runs.run_dir import run_identity
+  from metafam.runs.recipe_flags import recipe_from_flags
   flags = dict(family="quadratic_family_10", estimator="pes", num_pairs=2, unroll_length=5, trajectory_length=10,
                sigma=0.05, meta_learning_rate=3e-3, meta_lr_decay_steps=6000, clip_grad_norm=1.0)
   want = {"flags": recipe_from_flags(dict(flags, optimizer="learnable_sgd", step_mult=1e-2)),
@@ -303,10 +303,10 @@ def test_meta_train_flag_defaults_are_the_main_job_recipe():
   import inspect
 
   from metafam._cli_spec import COMMANDS, FLAGS
-  from metafam.outer_trainers.loop import DEFAULT_MAX_SKIPPED_STEPS
-  from metafam.outer_trainers.recipe_flags import (FLAG_KEYS, flag_defaults, main_job, recipe_from_command,
+  from metafam.runs.loop import DEFAULT_MAX_SKIPPED_STEPS
+  from metafam.runs.recipe_flags import (FLAG_KEYS, flag_defaults, main_job, recipe_from_command,
                                                    recipe_from_flags)
-  from metafam.outer_trainers.run import MetaTrainingRun
+  from metafam.runs.run import MetaTrainingRun
   main = main_job()
   run_flags = FLAG_KEYS + ("perturbation", "perturbation_rank", "num_steps")
   assert {name: FLAGS[name].default for name in run_flags} == flag_defaults(main)

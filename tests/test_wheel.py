@@ -34,9 +34,9 @@ DATA = ["metafam/datasets/data/fashion_mnist_slice.npz", "metafam/datasets/data/
         "metafam/datasets/data/LICENSE_FASHION_MNIST.txt", "metafam/datasets/data/LICENSE_SHAKESPEARE.txt",
         "metafam/py.typed", "metafam/datasets/data/mnist_5k.npz", "metafam/datasets/data/LICENSE_MNIST.txt",
         "metafam/benchmark/data/heldout_baselines.json", "metafam/pretrained/data/generalist_v1.npz",
-        "metafam/pretrained/data/generalist_v1.md", "metafam/outer_trainers/recipes/generalist.json",
+        "metafam/pretrained/data/generalist_v1.md", "metafam/runs/recipes/generalist.json",
         "metafam/pretrained/data/generalist_v2.npz", "metafam/pretrained/data/generalist_v2.md",
-        "metafam/outer_trainers/recipes/generalist_v2.json"]
+        "metafam/runs/recipes/generalist_v2.json"]
 
 
 def _run(args, **kwargs):

@@ -20,14 +20,15 @@ import numpy as np
 import optax
 
 from metafam._registry import lookup
+from metafam.compat import flax_msgpack
 from metafam.optimizers.base import OptaxOptimizer, Optimizer
 from metafam.optimizers.learned import LearnedOptimizer
-from metafam.outer_trainers import checkpoint, flax_msgpack
+from metafam.runs import checkpoint
 
 
 # -- optimizers ---------------------------------------------------------------------------------------------------
 def load_theta(path: Union[str, os.PathLike]) -> Any:
-  """Meta-parameters from a `metafam.outer_trainers.checkpoint` file holding a MetaTrainState (its ``theta``) or a
+  """Meta-parameters from a `metafam.runs.checkpoint` file holding a MetaTrainState (its ``theta``) or a
   bare theta pytree; leaves come back as numpy arrays in plain containers (see `checkpoint.load`). A
   learned_optimization (flax-msgpack) parameter file is read too (`flax_msgpack.plain_theta`: its ``params``).
 
@@ -69,7 +70,7 @@ def learned_optimizer_from_checkpoint(name: str, path: Union[str, os.PathLike]) 
   was meta-trained: a meta-training checkpoint records the run's recipe, whose ``step_mult`` is passed back (a wrong
   scale would silently change every update); otherwise the library default."""
   from metafam.optimizers.registry import get_learned_optimizer, takes_step_mult
-  from metafam.outer_trainers.legacy import stored_identity
+  from metafam.runs.legacy import stored_identity
   try:
     identity = stored_identity(checkpoint.read_metadata(os.fspath(path)).get("config"))
   except checkpoint.CheckpointError:

@@ -2,9 +2,9 @@
 
 `train` works on any trainer shaped like `metafam.outer_trainers.meta_trainer.MetaTrainer` (``init``, ``place``,
 ``step_packed``, ``memory_estimate``, ``mesh``; this module does not import it). The run directory's files, the
-run identity a checkpoint stores and the refusal rule are `metafam.outer_trainers.run_dir`; whether a checkpoint
+run identity a checkpoint stores and the refusal rule are `metafam.runs.run_dir`; whether a checkpoint
 belongs to the run is the ``same_run`` function passed in; evaluation is the ``evaluate`` callback (e.g.
-`metafam.outer_trainers.validation.MetaValidation`, the meta-validation curve).
+`metafam.runs.validation.MetaValidation`, the meta-validation curve).
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from metafam._checks import check_number, check_positive
 from metafam.inner import sharding
 from metafam.io import append_line
 from metafam.io import lock_output_dir as _lock_dir
-from metafam.outer_trainers import checkpoint
-from metafam.outer_trainers.nonfinite_log import NonFiniteLog
-from metafam.outer_trainers.preemption import Preempted, StopRequests
-from metafam.outer_trainers.run_dir import (CHECKPOINT_NAME, LEGACY_CHECKPOINT_NAME, METRICS_NAME, WriteFailedError,
+from metafam.runs import checkpoint
+from metafam.runs.nonfinite_log import NonFiniteLog
+from metafam.runs.preemption import Preempted, StopRequests
+from metafam.runs.run_dir import (CHECKPOINT_NAME, LEGACY_CHECKPOINT_NAME, METRICS_NAME, WriteFailedError,
                                             check_checkpoint, finite_or_null, holding, restore, run_identity,
                                             same_config, save, truncate_metrics)
 
@@ -62,7 +62,7 @@ def train(trainer: Any, num_steps: int, *, key: Optional[jax.Array] = None, stat
 
   With ``output_dir``, an existing checkpoint there is resumed (refused if it belongs to a different run or holds
   non-finite meta-parameters), a checkpoint is written atomically every ``checkpoint_every`` steps and at the
-  end, and every logged record is appended to ``metrics.jsonl`` (see `metafam.outer_trainers.run`). ``history`` is
+  end, and every logged record is appended to ``metrics.jsonl`` (see `metafam.runs.run`). ``history`` is
   the list of this call's records (step, metrics, inner steps/s, and the evaluation's numbers where evaluated).
 
   Args:
@@ -73,23 +73,23 @@ def train(trainer: Any, num_steps: int, *, key: Optional[jax.Array] = None, stat
     identity: the run's identity stored in its checkpoints (`run_dir.run_identity` completes it; default: the
       trainer's estimators and learned optimizer).
     checkpoint_every: meta-steps between checkpoints.
-    evaluate: ``evaluate(theta, step) -> {name: number}`` (e.g. `metafam.outer_trainers.validation.MetaValidation`),
+    evaluate: ``evaluate(theta, step) -> {name: number}`` (e.g. `metafam.runs.validation.MetaValidation`),
       called every ``eval_every`` meta-steps and at the last one; its numbers join the step's record.
-    log_fn: called with every record (e.g. `metafam.outer_trainers.run.tensorboard_logger`).
+    log_fn: called with every record (e.g. `metafam.runs.run.tensorboard_logger`).
     same_run: ``same_run(stored config, identity)``: whether a checkpoint in ``output_dir`` belongs to this run
-      (default `metafam.outer_trainers.run_dir.same_config`, equal as JSON); a checkpoint of another run is refused.
+      (default `metafam.runs.run_dir.same_config`, equal as JSON); a checkpoint of another run is refused.
     finish: called with the final state and the history while the directory is still locked (a closing report).
 
   Failures (each leaves the last checkpoint loadable, and a rerun resumes exactly):
 
   * ``handle_signals``: SIGTERM / SIGINT finish the meta-step in flight (on several processes: the step they all
-    agree on), write its metrics and a checkpoint, and raise `metafam.outer_trainers.preemption.Preempted`.
+    agree on), write its metrics and a checkpoint, and raise `metafam.runs.preemption.Preempted`.
   * A failed write of a checkpoint or of ``metrics.jsonl`` raises `WriteFailedError`; the previous checkpoint is
     untouched (writes are atomic) and no partial metrics line is left.
   * ``max_skipped_steps``: that many consecutive skipped updates (every estimate non-finite) raise
     `RunDivergedError` naming the step and the last checkpoint (None: never stop).
   * Masked inner steps and skipped updates are reported as ``trainer.on_nonfinite`` says
-    (`metafam.outer_trainers.nonfinite_log.NonFiniteLog`: a warning at the first of each, a summary at the end).
+    (`metafam.runs.nonfinite_log.NonFiniteLog`: a warning at the first of each, a summary at the end).
   * ``check_memory``: before anything is allocated, the compiled meta-step's memory is compared with what the
     devices can give (`check_memory`); `metafam.resources.InsufficientMemoryError` if it cannot fit.
   * ``lock_output_dir``: ``output_dir`` is created, proven writable and locked for the run
@@ -99,7 +99,7 @@ def train(trainer: Any, num_steps: int, *, key: Optional[jax.Array] = None, stat
   if eval_every is not None:
     check_positive("eval_every", eval_every, integer=True)
     if evaluate is None:
-      raise ValueError("eval_every needs evaluate= (e.g. metafam.outer_trainers.validation.MetaValidation).")
+      raise ValueError("eval_every needs evaluate= (e.g. metafam.runs.validation.MetaValidation).")
   elif evaluate is not None:  # it would never be called
     raise ValueError("evaluate= needs eval_every= (meta-steps between its calls; it also runs at the last one).")
   loop = Loop(trainer, output_dir, checkpoint_every, eval_every, progress, log_fn, max_skipped_steps, same_run,

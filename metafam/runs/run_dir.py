@@ -1,11 +1,11 @@
 """A run directory: the checkpoint of a trainer's state and its identity check, ``metrics.jsonl``, the refusal rule.
 
-What a directory holds is listed in `metafam.outer_trainers.run`. A checkpoint stores the run's *identity* as its
+What a directory holds is listed in `metafam.runs.run`. A checkpoint stores the run's *identity* as its
 ``config`` (`run_identity`: a JSON-able dict; resuming a checkpoint of another identity is refused). The functions
 here take any trainer that has ``estimators``, ``learned_opt``, ``nonfinite``, ``place``, ``multi_process`` and
 ``is_main_process`` (`metafam.outer_trainers.meta_trainer.MetaTrainer`); this module imports neither the trainer nor
 the recipes. Whether a checkpoint's stored config names the same run is a function passed in (``same_run``):
-`same_config` (equal as JSON) by default, `metafam.outer_trainers.legacy.same_run` (every metafam version's configs)
+`same_config` (equal as JSON) by default, `metafam.runs.legacy.same_run` (every metafam version's configs)
 for recipe runs.
 """
 
@@ -23,7 +23,7 @@ import numpy as np
 
 from metafam import distributed, resources
 from metafam.io import DirectoryLock, append_line, atomic_write
-from metafam.outer_trainers import checkpoint
+from metafam.runs import checkpoint
 
 CHECKPOINT_NAME = "checkpoint.npz"
 LEGACY_CHECKPOINT_NAME = "checkpoint.pkl"  # v1 pickles: refused, see checkpoint.convert_legacy_checkpoint
@@ -48,7 +48,7 @@ class WriteFailedError(RuntimeError):
 # -- checkpoints of a trainer's state --------------------------------------------------------------------------------
 def run_identity(trainer: Any, config: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
   """The identity a checkpoint of ``trainer``'s run stores: ``config`` (a JSON-able description of the run, e.g.
-  `metafam.outer_trainers.recipes.Recipe.identity`), completed with the estimators' and the learned optimizer's
+  `metafam.runs.recipes.Recipe.identity`), completed with the estimators' and the learned optimizer's
   class names (``estimators``, ``learned_opt``) and the trainer's ``nonfinite`` policy when it is not the default,
   unless ``config`` sets them."""
   identity = dict(config or {})

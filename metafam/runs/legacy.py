@@ -2,9 +2,9 @@
 
 A checkpoint stores its run's identity as ``config``. Today that is `Recipe.identity`; earlier versions stored the
 ``--recipe`` recipe with its name and the perturbation beside it, or, before recipes described every run, the
-command line's flags (`metafam.outer_trainers.recipe_flags.FLAG_KEYS`) and the seed. `stored_identity` maps each to the
-identity the same run has today and `same_run` is the identity check `metafam.outer_trainers.run.MetaTrainingRun`
-passes to the loop (`metafam.outer_trainers.loop.train`'s ``same_run``).
+command line's flags (`metafam.runs.recipe_flags.FLAG_KEYS`) and the seed. `stored_identity` maps each to the
+identity the same run has today and `same_run` is the identity check `metafam.runs.run.MetaTrainingRun`
+passes to the loop (`metafam.runs.loop.train`'s ``same_run``).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any, Dict, Mapping, Optional
 
 import numpy as np
 
-from metafam.outer_trainers.recipe_flags import FLAG_KEYS, recipe_from_flags
-from metafam.outer_trainers.recipes import Recipe
+from metafam.runs.recipe_flags import FLAG_KEYS, recipe_from_flags
+from metafam.runs.recipes import Recipe
 
 
 def stored_identity(config: Any) -> Optional[Dict[str, Any]]:

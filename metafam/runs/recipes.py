@@ -4,15 +4,15 @@ A `Recipe` names a registered learned optimizer and its ``step_mult``, a mixture
 each family gets its own estimator, and a meta-step averages their meta-gradients, so families of different shapes
 share one theta), the estimator, its truncations and perturbation, and the meta-optimizer. It is the only
 description of a run: ``metafam meta-train``'s flags build a one-family recipe, or ``--recipe`` loads one that given
-flags override (`metafam.outer_trainers.recipe_flags`). Recipes are JSON files; the shipped ones
-live in ``metafam/outer_trainers/recipes/`` and are named in `RECIPES`:
+flags override (`metafam.runs.recipe_flags`). Recipes are JSON files; the shipped ones
+live in ``metafam/runs/recipes/`` and are named in `RECIPES`:
 
     recipe = load_recipe("generalist")                 # or load_recipe("path/to/my_recipe.json")
-    run = MetaTrainingRun(recipe, "runs/generalist", seed=0)   # metafam.outer_trainers.run
+    run = MetaTrainingRun(recipe, "runs/generalist", seed=0)   # metafam.runs.run
     result = run.run()
 
 A run's identity (what must match to resume it) is `Recipe.identity`: the recipe less its name, prose and length,
-plus the seed. `metafam.outer_trainers.legacy.stored_identity` maps the config a checkpoint stores to it, whichever
+plus the seed. `metafam.runs.legacy.stored_identity` maps the config a checkpoint stores to it, whichever
 metafam wrote it (the flag runs and ``--recipe`` runs of earlier versions included), so those resume.
 """
 
@@ -29,7 +29,7 @@ from metafam.taskfamilies.spec import FamilySpec
 
 _HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "recipes")
 
-# Shipped recipes: name -> file in metafam/outer_trainers/recipes/.
+# Shipped recipes: name -> file in metafam/runs/recipes/.
 RECIPES: Dict[str, str] = {
     "generalist": "generalist.json",  # the pretrained `generalist_v1` (metafam.pretrained): 5 families, NRES
     "generalist_v2": "generalist_v2.json",  # the pretrained `generalist_v2`: 7 meta-parameters, 3 families, NRES
