@@ -132,9 +132,6 @@ flags.DEFINE_enum("ruleset", "external", ["external", "self_tuning"], "benchmark
                   "--learning_rate).", flag_values=FLAGS)
 flags.DEFINE_string("name", None, "benchmark --suite heldout|test: the candidate's label in tables, files and plots "
                     "(default from --optimizer; a baseline's name gets ' (candidate)').", flag_values=FLAGS)
-# convert-checkpoint
-flags.DEFINE_bool("trust_pickle", False, "Confirm that the legacy pickle checkpoint comes from a trusted source "
-                  "(unpickling it can run arbitrary code).", flag_values=FLAGS)
 
 _SUITE_FLAGS = ("task", "suite", "optimizer", "checkpoint", "learning_rate", "inner_steps", "seeds",
                 "output_dir", "overwrite", "progress")
@@ -156,9 +153,6 @@ COMMANDS: Dict[str, Dict[str, Any]] = {
                      flags=_SUITE_FLAGS + ("confirm_test", "tasks", "schedules", "ruleset", "name")),
     "list": dict(summary="list the registered tasks, families, optimizers, estimators, recipes and suites", args=(),
                  flags=()),
-    "convert-checkpoint": dict(summary="convert a legacy pickle checkpoint into the current format (unpickling "
-                                       "runs code: only for files you trust)", args=("OLD", "NEW"),
-                               flags=("trust_pickle",)),
     "launch": dict(summary="run a command as --num_processes local processes of one multi-process run: "
                            "`metafam launch --num_processes 2 -- meta-train [flags]`", args=("COMMAND [ARGS]",),
                    flags=("num_processes",)),

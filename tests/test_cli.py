@@ -73,7 +73,7 @@ def test_meta_train_writes_files_and_resumes(tmp_path, capsys):
      "evenly over 2 devices"),
     (["evaluate", "--checkpoint=missing.npz", "--optimizer=adam", "--task=quadratic_10"],
      "--checkpoint 'missing.npz': no such file"),
-    (["train"], "expected one command from meta-train, evaluate, benchmark, list, convert-checkpoint, launch; got train"),
+    (["train"], "expected one command from meta-train, evaluate, benchmark, list, launch; got train"),
     (["meta-train", "--optimizer=learnable_sgd", "--step_mult=0.1"],
      "--step_mult: --optimizer=learnable_sgd has no step_mult; it applies to adafac_mlp_lopt, "
      "adafac_muon_mlp_lopt, adafac_muon_rms_lopt, hyper_v2, mlp_lopt, mlp_nom_lopt, muon_celo_lopt, muon_residual_lopt, "

@@ -30,7 +30,8 @@ from metafam.optimizers.learned import LearnableSGD
 from metafam.outer_trainers import GradientEstimate, GradientEstimator, MetaTrainer
 from metafam.runs import checkpoint, read_metrics, train
 from metafam.runs.checkpoint import CheckpointError
-from metafam.runs.run import CHECKPOINT_NAME, METRICS_NAME, RunDivergedError, check_memory
+from metafam.runs.loop import RunDivergedError, check_memory
+from metafam.runs.run_dir import CHECKPOINT_NAME, METRICS_NAME
 from metafam.runs.preemption import EXIT_PREEMPTED
 
 TINY = ["--family=quadratic_family_10", "--optimizer=learnable_sgd", "--estimator=pes", "--num_pairs=2",

@@ -14,8 +14,7 @@ from meta_setup import build_trainer, quadratic_family
 from metafam.inner import ConstantSchedule, TruncatedStep
 from metafam.optimizers.learned import LearnableSGD
 from metafam.runs import CheckpointError, MetaValidation, train
-from metafam.runs.run import restore
-from metafam.runs.run_dir import run_identity
+from metafam.runs.run_dir import restore, run_identity
 from metafam.taskfamilies.quadratic import QuadraticFamily
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -26,8 +26,7 @@ from metafam.optimizers import (SGD, SGDM, Adam, HandDesigned, LearnableAdam, Le
 from metafam.optimizers.learned import log1p_neg_safe, sqrt_zero_safe
 from metafam.outer_trainers import GradientEstimate, GradientEstimator, MetaTrainer, make_estimator
 from metafam.runs import train
-from metafam.runs.run import METRICS_NAME, read_metrics
-from metafam.runs.run_dir import run_identity
+from metafam.runs.run_dir import METRICS_NAME, read_metrics, run_identity
 from metafam.taskfamilies.augmentations import LowPrecisionFamily
 from metafam.taskfamilies.base import TaskFamily, single_task_to_family
 from metafam.taskfamilies.quadratic import QuadraticFamily

@@ -8,8 +8,8 @@ import sys
 import numpy as np
 import pytest
 
-from metafam.benchmark.metrics import aggregate
 from metafam.evaluation.comparison import HeldOutComparison, LearnedResult, instance_speedups
+from metafam.evaluation.metrics import aggregate
 from metafam.evaluation.report import ema, meta_train_summary, validation_series, write_meta_train_report
 
 T, N = 20, 4

@@ -547,7 +547,6 @@ COVERED = {
     "metafam evaluate": "tests/test_cli.py tests/test_cli_fuzz.py",
     "metafam benchmark": "tests/test_cli.py tests/test_cli_fuzz.py tests/test_heldout.py tests/test_test_suite.py "
                          "tests/test_scoring.py",
-    "metafam convert-checkpoint": "tests/test_cli.py tests/test_checkpoint_format.py",
     "metafam launch": "tests/test_distributed.py",
     "pytest": ".ci/run",
     "mkdocs": "tests/test_docs.py",

@@ -147,7 +147,7 @@ def write_meta_train_report(output_dir: str, history: Sequence[Mapping[str, Any]
 
   Args:
     output_dir: an existing directory (the run's output directory).
-    history: the meta-training records (`metafam.runs.run.read_metrics`; ``[]`` if none).
+    history: the meta-training records (`metafam.runs.read_metrics`; ``[]`` if none).
     comparison: the `metafam.evaluation.comparison.HeldOutComparison` of the run.
     config: the run's configuration (JSON-able).
     meta_steps: meta-steps trained in total; train_seconds: seconds of meta-training in this session.

@@ -5,10 +5,11 @@
 non-finite values (`nonfinite_log`)."""
 
 from metafam.runs.checkpoint import CheckpointError
-from metafam.runs.loop import train
+from metafam.runs.loop import RunDivergedError, train
 from metafam.runs.preemption import Preempted, StopRequests
 from metafam.runs.recipes import RECIPES, Recipe, list_recipes, load_recipe
-from metafam.runs.run import MetaTrainingRun, RunDivergedError, RunResult, WriteFailedError, read_metrics
+from metafam.runs.run import MetaTrainingRun, RunResult
+from metafam.runs.run_dir import WriteFailedError, read_metrics
 from metafam.runs.validation import MetaValidation
 
 __all__ = ["CheckpointError", "train", "Preempted", "StopRequests", "RECIPES", "Recipe", "list_recipes",

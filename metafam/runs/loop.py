@@ -2,8 +2,8 @@
 
 `train` works on any trainer shaped like `metafam.outer_trainers.meta_trainer.MetaTrainer` (``init``, ``place``,
 ``step_packed``, ``memory_estimate``, ``mesh``; this module does not import it). The run directory's files, the
-run identity a checkpoint stores and the refusal rule are `metafam.runs.run_dir`; whether a checkpoint
-belongs to the run is the ``same_run`` function passed in; evaluation is the ``evaluate`` callback (e.g.
+run identity a checkpoint stores, the refusal rule and whether a checkpoint belongs to the run are
+`metafam.runs.run_dir`; evaluation is the ``evaluate`` callback (e.g.
 `metafam.runs.validation.MetaValidation`, the meta-validation curve).
 """
 
@@ -28,9 +28,8 @@ from metafam.io import lock_output_dir as _lock_dir
 from metafam.runs import checkpoint
 from metafam.runs.nonfinite_log import NonFiniteLog
 from metafam.runs.preemption import Preempted, StopRequests
-from metafam.runs.run_dir import (CHECKPOINT_NAME, LEGACY_CHECKPOINT_NAME, METRICS_NAME, WriteFailedError,
-                                            check_checkpoint, finite_or_null, holding, restore, run_identity,
-                                            same_config, save, truncate_metrics)
+from metafam.runs.run_dir import (CHECKPOINT_NAME, METRICS_NAME, WriteFailedError, check_checkpoint, finite_or_null,
+                                  holding, restore, run_identity, save, truncate_metrics)
 
 DEFAULT_MAX_SKIPPED_STEPS = 50
 Evaluate = Callable[[Any, int], Mapping[str, float]]  # (theta, meta-step) -> numbers for the step's record
@@ -55,7 +54,6 @@ def train(trainer: Any, num_steps: int, *, key: Optional[jax.Array] = None, stat
           progress: bool = True, log_fn: Optional[Callable[[Dict[str, Any]], None]] = None,
           handle_signals: bool = False, max_skipped_steps: Optional[int] = DEFAULT_MAX_SKIPPED_STEPS,
           check_memory: bool = True, lock_output_dir: bool = True,
-          same_run: Callable[[Any, Any], bool] = same_config,
           finish: Optional[Callable[[Any, List[Dict[str, Any]]], Any]] = None):
   """Runs ``trainer``'s meta-steps until ``state.step == num_steps``; returns ``(state, history)``, or with
   ``finish`` ``(state, history, finish(state, history))``.
@@ -76,8 +74,6 @@ def train(trainer: Any, num_steps: int, *, key: Optional[jax.Array] = None, stat
     evaluate: ``evaluate(theta, step) -> {name: number}`` (e.g. `metafam.runs.validation.MetaValidation`),
       called every ``eval_every`` meta-steps and at the last one; its numbers join the step's record.
     log_fn: called with every record (e.g. `metafam.runs.run.tensorboard_logger`).
-    same_run: ``same_run(stored config, identity)``: whether a checkpoint in ``output_dir`` belongs to this run
-      (default `metafam.runs.run_dir.same_config`, equal as JSON); a checkpoint of another run is refused.
     finish: called with the final state and the history while the directory is still locked (a closing report).
 
   Failures (each leaves the last checkpoint loadable, and a rerun resumes exactly):
@@ -102,7 +98,7 @@ def train(trainer: Any, num_steps: int, *, key: Optional[jax.Array] = None, stat
       raise ValueError("eval_every needs evaluate= (e.g. metafam.runs.validation.MetaValidation).")
   elif evaluate is not None:  # it would never be called
     raise ValueError("evaluate= needs eval_every= (meta-steps between its calls; it also runs at the last one).")
-  loop = Loop(trainer, output_dir, checkpoint_every, eval_every, progress, log_fn, max_skipped_steps, same_run,
+  loop = Loop(trainer, output_dir, checkpoint_every, eval_every, progress, log_fn, max_skipped_steps,
               identity=run_identity(trainer, identity), evaluate=evaluate)
   lock = _lock_dir(output_dir) if loop.writes and lock_output_dir else None
   with holding(lock, loop):
@@ -120,7 +116,6 @@ class Loop:
   progress: bool
   log_fn: Optional[Callable[[Dict[str, Any]], None]]
   max_skipped_steps: Optional[int]
-  same_run: Callable[[Any, Any], bool] = same_config
   identity: Optional[Mapping[str, Any]] = None
   evaluate: Optional[Evaluate] = None
   wrote: bool = False
@@ -156,13 +151,10 @@ class Loop:
     trainer, had_checkpoint, error = self.trainer, False, None
     if self.writes:
       try:
-        legacy = os.path.join(self.output_dir, LEGACY_CHECKPOINT_NAME)
-        if not os.path.exists(self.ckpt) and os.path.exists(legacy):  # refuse rather than silently start over
-          raise checkpoint.legacy_error(legacy, self.ckpt)
         os.makedirs(self.output_dir, exist_ok=True)
         had_checkpoint = os.path.exists(self.ckpt)
         if had_checkpoint and state is None:  # a checkpoint that will be refused is refused before compiling
-          check_checkpoint(self.ckpt, self.identity, same_run=self.same_run)
+          check_checkpoint(self.ckpt, self.identity)
       except (checkpoint.CheckpointError, OSError) as e:
         error = e
     if trainer.multi_process:  # every process stops on process 0's error, and resumes when it does
@@ -176,7 +168,7 @@ class Loop:
         check_memory(trainer, key)
       state = trainer.init(key)
       if had_checkpoint:
-        state = restore(trainer, self.ckpt, state, self.identity, same_run=self.same_run)
+        state = restore(trainer, self.ckpt, state, self.identity)
         if self.writes:
           self.write(self.metrics_path, lambda: truncate_metrics(self.metrics_path, int(state.step)))
     self.last_saved = int(state.step)

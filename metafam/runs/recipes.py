@@ -12,8 +12,8 @@ live in ``metafam/runs/recipes/`` and are named in `RECIPES`:
     result = run.run()
 
 A run's identity (what must match to resume it) is `Recipe.identity`: the recipe less its name, prose and length,
-plus the seed. `metafam.runs.legacy.stored_identity` maps the config a checkpoint stores to it, whichever
-metafam wrote it (the flag runs and ``--recipe`` runs of earlier versions included), so those resume.
+plus the seed. A run's checkpoint stores it as its config (`metafam.runs.run_dir.run_identity`), and a run resumes
+only a checkpoint of its own identity.
 """
 
 from __future__ import annotations
@@ -165,8 +165,7 @@ class Recipe:
 
   @classmethod
   def from_identity(cls, recorded: Mapping[str, Any], name: str) -> "Recipe":
-    """The recipe a run recorded: the ``"recipe"`` part of `identity` as a checkpoint stores it (or an older
-    checkpoint's recipe), named ``name`` where it records none. ``Recipe.from_identity(r, n).identity(seed)`` is the
+    """The recipe a run recorded: the ``"recipe"`` part of `identity` as a checkpoint stores it, named ``name`` where it records none. ``Recipe.from_identity(r, n).identity(seed)`` is the
     run's identity again, so two runs' recipes compare by their identities."""
     data = dict(recorded)
     data.setdefault("name", name)

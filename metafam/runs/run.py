@@ -2,9 +2,8 @@
 
 `MetaTrainingRun` is what ``metafam meta-train`` runs (the command line only parses flags into a `Recipe`, calls it
 and prints). It composes `metafam.runs.run_dir` (the directory's files, the refusal rule),
-`metafam.runs.loop` (`train`, the loop, usable on any `MetaTrainer`),
-`metafam.runs.validation` (the meta-validation curve) and `metafam.runs.legacy` (the identity
-check that reads every metafam version's checkpoint configs).
+`metafam.runs.loop` (`train`, the loop, usable on any `MetaTrainer`) and `metafam.runs.validation` (the
+meta-validation curve).
 
 A run directory holds, for one run identity (`Recipe.identity`: the recipe less its name, prose and length, plus the
 seed):
@@ -44,20 +43,14 @@ import jax
 
 from metafam import distributed
 from metafam._checks import check_number
-from metafam.runs.legacy import same_run
-from metafam.runs.loop import DEFAULT_MAX_SKIPPED_STEPS, RunDivergedError, check_memory, train
 from metafam.outer_trainers.meta_trainer import MetaTrainState
+from metafam.runs.loop import DEFAULT_MAX_SKIPPED_STEPS, train
 from metafam.runs.recipes import Recipe
-from metafam.runs.run_dir import (CHECKPOINT_NAME, LEGACY_CHECKPOINT_NAME, METRICS_NAME, REFUSALS,
-                                            WriteFailedError, check_checkpoint, read_metrics, restore, run_identity,
-                                            save)
+from metafam.runs.run_dir import (CHECKPOINT_NAME, METRICS_NAME, WriteFailedError, check_checkpoint, read_metrics,
+                                  run_identity)
 from metafam.runs.validation import MetaValidation, evaluator_on
 
-# Re-exported from the modules they live in (names of this module before the split).
-__all__ = ["MetaTrainingRun", "RunResult", "tensorboard_logger", "REPORT_KEY_OFFSET", "CHECKPOINT_NAME",
-           "LEGACY_CHECKPOINT_NAME", "METRICS_NAME", "DEFAULT_MAX_SKIPPED_STEPS", "REFUSALS", "RunDivergedError",
-           "WriteFailedError", "check_checkpoint", "check_memory", "read_metrics", "restore", "same_run", "save",
-           "train"]
+__all__ = ["MetaTrainingRun", "RunResult", "tensorboard_logger", "REPORT_KEY_OFFSET"]
 
 REPORT_KEY_OFFSET = 1_000_003  # the closing report's instances: key(seed + this), apart from the run's own streams
 
@@ -157,7 +150,7 @@ class MetaTrainingRun:
                  identity=run_identity(self.trainer, self.identity), checkpoint_every=checkpoint_every,
                  evaluate=self.validation if eval_every else None, eval_every=eval_every or None,
                  progress=progress and main, log_fn=log_fn, handle_signals=handle_signals,
-                 max_skipped_steps=max_skipped_steps, lock_output_dir=main, same_run=same_run, finish=finish)[2]
+                 max_skipped_steps=max_skipped_steps, lock_output_dir=main, finish=finish)[2]
 
   def nothing_to_train(self, num_steps: int, report: bool = True) -> Optional[str]:
     """Why a `run` to ``num_steps`` would have nothing to do (the directory's run is at ``num_steps`` or past it, and
@@ -175,7 +168,7 @@ class MetaTrainingRun:
     path = os.path.join(self.output_dir, CHECKPOINT_NAME) if self.output_dir else None
     if path is None or not os.path.isfile(path):
       return None
-    check_checkpoint(path, run_identity(self.trainer, self.identity), read_theta=False, same_run=same_run)
+    check_checkpoint(path, run_identity(self.trainer, self.identity), read_theta=False)
     from metafam.runs.checkpoint import read_metadata
     step = read_metadata(path).get("step")
     return step if isinstance(step, int) else None
