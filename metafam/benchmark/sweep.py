@@ -23,7 +23,6 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from metafam.evaluation import tuning
 from metafam.evaluation.evaluate import train_between_evals
 from metafam.inner.runner import OptimizerLike, Runner, as_keys, as_optimizer
 from metafam.optimizers.base import OptaxOptimizer, OptimizerState

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from metafam import distributed, resources
-from metafam.io import DirectoryLock, append_line, atomic_write
+from metafam.io import DirectoryLock, atomic_write
 from metafam.runs import checkpoint
 
 CHECKPOINT_NAME = "checkpoint.npz"
