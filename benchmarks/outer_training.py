@@ -50,7 +50,8 @@ import optax
 import bench_common  # benchmarks/ is on sys.path when this runs as a script
 from metafam.inner import ConstantSchedule
 from metafam.optimizers import get_learned_optimizer
-from metafam.outer_trainers import MetaTrainer, make_estimator, train
+from metafam.outer_trainers import MetaTrainer, make_estimator
+from metafam.runs import train
 
 
 META_LOSSES = {  # setting -> (metafam estimator arguments, LO's TruncatedPES train_and_meta)

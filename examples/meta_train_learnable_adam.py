@@ -12,7 +12,8 @@ import optax
 
 from metafam.inner import ConstantSchedule, TruncatedStep
 from metafam.optimizers import LearnableAdam
-from metafam.outer_trainers import PES, MetaTrainer, MetaValidation, train
+from metafam.outer_trainers import PES, MetaTrainer
+from metafam.runs import MetaValidation, train
 from metafam.taskfamilies import ImageMLPFamily
 
 

@@ -3,7 +3,7 @@
     python experiments/candidate_validation.py --run_dir /work/runs/generalist_v2_candidate_d \
         --recipe experiments/generalist_v2/recipe_d.json --eval_tasks 16 --eval_steps 500 --out DIR
 
-A run started with ``--eval_every`` records the meta-validation curve (`metafam.outer_trainers.MetaValidation`: the
+A run started with ``--eval_every`` records the meta-validation curve (`metafam.runs.MetaValidation`: the
 same held-out instances of every family of the recipe, trained ``--eval_steps`` steps from initialization) in its
 ``metrics.jsonl``, but the loop's first check comes after ``eval_every`` meta-steps. This script adds what the curve
 needs to decide whether the run learned:
@@ -29,9 +29,9 @@ import numpy as np
 
 from metafam.benchmark.runner import load_theta
 from metafam.io import atomic_write
-from metafam.outer_trainers import MetaValidation
-from metafam.outer_trainers.recipes import load_recipe
-from metafam.outer_trainers.validation import DEFAULT_SEED
+from metafam.runs import MetaValidation
+from metafam.runs.recipes import load_recipe
+from metafam.runs.validation import DEFAULT_SEED
 
 KEYS = {"mean": "eval_mean_loss", "final": "eval_final_loss"}
 

@@ -19,8 +19,8 @@ import jax
 
 import metafam.pretrained as pretrained
 from metafam.benchmark.runner import load_theta
-from metafam.outer_trainers import checkpoint
-from metafam.outer_trainers.recipes import Recipe, load_recipe
+from metafam.runs import checkpoint
+from metafam.runs.recipes import Recipe, load_recipe
 
 
 def trained_by(recorded: dict, recipe_name: str) -> bool:

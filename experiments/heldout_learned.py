@@ -185,8 +185,8 @@ def recipe_defaults(parser, args):
   `export_pretrained.py --candidate`): the optimizer must be the recipe's, and the recipe's ``optimizer_kwargs`` and
   ``step_mult`` apply where ``--kwargs`` and ``--step_mult`` do not name them. A theta is only meaningful with the
   settings it was trained under (e.g. candidate c's ``conv_kernels``), and nothing in its shapes tells them apart."""
-  from metafam.outer_trainers import checkpoint  # pylint: disable=import-outside-toplevel
-  from metafam.outer_trainers import flax_msgpack  # pylint: disable=import-outside-toplevel
+  from metafam.runs import checkpoint  # pylint: disable=import-outside-toplevel
+  from metafam.compat import flax_msgpack  # pylint: disable=import-outside-toplevel
   if not os.path.isfile(args.checkpoint):
     parser.error(f"--checkpoint: no file {args.checkpoint!r}")
   metadata = {} if flax_msgpack.looks_like_msgpack(args.checkpoint) else checkpoint.read_metadata(args.checkpoint)

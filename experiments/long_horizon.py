@@ -16,7 +16,7 @@ import optax
 import metafam.pretrained as pretrained
 from metafam.benchmark.heldout import load_normalizers
 from metafam.benchmark.sweep import train_lanes
-from metafam.outer_trainers.recipes import load_recipe
+from metafam.runs.recipes import load_recipe
 from metafam.tasks.registry import get_task
 
 

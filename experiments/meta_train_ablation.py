@@ -145,7 +145,7 @@ def main():
 
   os.makedirs(os.path.dirname(args.out), exist_ok=True)
   if args.save_thetas:
-    from metafam.outer_trainers import checkpoint
+    from metafam.runs import checkpoint
     os.makedirs(args.save_thetas, exist_ok=True)
     for label, theta in thetas.items():
       checkpoint.save(os.path.join(args.save_thetas, f"{args.name}_s{args.seed}_{label}.npz"), theta,

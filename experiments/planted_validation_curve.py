@@ -6,7 +6,7 @@ The planted step-gain problem of `docs/guide/planted.md` (`tests/test_planted.py
 generalist_v2 recipe's estimator settings (NRES, 4 antithetic pairs, truncations of 20, trajectories log-uniform in
 200-2,000, sigma 0.01, Adam at 3e-3 with its warmup-cosine decay, residual frozen, no clip), its step gain planted
 ``--factor`` times below Muon's best constant rate on an 8x8 matrix-quadratic family. Each seed meta-trains with
-`metafam.outer_trainers.MetaValidation` as the loop's ``evaluate`` every ``--eval_every`` meta-steps: the same
+`metafam.runs.MetaValidation` as the loop's ``evaluate`` every ``--eval_every`` meta-steps: the same
 ``--eval_tasks`` held-out instances trained ``--eval_steps`` steps from initialization at every check, so the checks
 of one run differ only by theta. The script prints, per check, the ``--measure`` (default ``mean``: the normalized
 loss averaged along the ``--eval_steps`` inner steps, what the estimator's average-loss meta-objective follows;
@@ -29,9 +29,10 @@ import optax
 
 from metafam.benchmark import planted
 from metafam.io import atomic_write
-from metafam.outer_trainers import MetaTrainer, MetaValidation, train
+from metafam.outer_trainers import MetaTrainer
+from metafam.runs import MetaValidation, train
 from metafam.outer_trainers.meta_trainer import meta_optimizer
-from metafam.outer_trainers.recipes import load_recipe
+from metafam.runs.recipes import load_recipe
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RECIPE_PATH = os.path.join(HERE, "generalist_v2", "recipe_c.json")

@@ -98,7 +98,7 @@ def candidate_factory(path: str, num_steps: int):
   from metafam.benchmark.runner import load_theta  # pylint: disable=import-outside-toplevel
   from metafam.optimizers._features import uses_horizon  # pylint: disable=import-outside-toplevel
   from metafam.optimizers.registry import get_learned_optimizer  # pylint: disable=import-outside-toplevel
-  from metafam.outer_trainers import checkpoint  # pylint: disable=import-outside-toplevel
+  from metafam.runs import checkpoint  # pylint: disable=import-outside-toplevel
   meta = checkpoint.read_metadata(path)
   if not meta.get("optimizer"):
     raise ValueError(f"--candidate {path}: its header names no learned optimizer; write it with "

@@ -2,8 +2,9 @@
 
 The data flow, one subpackage each: a `TaskFamily` (`taskfamilies`, built from `tasks` and `datasets`) -> the
 single-lane inner step and `TruncatedStep`, its vectorized truncated unroll (`inner`) -> meta-gradient estimators on
-an injected step, and `MetaTrainer` (`outer_trainers`) -> evaluation against tuned baselines (`evaluation`,
-`benchmark`). The most used names are re-exported here.
+an injected step, and `MetaTrainer` (`outer_trainers`) -> a meta-training run of a recipe into a run directory
+(`runs`) -> evaluation against tuned baselines (`evaluation`, `benchmark`). The most used names are re-exported
+here.
 """
 
 from metafam.datasets.base import Datasets, dataset_lru_cache

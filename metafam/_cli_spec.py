@@ -2,7 +2,7 @@
 
 Every flag is defined here once, with its default, bounds and help; `COMMANDS` says which flags each command takes
 (any other is refused). The defaults of meta-train's flags that describe the run are read from the recipe it runs
-with no flags (`metafam.outer_trainers.recipe_flags.main_job`), so the two cannot disagree.
+with no flags (`metafam.runs.recipe_flags.main_job`), so the two cannot disagree.
 ``metafam --help`` prints `usage`, ``metafam COMMAND --help`` prints `command_usage`.
 """
 
@@ -15,7 +15,7 @@ from absl import flags
 
 from metafam.optimizers.registry import list_learned_optimizers, takes_step_mult
 from metafam.outer_trainers.base import PERTURBATIONS
-from metafam.outer_trainers.recipe_flags import flag_defaults, main_job
+from metafam.runs.recipe_flags import flag_defaults, main_job
 
 FLAGS = flags.FlagValues()
 
@@ -40,7 +40,7 @@ def _float(name: str, default: float, help_text: str, lower: float) -> None:
 RUN_DEFAULTS = flag_defaults(main_job())
 flags.DEFINE_string("family", RUN_DEFAULTS["family"], "Registered task family to meta-train on.", flag_values=FLAGS)
 flags.DEFINE_string("recipe", None, "A meta-training recipe: a shipped one (generalist) or a recipe JSON file "
-                    "(metafam.outer_trainers.recipes). It sets the learned optimizer, the families (one estimator "
+                    "(metafam.runs.recipes). It sets the learned optimizer, the families (one estimator "
                     "each), the estimator, the trajectory lengths and the meta-optimizer, so it excludes --family, "
                     "--optimizer, --estimator and --trajectory_length; --num_steps, --num_pairs, --unroll_length, "
                     "--sigma, --step_mult, --perturbation(_rank) and the meta-optimizer flags override its values "
@@ -132,9 +132,6 @@ flags.DEFINE_enum("ruleset", "external", ["external", "self_tuning"], "benchmark
                   "--learning_rate).", flag_values=FLAGS)
 flags.DEFINE_string("name", None, "benchmark --suite heldout|test: the candidate's label in tables, files and plots "
                     "(default from --optimizer; a baseline's name gets ' (candidate)').", flag_values=FLAGS)
-# convert-checkpoint
-flags.DEFINE_bool("trust_pickle", False, "Confirm that the legacy pickle checkpoint comes from a trusted source "
-                  "(unpickling it can run arbitrary code).", flag_values=FLAGS)
 
 _SUITE_FLAGS = ("task", "suite", "optimizer", "checkpoint", "learning_rate", "inner_steps", "seeds",
                 "output_dir", "overwrite", "progress")
@@ -156,9 +153,6 @@ COMMANDS: Dict[str, Dict[str, Any]] = {
                      flags=_SUITE_FLAGS + ("confirm_test", "tasks", "schedules", "ruleset", "name")),
     "list": dict(summary="list the registered tasks, families, optimizers, estimators, recipes and suites", args=(),
                  flags=()),
-    "convert-checkpoint": dict(summary="convert a legacy pickle checkpoint into the current format (unpickling "
-                                       "runs code: only for files you trust)", args=("OLD", "NEW"),
-                               flags=("trust_pickle",)),
     "launch": dict(summary="run a command as --num_processes local processes of one multi-process run: "
                            "`metafam launch --num_processes 2 -- meta-train [flags]`", args=("COMMAND [ARGS]",),
                    flags=("num_processes",)),
@@ -202,7 +196,8 @@ def listing() -> str:
   marked with what supplies them."""
   from metafam.benchmark.suites import list_suites
   from metafam.optimizers.registry import list_hand_optimizers
-  from metafam.outer_trainers import list_estimators, list_recipes
+  from metafam.outer_trainers import list_estimators
+  from metafam.runs import list_recipes
   from metafam.taskfamilies.registry import list_families
   from metafam.tasks.registry import list_tasks, needs_user_data
   sections = [("tasks", list_tasks()), ("families", list_families()),

@@ -1,13 +1,13 @@
 """The `metafam` command line: ``metafam COMMAND [ARGS] [--flags]`` (also ``python -m metafam``).
 
-The commands (meta-train, evaluate, benchmark, list, convert-checkpoint, launch) and their flags are defined in
+The commands (meta-train, evaluate, benchmark, list, launch) and their flags are defined in
 `metafam._cli_spec`; ``metafam --help`` lists the commands, ``metafam COMMAND --help`` a command's flags with their
-defaults. ``meta-train`` turns its flags into a `metafam.outer_trainers.recipes.Recipe` (or loads ``--recipe``) and
-runs a `metafam.outer_trainers.run.MetaTrainingRun`; evaluate and benchmark run `metafam.benchmark`.
+defaults. ``meta-train`` turns its flags into a `metafam.runs.recipes.Recipe` (or loads ``--recipe``) and
+runs a `metafam.runs.run.MetaTrainingRun`; evaluate and benchmark run `metafam.benchmark`.
 
 Bad input (unknown names, non-finite or out-of-range numbers, flags that the command does not take, an output
 directory that cannot be written, that holds another run's results or that a live run is using, a corrupted,
-legacy or non-finite checkpoint, a run too large for the machine's memory) gets a one-line ``metafam: error: ...``
+pickled or non-finite checkpoint, a run too large for the machine's memory) gets a one-line ``metafam: error: ...``
 naming what was wrong and what is accepted, and exit code 2, before any expensive work; no existing file is
 changed. The CLI only parses, calls the library and prints.
 
@@ -177,22 +177,6 @@ def cmd_benchmark() -> None:
   _run_suite("benchmark", required=False, baselines=("adam", "sgdm"))
 
 
-def cmd_convert_checkpoint(old: str, new: str) -> None:
-  from metafam.outer_trainers import checkpoint
-  if not os.path.isfile(old):
-    raise UsageError(f"OLD {old!r} is not a file.")
-  if os.path.exists(new):
-    raise UsageError(f"NEW {new!r} already exists; choose a path that does not.")
-  if not FLAGS.trust_pickle:
-    raise UsageError(f"converting {old!r} unpickles it, which runs any code the file contains: pass --trust_pickle "
-                     "only if you trust where it came from.")
-  parent = os.path.dirname(os.path.abspath(new))
-  if not os.path.isdir(parent):
-    raise UsageError(f"NEW {new!r}: directory {parent!r} does not exist.")
-  checkpoint.convert_legacy_checkpoint(old, new, trust_pickle=True)
-  print(f"converted {old} -> {new}")
-
-
 def process_group():
   """The multi-process placement from --num_processes/--process_id/--coordinator (UsageError if inconsistent)."""
   from metafam import distributed
@@ -205,8 +189,8 @@ def process_group():
 
 
 def meta_train_recipe():
-  """The `Recipe` of meta-train's flags (`metafam.outer_trainers.recipe_flags.recipe_from_command`)."""
-  from metafam.outer_trainers.recipe_flags import recipe_from_command
+  """The `Recipe` of meta-train's flags (`metafam.runs.recipe_flags.recipe_from_command`)."""
+  from metafam.runs.recipe_flags import recipe_from_command
   names = COMMANDS["meta-train"]["flags"]
   return _checked(recipe_from_command, {n: FLAGS[n].value for n in names}, {n for n in names if FLAGS[n].present},
                   resumed=_output_dir("meta-train", FLAGS.output_dir))
@@ -239,7 +223,8 @@ def cmd_meta_train() -> None:
       {name: FLAGS[name].value for name in COMMANDS["meta-train"]["flags"] if name not in PER_PROCESS_FLAGS},
       what="meta-train flags")
   import jax
-  from metafam.outer_trainers.run import CHECKPOINT_NAME, METRICS_NAME, MetaTrainingRun, tensorboard_logger
+  from metafam.runs.run import MetaTrainingRun, tensorboard_logger
+  from metafam.runs.run_dir import CHECKPOINT_NAME, METRICS_NAME
   num_devices = jax.device_count() if group.distributed else FLAGS.devices
   devices = num_devices if num_devices > 1 else None
   try:
@@ -248,7 +233,7 @@ def cmd_meta_train() -> None:
   except ValueError as e:
     if devices is None:  # not about devices: the flags are validated, so this is a bug worth a traceback
       raise
-    from metafam.outer_trainers.recipe_flags import lane_split_error
+    from metafam.runs.recipe_flags import lane_split_error
     split = None if group.distributed else lane_split_error(recipe, FLAGS.devices)
     if split is not None and "cannot be split evenly" in str(e):
       raise UsageError(split) from None
@@ -360,10 +345,8 @@ def main(argv: List[str]) -> int:
 def _main(argv: List[str]) -> int:
   from metafam.distributed import DistributedError, PeerFailureError, exit_now
   from metafam.io import DirectoryBusyError, OutputDirectoryError
-  from metafam.outer_trainers.checkpoint import CheckpointError
-  from metafam.outer_trainers.run import RunDivergedError, WriteFailedError
-  from metafam.outer_trainers.preemption import Preempted
   from metafam.resources import InsufficientMemoryError
+  from metafam.runs import CheckpointError, Preempted, RunDivergedError, WriteFailedError
   text = _help(argv)
   if text is not None:
     print(text)
@@ -372,7 +355,7 @@ def _main(argv: List[str]) -> int:
     command, args = _parse(argv)
     handlers: Dict[str, Callable[..., Optional[int]]] = {
         "meta-train": cmd_meta_train, "list": lambda: print(listing()), "evaluate": cmd_evaluate, "benchmark": cmd_benchmark,
-        "convert-checkpoint": cmd_convert_checkpoint, "launch": cmd_launch}
+        "launch": cmd_launch}
     if command in ("meta-train", "evaluate", "benchmark"):
       _configure_jax(FLAGS.devices)
     return handlers[command](*args) or 0

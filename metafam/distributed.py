@@ -11,7 +11,7 @@ replicated, and the jitted meta-step averages the estimate across processes insi
   atomically; on resume process 0 reads the checkpoint and broadcasts it, so a run resumes with any process count
   whose devices divide the lanes (the lanes are re-split), and the other processes need no shared file system;
 - ``metrics.jsonl`` is written by process 0 only; held-out evaluation runs on each process's own devices;
-- when another process dies, the collective of the next meta-step fails and `metafam.outer_trainers.loop.train` raises
+- when another process dies, the collective of the next meta-step fails and `metafam.runs.loop.train` raises
   `PeerFailureError` (no hang: JAX's heartbeat also ends a process whose peer stopped answering).
 
 This module holds what is about processes rather than arrays: `initialize` (argument checks, a busy or unreachable
@@ -311,7 +311,7 @@ def launch_local(argv: Sequence[str], num_processes: int, port: Optional[int] = 
   The processes share this terminal. When one exits with an error, the others get ``grace_s`` seconds to notice it
   themselves (they stop at their next meta-step) before they are terminated; the first non-zero exit code is
   returned (0 when all succeed). SIGTERM or Ctrl-C (SIGINT) sent to the launcher is passed on to every process as
-  SIGTERM: they agree on a meta-step, checkpoint it and exit (75, see `metafam.outer_trainers.preemption`), and the
+  SIGTERM: they agree on a meta-step, checkpoint it and exit (75, see `metafam.runs.preemption`), and the
   launcher returns their code.
   """
   procs = [subprocess.Popen(cmd) for cmd in local_commands(argv, num_processes, port)]

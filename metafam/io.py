@@ -77,7 +77,7 @@ def append_line(path: str, line: str) -> None:
   A write that fails part-way (a full disk, a quota, a file-size limit, an I/O error) is undone by truncating the
   file back to its previous length before the `OSError` propagates, so the file never ends in a partial record
   because of a failed write. A crash of the process mid-write can still leave one; readers of such logs drop a
-  partial last line (`metafam.outer_trainers.run.read_metrics`).
+  partial last line (`metafam.runs.read_metrics`).
   """
   data = (line.rstrip("\n") + "\n").encode()
   fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)

@@ -1,7 +1,7 @@
 """How metafam reports non-finite losses and gradients: `NonFiniteWarning`, `NonFiniteError` and ``on_nonfinite``.
 
 Every component that trains through non-finite values (`metafam.training.Trainer`, `metafam.inner.TruncatedStep`,
-the estimators of `metafam.outer_trainers` and the meta-training loop `metafam.outer_trainers.loop.train`) takes
+the estimators of `metafam.outer_trainers` and the meta-training loop `metafam.runs.loop.train`) takes
 ``on_nonfinite`` (`ON_NONFINITE`):
 
 * ``"warn"`` (the default): a `NonFiniteWarning` (a `RuntimeWarning`) naming what went non-finite (loss, gradient,

@@ -41,7 +41,8 @@ def main():
   import optax
   from metafam.inner import ConstantSchedule, TruncatedStep
   from metafam.optimizers import MLPLOpt
-  from metafam.outer_trainers import PES, MetaTrainer, train
+  from metafam.outer_trainers import PES, MetaTrainer
+  from metafam.runs import train
   from metafam.taskfamilies.quadratic import QuadraticFamily
 
   family, lopt = QuadraticFamily(8, scale_range=(0.5, 2.0)), MLPLOpt()

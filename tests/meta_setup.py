@@ -6,7 +6,8 @@ import optax
 
 from metafam.inner import ConstantSchedule, TruncatedStep
 from metafam.optimizers.learned import LearnableSGD
-from metafam.outer_trainers import PES, MetaTrainer, TruncatedBPTT, train
+from metafam.outer_trainers import PES, MetaTrainer, TruncatedBPTT
+from metafam.runs import train
 from metafam.taskfamilies.quadratic import QuadraticFamily
 
 

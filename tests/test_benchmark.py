@@ -15,7 +15,7 @@ from metafam.benchmark import (SUITES, aggregate, format_table, get_suite, iqm, 
 from metafam.benchmark import baselines as bl
 from metafam.evaluation import train_and_evaluate_vectorized
 from metafam.optimizers.learned import LearnableAdam, LearnableSGD
-from metafam.outer_trainers import checkpoint
+from metafam.runs import checkpoint
 from metafam.outer_trainers.meta_trainer import MetaTrainState
 from metafam.tasks.quadratic import QuadraticTask
 from metafam.tasks.registry import TASKS

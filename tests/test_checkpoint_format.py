@@ -1,5 +1,5 @@
 """Checkpoints (metafam-checkpoint-v2, .npz): no load path executes code, every state kind round-trips exactly,
-broken files and wrong templates are refused by name, legacy pickles convert only on request, umask permissions."""
+broken files and wrong templates are refused by name, pickles are refused unread, umask permissions."""
 
 import builtins
 import io
@@ -21,10 +21,11 @@ from metafam.inner import ConstantSchedule
 from metafam.io import atomic_write, write_json
 from metafam.optimizers import SGD, HandDesigned, LearnableAdam, LearnableSGD, LearnedOptimizer, MLPLOpt
 from metafam import optimizers as optimizers_module
-from metafam.outer_trainers import MetaTrainState, MetaTrainer, checkpoint, make_estimator, train
-from metafam.outer_trainers.checkpoint import CheckpointError
-from metafam.outer_trainers import run, run_dir
-from metafam.outer_trainers.run import CHECKPOINT_NAME, LEGACY_CHECKPOINT_NAME
+from metafam.outer_trainers import MetaTrainState, MetaTrainer, make_estimator
+from metafam.runs import checkpoint, train
+from metafam.runs.checkpoint import CheckpointError
+from metafam.runs import run_dir
+from metafam.runs.run_dir import CHECKPOINT_NAME
 from metafam.tasks.quadratic import QuadraticTask
 
 
@@ -72,9 +73,9 @@ def evil(tmp_path):
   assert not os.path.exists(marker), "a checkpoint loader unpickled the file"
 
 
-def assert_legacy_refusal(message):
-  assert "legacy pickle checkpoint" in message and "metafam convert-checkpoint" in message, message
-  assert "--trust_pickle" in message and "\n" not in message
+def assert_pickle_refusal(message):
+  assert "is a pickle, not a metafam-checkpoint-v2 checkpoint" in message and "arbitrary code" in message, message
+  assert "\n" not in message
 
 
 LOADERS = {
@@ -85,7 +86,7 @@ LOADERS = {
     "learned_optimizer": lambda p: learned_optimizer(LearnableSGD(), p),
     "score": lambda p: score((LearnableSGD(), p), suite=[QuadraticTask(2)], horizon=8, baselines=(),
                              progress=False),
-    "run.restore": lambda p: run.restore(build_trainer(), p, None, {}),
+    "run_dir.restore": lambda p: run_dir.restore(build_trainer(), p, None, {}),
 }
 
 
@@ -96,31 +97,27 @@ def test_every_library_load_path_refuses_a_malicious_pickle_without_unpickling(t
   path = write(str(tmp_path / name))
   with pytest.raises(CheckpointError) as e:
     LOADERS[loader](path)
-  assert_legacy_refusal(str(e.value))
+  assert_pickle_refusal(str(e.value))
 
 
 def test_old_protocol_pickles_are_refused_by_name_or_as_not_npz(tmp_path, evil):
   write, _ = evil
-  with pytest.raises(CheckpointError, match="legacy pickle checkpoint"):
+  with pytest.raises(CheckpointError, match="is a pickle"):
     checkpoint.load(write(str(tmp_path / "old.pkl"), protocol=0))
-  assert checkpoint.is_legacy(str(tmp_path / "old.pkl")) and checkpoint.is_legacy(write(str(tmp_path / "new.npz")))
   with pytest.raises(CheckpointError, match="corrupted or not a metafam checkpoint"):
     load_theta(write(str(tmp_path / "old.npz"), protocol=0))
 
 
-@pytest.mark.parametrize("name", [LEGACY_CHECKPOINT_NAME, CHECKPOINT_NAME])
-def test_meta_train_resume_refuses_a_pickle_in_the_output_dir(tmp_path, evil, name):
+def test_meta_train_resume_refuses_a_pickle_in_the_output_dir(tmp_path, evil):
   write, _ = evil
   out = str(tmp_path / "run")
-  path = write(os.path.join(out, name))
+  path = write(os.path.join(out, CHECKPOINT_NAME))
   before = open(path, "rb").read()
   with pytest.raises(CheckpointError) as e:
     train(build_trainer(), 2, output_dir=out, progress=False)
-  assert_legacy_refusal(str(e.value))
-  if name == LEGACY_CHECKPOINT_NAME:  # the suggested conversion writes the file a resumed run reads
-    assert str(e.value).endswith(f"{path} {os.path.join(out, CHECKPOINT_NAME)} --trust_pickle")
+  assert_pickle_refusal(str(e.value))
   # Nothing started over, and the refused run took its directory lock (metafam.io.LOCK_NAME) back out.
-  assert os.listdir(out) == [name] and open(path, "rb").read() == before
+  assert os.listdir(out) == [CHECKPOINT_NAME] and open(path, "rb").read() == before
 
 
 @pytest.mark.parametrize("command", ["evaluate", "benchmark", "meta-train"])
@@ -128,7 +125,7 @@ def test_cli_refuses_a_malicious_pickle_with_exit_code_2(tmp_path, evil, capsys,
   write, _ = evil
   out = str(tmp_path / "out")
   if command == "meta-train":
-    write(os.path.join(out, LEGACY_CHECKPOINT_NAME))
+    write(os.path.join(out, CHECKPOINT_NAME))
     args = ["--family=quadratic_family_10", "--optimizer=learnable_sgd", "--num_steps=2", "--progress=false"]
   else:
     args = ["--optimizer=learnable_sgd", f"--checkpoint={write(str(tmp_path / 'evil.npz'))}",
@@ -136,15 +133,7 @@ def test_cli_refuses_a_malicious_pickle_with_exit_code_2(tmp_path, evil, capsys,
   code = cli.main(["metafam", command, f"--output_dir={out}"] + args)
   err = capsys.readouterr().err
   assert code == 2 and err.startswith("metafam: error: ") and len(err.strip().splitlines()) == 1, err
-  assert_legacy_refusal(err.strip())
-
-
-def test_conversion_refuses_without_trust_pickle(tmp_path, evil):
-  write, _ = evil
-  old, new = write(str(tmp_path / "evil.pkl")), str(tmp_path / "new.npz")
-  with pytest.raises(CheckpointError, match="trust_pickle=True"):
-    checkpoint.convert_legacy_checkpoint(old, new)
-  assert not os.path.exists(new)
+  assert_pickle_refusal(err.strip())
 
 
 def test_an_npz_with_object_arrays_is_refused_without_unpickling(tmp_path, evil):
@@ -179,8 +168,8 @@ def test_meta_train_state_round_trips_exactly(tmp_path, estimator_trainer):
   state = trainer.init(jax.random.key(3))
   path = str(tmp_path / "state.npz")
   identity = run_dir.run_identity(trainer, IDENTITY)
-  run.save(trainer, state, path, identity)
-  restored = run.restore(trainer, path, trainer.init(jax.random.key(4)), identity)  # the tuple is stored as a list
+  run_dir.save(trainer, state, path, identity)
+  restored = run_dir.restore(trainer, path, trainer.init(jax.random.key(4)), identity)  # the tuple is stored as a list
   assert isinstance(restored, MetaTrainState)
   same(state, restored)
   header = checkpoint.read_header(path)
@@ -323,42 +312,6 @@ def test_a_wrong_template_is_refused_naming_the_leaf(tmp_path):
   for like, message in cases:
     with pytest.raises(CheckpointError, match=message):
       checkpoint.load(path, like=like)
-
-
-# -- legacy conversion ----------------------------------------------------------------------------------------------
-def write_v1(path, tree, metadata):
-  """A checkpoint written the way metafam-checkpoint-v1 wrote them (a pickle of numpy leaves)."""
-  payload = {"format": "metafam-checkpoint-v1", "metadata": dict(metadata),
-             "tree": jax.tree.map(np.asarray, jax.device_get(tree))}
-  with open(path, "wb") as f:
-    f.write(pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL))
-
-
-def test_converted_legacy_checkpoint_resumes_bit_identically(tmp_path, capsys):
-  trainer = build_trainer()
-  straight, _ = train(trainer, 4, key=jax.random.key(5), progress=False)
-  half, _ = train(trainer, 2, key=jax.random.key(5), progress=False)
-  out = str(tmp_path / "run")
-  os.makedirs(out)
-  old, new = os.path.join(out, LEGACY_CHECKPOINT_NAME), os.path.join(out, CHECKPOINT_NAME)
-  identity = run_dir.run_identity(trainer)
-  write_v1(old, half, {"step": 2, "config": identity})
-  with pytest.raises(CheckpointError, match="convert-checkpoint"):  # not resumed, not started over
-    train(trainer, 4, key=jax.random.key(5), output_dir=out, progress=False)
-  with pytest.raises(CheckpointError, match="trust_pickle=True"):
-    checkpoint.convert_legacy_checkpoint(old, new)
-  assert not os.path.exists(new)
-  code = cli.main(["metafam", "convert-checkpoint", old, new, "--trust_pickle"])  # the command the error gives
-  assert code == 0, capsys.readouterr().err
-  assert checkpoint.read_metadata(new) == {"step": 2, "config": identity}
-  with pytest.raises(CheckpointError, match="already exists"):
-    checkpoint.convert_legacy_checkpoint(old, new, trust_pickle=True)
-  with pytest.raises(CheckpointError, match="is not a pickle"):
-    checkpoint.convert_legacy_checkpoint(new, str(tmp_path / "again.npz"), trust_pickle=True)
-  resumed, history = train(trainer, 4, key=jax.random.key(5), output_dir=out, progress=False)
-  assert [h["step"] for h in history] == [3, 4]
-  same(straight, resumed)
-  same(straight, run.restore(trainer, new, trainer.init(jax.random.key(0)), identity))  # the final one, in v2
 
 
 # -- permissions ----------------------------------------------------------------------------------------------------

@@ -73,7 +73,7 @@ def test_meta_train_writes_files_and_resumes(tmp_path, capsys):
      "evenly over 2 devices"),
     (["evaluate", "--checkpoint=missing.npz", "--optimizer=adam", "--task=quadratic_10"],
      "--checkpoint 'missing.npz': no such file"),
-    (["train"], "expected one command from meta-train, evaluate, benchmark, list, convert-checkpoint, launch; got train"),
+    (["train"], "expected one command from meta-train, evaluate, benchmark, list, launch; got train"),
     (["meta-train", "--optimizer=learnable_sgd", "--step_mult=0.1"],
      "--step_mult: --optimizer=learnable_sgd has no step_mult; it applies to adafac_mlp_lopt, "
      "adafac_muon_mlp_lopt, adafac_muon_rms_lopt, hyper_v2, mlp_lopt, mlp_nom_lopt, muon_celo_lopt, muon_residual_lopt, "
@@ -126,7 +126,7 @@ def test_short_run_without_report_then_nothing_to_train_then_the_report(tmp_path
   assert code == 0, err
   assert sorted(os.listdir(out_dir)) == ["checkpoint.npz", "metrics.jsonl"]  # no report, and the lock is gone
   assert "(--noreport: no closing report)" in out
-  from metafam.outer_trainers import checkpoint
+  from metafam.runs import checkpoint
   recipe = checkpoint.read_metadata(os.path.join(out_dir, "checkpoint.npz"))["config"]["recipe"]
   assert recipe["meta_lr_decay_steps"] == 3  # decays over --num_steps, not over the default run's 6000
   files = {n: open(os.path.join(out_dir, n), "rb").read() for n in os.listdir(out_dir)}
@@ -160,7 +160,7 @@ def test_meta_train_names_the_masked_steps_of_a_diverging_lane(tmp_path, capsys)
 
 
 def test_decay_steps_follow_num_steps_and_the_default_run_is_unchanged():
-  from metafam.outer_trainers.recipe_flags import main_job, recipe_from_command
+  from metafam.runs.recipe_flags import main_job, recipe_from_command
   from metafam._cli_spec import COMMANDS, FLAGS as SPEC
   defaults = {n: SPEC[n].default for n in COMMANDS["meta-train"]["flags"]}
   assert recipe_from_command(defaults, set()) == main_job()  # 6000 meta-steps, decayed over 6000
@@ -243,7 +243,7 @@ def test_step_mult_is_recorded_and_evaluate_rebuilds_the_optimizer_with_it(tmp_p
   """A learned optimizer meta-trained with --step_mult must be evaluated with the same step_mult: the checkpoint
   records it and `evaluate --checkpoint` passes it back (a wrong scale would silently change every update)."""
   from metafam.optimizers import MLPLOpt
-  from metafam.outer_trainers import checkpoint
+  from metafam.runs import checkpoint
   run_dir = str(tmp_path / "run")
   args = ["meta-train", "--num_steps=2", f"--output_dir={run_dir}", "--optimizer=mlp_lopt", "--step_mult=0.05"]
   assert run(args + [a for a in TINY if not a.startswith("--optimizer")], capsys)[0] == 0

@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from metafam import cli
-from metafam.outer_trainers.run import CHECKPOINT_NAME
+from metafam.runs.run_dir import CHECKPOINT_NAME
 
 TINY = ["--family=quadratic_family_10", "--optimizer=learnable_sgd", "--estimator=pes", "--num_pairs=2",
         "--unroll_length=5", "--trajectory_length=10", "--eval_tasks=2", "--eval_steps=10", "--sigma=0.05",
@@ -59,8 +59,8 @@ def workspace(tmp_path_factory):
     assert cli.main(["metafam", "evaluate", f"--output_dir={eval_dir}"] + EVAL) == 0
   (root / "a_file").write_text("not a directory\n")
   (root / "garbage.ckpt").write_bytes(b"\x00\x01 definitely not a checkpoint")
-  with open(root / "legacy.pkl", "wb") as f:  # a benign pickle: the loaders must refuse it without unpickling
-    pickle.dump({"format": "metafam-checkpoint-v1", "metadata": {}, "tree": {"log_lr": 0.0}}, f)
+  with open(root / "benign.pkl", "wb") as f:  # a benign pickle: the loaders must refuse it without unpickling
+    pickle.dump({"metadata": {}, "tree": {"log_lr": 0.0}}, f)
   return root
 
 
@@ -77,7 +77,7 @@ def _unwritable(root):
 def bad_invocations(root):
   """(args, regex the error must match); ``root`` is the workspace."""
   run, ev, ckpt = f"{root}/run", f"{root}/eval", f"{root}/run/{CHECKPOINT_NAME}"
-  file_, garbage, legacy = f"{root}/a_file", f"{root}/garbage.ckpt", f"{root}/legacy.pkl"
+  file_, garbage, pickled = f"{root}/a_file", f"{root}/garbage.ckpt", f"{root}/benign.pkl"
   locked = _unwritable(root)
   mt = ["meta-train", f"--output_dir={run}"]
   evl = ["evaluate", f"--output_dir={root}/new_eval"]
@@ -133,8 +133,8 @@ def bad_invocations(root):
       (evl + ["--optimizer=mlp_lopt", f"--checkpoint={ckpt}", "--task=quadratic_10"], "does not hold mlp_lopt"),
       (evl + ["--optimizer=learnable_sgd", f"--checkpoint={garbage}", "--task=quadratic_10"],
        "not a .*checkpoint|corrupted"),
-      (evl + ["--optimizer=learnable_sgd", f"--checkpoint={legacy}", "--task=quadratic_10"],
-       "checkpoint|pickle"),
+      (evl + ["--optimizer=learnable_sgd", f"--checkpoint={pickled}", "--task=quadratic_10"],
+       "is a pickle"),
       (evl + ["--optimizer=adam", "--task=quadratic_10", "--seeds=0"], "--seeds=0"),
       (evl + ["--optimizer=adam", "--task=quadratic_10", "--inner_steps=3000000000"], "--inner_steps=3000000000"),
       (evl + EVAL + ["--num_pairs=4"], "evaluate does not take --num_pairs"),
@@ -146,14 +146,9 @@ def bad_invocations(root):
       (["benchmark", f"--output_dir={root}/b", "--optimizer=sgd", f"--checkpoint={ckpt}"],
        "--checkpoint holds a learned optimizer"),
       (["benchmark", f"--output_dir={root}/b", "--sigma=0.1"], "benchmark does not take --sigma"),
-      # list, convert-checkpoint, the command itself
+      # list, the command itself
       (["list", "--seed=3"], "list does not take --seed; its flags: none"),
       (["list", "everything"], "list takes no arguments"),
-      (["convert-checkpoint"], "convert-checkpoint takes OLD NEW; got none"),
-      (["convert-checkpoint", legacy, f"{root}/converted"], "--trust_pickle"),
-      (["convert-checkpoint", f"{root}/missing", f"{root}/converted", "--trust_pickle"], "OLD .* is not a file"),
-      (["convert-checkpoint", legacy, ckpt, "--trust_pickle"], "NEW .* already exists"),
-      (["convert-checkpoint", legacy, f"{root}/no/such/dir/new", "--trust_pickle"], "does not exist"),
       ([], "expected one command from meta-train, evaluate, benchmark, list"),
       (["train"], "expected one command from .*; got train"),
       (["meta-train", "--no_such_flag=1"], "no_such_flag"),
@@ -208,8 +203,6 @@ def test_help_lists_commands_and_each_commands_flags_with_defaults(capsys):
   assert "--seed=0" in out and "--task" not in out
   code, out, _ = _call(["evaluate", "--help"], capsys)
   assert code == 0 and "--overwrite=false" in out and "--inner_steps=200" in out and "--num_pairs" not in out
-  code, out, _ = _call(["convert-checkpoint", "--help"], capsys)
-  assert code == 0 and "convert-checkpoint OLD NEW" in out and "--trust_pickle=false" in out
 
 
 def test_overwrite_replaces_earlier_results(workspace, capsys):

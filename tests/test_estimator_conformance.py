@@ -14,8 +14,9 @@ import pytest
 from metafam.inner import ConstantSchedule, TruncatedStep
 from metafam.optimizers.learned import LearnableSGD
 from metafam.optimizers.mlp_lopt import MLPLOpt
-from metafam.outer_trainers import (ESTIMATORS, train, GradientEstimate, GradientEstimator, MetaTrainer, get_estimator,
+from metafam.outer_trainers import (ESTIMATORS, GradientEstimate, GradientEstimator, MetaTrainer, get_estimator,
                                     make_estimator)
+from metafam.runs import train
 from metafam.outer_trainers.registry import estimator_arguments
 from metafam.taskfamilies.quadratic import QuadraticFamily
 

@@ -27,11 +27,12 @@ from metafam import cli, distributed, resources
 from metafam.benchmark import load_theta
 from metafam.io import DirectoryBusyError, DirectoryLock, append_line
 from metafam.optimizers.learned import LearnableSGD
-from metafam.outer_trainers import (GradientEstimate, GradientEstimator, MetaTrainer, checkpoint, read_metrics,
-                                    train)
-from metafam.outer_trainers.checkpoint import CheckpointError
-from metafam.outer_trainers.run import CHECKPOINT_NAME, METRICS_NAME, RunDivergedError, check_memory
-from metafam.outer_trainers.preemption import EXIT_PREEMPTED
+from metafam.outer_trainers import GradientEstimate, GradientEstimator, MetaTrainer
+from metafam.runs import checkpoint, read_metrics, train
+from metafam.runs.checkpoint import CheckpointError
+from metafam.runs.loop import RunDivergedError, check_memory
+from metafam.runs.run_dir import CHECKPOINT_NAME, METRICS_NAME
+from metafam.runs.preemption import EXIT_PREEMPTED
 
 TINY = ["--family=quadratic_family_10", "--optimizer=learnable_sgd", "--estimator=pes", "--num_pairs=2",
         "--unroll_length=5", "--trajectory_length=10", "--eval_tasks=2", "--eval_steps=10", "--sigma=0.05",

@@ -20,10 +20,10 @@ import pytest
 msgpack = pytest.importorskip("msgpack")
 
 from metafam.benchmark.runner import learned_optimizer, load_theta  # noqa: E402
+from metafam.compat import flax_msgpack  # noqa: E402
 from metafam.compat.learned_optimization import checkpoints  # noqa: E402
 from metafam.optimizers.hyper_v2 import HyperV2  # noqa: E402
-from metafam.outer_trainers import flax_msgpack  # noqa: E402
-from metafam.outer_trainers.checkpoint import CheckpointError  # noqa: E402
+from metafam.runs.checkpoint import CheckpointError  # noqa: E402
 
 
 def _record(a):

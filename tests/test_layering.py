@@ -81,9 +81,9 @@ def test_compat_layer_has_no_import_cycles():
 
 def test_runner_sits_below_evaluation_and_training():
   """`Runner`, fixed-length single-lane training, lives in `metafam.inner` (the layer that owns single-lane
-  training): nothing in `metafam.inner` imports evaluation, training, benchmark or outer_trainers, and both
+  training): nothing in `metafam.inner` imports evaluation, training, benchmark, outer_trainers or runs, and both
   `metafam.evaluation` and `metafam.training` take it from there (training never imports evaluation)."""
-  above = ("metafam.evaluation", "metafam.training", "metafam.benchmark", "metafam.outer_trainers")
+  above = ("metafam.evaluation", "metafam.training", "metafam.benchmark", "metafam.outer_trainers", "metafam.runs")
   offenders = {name: sorted(m for m in _imported(path) if m.startswith(above))
                for name, path in _modules("metafam/inner").items()}
   assert "metafam.inner.runner" in offenders and not any(offenders.values()), offenders
@@ -125,16 +125,20 @@ def test_the_package_has_no_import_cycles():
                         and not modules[m].endswith("__init__.py"))
            for name, path in modules.items()}
   assert sum(len(v) for v in graph.values()) > 300          # the graph is really read
-  assert "metafam.outer_trainers.run_dir" in graph["metafam.outer_trainers.loop"]  # imports are really read
+  assert "metafam.runs.run_dir" in graph["metafam.runs.loop"]  # imports are really read
   assert _cycle(graph) is None, _cycle(graph)
 
 
 def test_the_run_modules_are_small_and_meta_trainer_knows_no_run():
-  """The meta-training package's run concerns live in modules of their own (the run directory, the loop, the
-  meta-validation, the legacy configs, the run object), each under ~300 lines; `MetaTrainer` is the algorithm
-  alone: it neither reads nor writes files, holds no run identity or evaluation, and imports none of those modules."""
-  sizes = {name: sum(1 for _ in open(os.path.join(ROOT, "metafam/outer_trainers", f"{name}.py"), encoding="utf-8"))
-           for name in ("meta_trainer", "recipes", "recipe_flags", "run", "run_dir", "loop", "legacy", "validation")}
+  """A run's concerns live in `metafam.runs`, in modules of their own (the run directory, the loop, the
+  meta-validation, the recipes, the run object), each under ~300 lines; `metafam.outer_trainers` is the algorithm
+  alone: `MetaTrainer` neither reads nor writes files, holds no run identity or evaluation, and nothing in
+  outer_trainers imports a run's modules."""
+  sizes = {f"{package}/{name}": sum(1 for _ in open(os.path.join(ROOT, "metafam", package, f"{name}.py"),
+                                                    encoding="utf-8"))
+           for package, names in (("outer_trainers", ("meta_trainer",)),
+                                  ("runs", ("recipes", "recipe_flags", "run", "run_dir", "loop", "validation")))
+           for name in names}
   assert all(n <= 320 for n in sizes.values()), sizes
   path = os.path.join(ROOT, "metafam/outer_trainers/meta_trainer.py")
   source = open(path, encoding="utf-8").read()
@@ -142,6 +146,37 @@ def test_the_run_modules_are_small_and_meta_trainer_knows_no_run():
     assert name not in source, name
   from metafam.outer_trainers import MetaTrainer
   assert not {"config", "evaluate", "evaluator", "train"} & set(dir(MetaTrainer))
-  banned = {f"metafam.outer_trainers.{m}" for m in ("checkpoint", "run_dir", "run", "recipes", "legacy", "loop",
-                                                    "validation")} | {"metafam.io", "metafam.evaluation", "os", "json"}
+  banned = {"metafam.io", "metafam.evaluation", "os", "json"}
   assert not _imported(path) & banned, _imported(path) & banned
+  outer = {name: sorted(m for m in _imported(p) if m.startswith("metafam.runs"))
+           for name, p in _modules("metafam/outer_trainers").items()}
+  assert "metafam.outer_trainers.meta_trainer" in outer and not any(outer.values()), outer
+
+
+# The house, bottom to top: the data flow family -> inner -> outer -> run -> command line. A module imports (at
+# module level or inside a function) only its own layer's packages and those below; packages on one layer may
+# import each other. The top-level helper modules (``metafam._checks``, ``metafam.io``, ...) are the ground floor,
+# the ``metafam`` package face re-exports from every layer and is left out.
+LAYERS = [("metafam.datasets",), ("metafam.tasks",), ("metafam.taskfamilies", "metafam.optimizers"),
+          ("metafam.inner",), ("metafam.evaluation", "metafam.training"), ("metafam.outer_trainers",),
+          ("metafam.runs",), ("metafam.compat", "metafam.pretrained"), ("metafam.benchmark",),
+          ("metafam.cli", "metafam._cli_spec", "metafam.__main__")]
+
+
+def _layer(module):
+  """The index in `LAYERS` of ``module``'s layer; -1 for the ground floor (the top-level helper modules)."""
+  for i, packages in enumerate(LAYERS):
+    if any(module == p or module.startswith(p + ".") for p in packages):
+      return i
+  return -1
+
+
+def test_imports_never_point_up_a_layer():
+  modules = _modules("metafam")
+  assert all(_layer(name) >= 0 for name in modules if name.count(".") > 1)  # every subpackage is on a layer
+  upward = {name: sorted(m for m in _dependencies(path, modules) if _layer(m) > _layer(name))
+            for name, path in modules.items() if name != "metafam"}
+  assert not any(upward.values()), {k: v for k, v in upward.items() if v}
+  assert _layer("metafam.outer_trainers") < _layer("metafam.runs") < _layer("metafam.cli")
+  graph = _dependencies(os.path.join(ROOT, "metafam/runs/loop.py"), modules)
+  assert "metafam.runs.run_dir" in graph and _layer("metafam.runs.run_dir") == _layer("metafam.runs.loop")

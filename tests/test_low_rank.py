@@ -241,7 +241,8 @@ def test_low_rank_pes_checkpoints_and_resumes_bit_identically(tmp_path):
   """The worker state holds the factors of the current perturbations (and the dense accumulator): a run resumed
   from its checkpoint ends bit-identical to an uninterrupted one."""
   import optax
-  from metafam.outer_trainers import MetaTrainer, train
+  from metafam.outer_trainers import MetaTrainer
+  from metafam.runs import train
   lopt = MLPLOpt(hidden_sizes=(8,), decays=(0.5, 0.9), time_scales=(3.0, 10.0))
   family = QuadraticFamily(4, scale_range=(0.5, 2.0))
 

@@ -13,9 +13,8 @@ import pytest
 from meta_setup import build_trainer, quadratic_family
 from metafam.inner import ConstantSchedule, TruncatedStep
 from metafam.optimizers.learned import LearnableSGD
-from metafam.outer_trainers import CheckpointError, MetaValidation, train
-from metafam.outer_trainers.run import restore
-from metafam.outer_trainers.run_dir import run_identity
+from metafam.runs import CheckpointError, MetaValidation, train
+from metafam.runs.run_dir import restore, run_identity
 from metafam.taskfamilies.quadratic import QuadraticFamily
 
 HERE = os.path.dirname(os.path.abspath(__file__))

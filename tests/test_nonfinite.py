@@ -14,7 +14,7 @@ from metafam.datasets.base import ArraySplit, Datasets
 from metafam.nonfinite import NonFiniteError, NonFiniteWarning
 from metafam.optimizers.base import SGD
 from metafam.optimizers.learned import LearnableSGD
-from metafam.outer_trainers.loop import train
+from metafam.runs.loop import train
 from metafam.training import Trainer
 
 

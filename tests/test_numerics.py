@@ -24,9 +24,9 @@ from metafam.inner import ConstantSchedule, LogUniformSchedule, TruncatedStep
 from metafam.optimizers import (SGD, SGDM, Adam, HandDesigned, LearnableAdam, LearnableSGD, LearnedOptimizer, MLPLOpt,
                                 OptaxOptimizer, Optimizer)
 from metafam.optimizers.learned import log1p_neg_safe, sqrt_zero_safe
-from metafam.outer_trainers import GradientEstimate, GradientEstimator, MetaTrainer, make_estimator, train
-from metafam.outer_trainers.run import METRICS_NAME, read_metrics
-from metafam.outer_trainers.run_dir import run_identity
+from metafam.outer_trainers import GradientEstimate, GradientEstimator, MetaTrainer, make_estimator
+from metafam.runs import train
+from metafam.runs.run_dir import METRICS_NAME, read_metrics, run_identity
 from metafam.taskfamilies.augmentations import LowPrecisionFamily
 from metafam.taskfamilies.base import TaskFamily, single_task_to_family
 from metafam.taskfamilies.quadratic import QuadraticFamily

@@ -18,7 +18,7 @@ from metafam.benchmark import planted
 from metafam.inner.truncated_step import TruncatedStep
 from metafam.outer_trainers.estimators import NoiseReuseES
 from metafam.outer_trainers.meta_trainer import meta_learning_rate_schedule, meta_optimizer
-from metafam.outer_trainers.recipes import load_recipe
+from metafam.runs.recipes import load_recipe
 
 RECIPE = load_recipe(os.path.join(os.path.dirname(__file__), "..", "experiments", "generalist_v2", "recipe_c.json"))
 SHAPE = (8, 8)

@@ -18,8 +18,8 @@ from metafam._registry import UnknownNameError
 from metafam.datasets import mnist_digits_datasets
 from metafam.optimizers.adafac_mlp_lopt import AdafacMLPLOpt, AdafacOptaxState
 from metafam.optimizers.muon_lopt import muon_dimension_numbers
-from metafam.outer_trainers import checkpoint
-from metafam.outer_trainers.recipes import Recipe, load_recipe
+from metafam.runs import checkpoint
+from metafam.runs.recipes import Recipe, load_recipe
 from test_muon_lopt import _run_optax as run_optax  # tx's updates along a gradient sequence
 
 # The run length every call passes: generalist_v2 needs it, generalist_v1 checks and ignores it.

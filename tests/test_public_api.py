@@ -10,7 +10,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ["metafam", "metafam.datasets", "metafam.tasks", "metafam.taskfamilies", "metafam.optimizers",
-            "metafam.inner", "metafam.outer_trainers", "metafam.evaluation", "metafam.benchmark", "metafam.training", "metafam.pretrained", "metafam.distributed",
+            "metafam.inner", "metafam.outer_trainers", "metafam.runs", "metafam.evaluation", "metafam.benchmark", "metafam.training", "metafam.pretrained", "metafam.distributed",
             "metafam.io", "metafam.resources"]
 
 

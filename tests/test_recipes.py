@@ -6,14 +6,13 @@ import json
 import os
 import re
 
-import jax
 import numpy as np
 import pytest
 
 from metafam import cli
 from metafam.benchmark.suites import HORIZONS
-from metafam.outer_trainers import CheckpointError, checkpoint
-from metafam.outer_trainers.recipes import RECIPES, Recipe, load_recipe
+from metafam.runs import CheckpointError, checkpoint
+from metafam.runs.recipes import RECIPES, Recipe, load_recipe
 from metafam.taskfamilies.spec import FamilySpec
 
 TINY_RECIPE = {
@@ -181,18 +180,18 @@ def test_meta_train_recipe_resumes_bit_identically_and_reports_its_totals(tmp_pa
 def test_a_run_object_is_the_library_form_of_meta_train(tmp_path):
   """`MetaTrainingRun`: the recipe's identity is the checkpointed config, `run` trains to the recipe's length and
   returns the closing comparison and the files it wrote; another recipe in its directory is refused."""
-  from metafam.outer_trainers import MetaTrainingRun
-  from metafam.outer_trainers.legacy import stored_identity
-  from metafam.outer_trainers.run_dir import run_identity
+  from metafam.runs import MetaTrainingRun
+  from metafam.runs.run_dir import run_identity
   recipe = Recipe.from_dict(TINY_RECIPE)
   out = str(tmp_path / "run")
   built = MetaTrainingRun(recipe, out, seed=3, eval_tasks=2, eval_steps=5)
-  assert built.identity == recipe.identity(3) == stored_identity(run_identity(built.trainer, built.identity))
+  stored = run_identity(built.trainer, built.identity)
+  assert built.identity == recipe.identity(3) == {k: stored[k] for k in ("recipe", "seed")}
   assert built.identity["seed"] == 3 and "name" not in built.identity["recipe"]
   result = built.run(progress=False, checkpoint_every=2)
   assert result.meta_steps == 4 and result.totals["inner_steps_total"] == 96 and result.written[0] == "summary.json"
   assert set(result.comparison.learned) == {"learned (init)", "learned (final)"} and len(built.history()) == 4
-  assert stored_identity(checkpoint.read_metadata(os.path.join(out, "checkpoint.npz"))["config"]) == built.identity
+  assert checkpoint.read_metadata(os.path.join(out, "checkpoint.npz"))["config"] == stored
   with pytest.raises(CheckpointError, match="belongs to a different run"):
     MetaTrainingRun(recipe.replace(sigma=0.1), out, seed=3, eval_tasks=2, eval_steps=5).run(progress=False)
 
@@ -209,74 +208,6 @@ def test_bad_recipe_flags_are_one_line_errors(tmp_path, capsys, args, message):
   assert code == 2 and err.startswith("metafam: error: ") and err.count("\n") == 1
   assert re.search(message, err), err
   assert not out_dir.exists()
-
-
-# Run directories written by metafam at commit 716fb74, before a `Recipe` described every run: two meta-steps of
-# a flag run (its checkpoint's config: the flags), of a low-rank flag run and of a --recipe run (the recipe with its
-# name, the perturbation beside it). tests/data/main_v1_runs/README.md says how they were made. The low-rank run's
-# config is mapped (below), not resumed: its resume is the flag run's with another estimator state.
-V1_RUNS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "main_v1_runs")
-TINY_FLAGS = ["--family=quadratic_family_10", "--estimator=pes", "--num_pairs=2", "--unroll_length=5",
-              "--trajectory_length=10", "--eval_tasks=2", "--eval_steps=10", "--sigma=0.05", "--checkpoint_every=2",
-              "--progress=false"]
-V1_ARGS = {
-    "flags": ["--optimizer=learnable_sgd"] + TINY_FLAGS,
-    "recipe": [f"--recipe={os.path.join(V1_RUNS, 'tiny.json')}", "--eval_tasks=2", "--eval_steps=5",
-               "--checkpoint_every=1", "--progress=false"],
-}
-
-
-def test_the_configs_of_earlier_versions_map_to_the_recipe_identity():
-  """`stored_identity` of each stored config is the identity of the recipe the same command line builds now."""
-  from metafam.outer_trainers.legacy import stored_identity
-  from metafam.outer_trainers.run_dir import run_identity
-  from metafam.outer_trainers.recipe_flags import recipe_from_flags
-  flags = dict(family="quadratic_family_10", estimator="pes", num_pairs=2, unroll_length=5, trajectory_length=10,
-               sigma=0.05, meta_learning_rate=3e-3, meta_lr_decay_steps=6000, clip_grad_norm=1.0)
-  want = {"flags": recipe_from_flags(dict(flags, optimizer="learnable_sgd", step_mult=1e-2)),
-          "lowrank": recipe_from_flags(dict(flags, optimizer="mlp_lopt", step_mult=0.05, perturbation="low_rank",
-                                            perturbation_rank=2)),
-          "recipe": load_recipe(os.path.join(V1_RUNS, "tiny.json"))}
-  for kind, recipe in want.items():
-    stored = checkpoint.read_metadata(os.path.join(V1_RUNS, kind, "checkpoint.npz"))["config"]
-    assert stored_identity(stored) == recipe.identity(0), kind
-    assert stored_identity(dict(stored, seed=1)) == recipe.identity(1) != recipe.identity(0)
-  assert want["flags"].step_mult is None and want["lowrank"].identity(0)["recipe"]["perturbation_rank"] == 2
-  assert stored_identity({"test": "meta_setup"}) is None  # not a run's config: compared as it is
-
-
-# The recipe-era run is slow: the flag-era one takes the same path (stored config -> recipe identity -> resume).
-@pytest.mark.parametrize("kind", ["flags", pytest.param("recipe", marks=pytest.mark.slow)])
-def test_a_run_started_by_an_earlier_metafam_resumes_exactly(kind, tmp_path, capsys):
-  """The stored config of an earlier version maps to the run's recipe identity (`stored_identity`): the run resumes
-  from its checkpoint and reaches the meta-parameters of an uninterrupted run of this version, bit for bit; another
-  run's flags are still refused."""
-  import shutil
-  old = str(tmp_path / "old")
-  shutil.copytree(os.path.join(V1_RUNS, kind), old)
-  stored = checkpoint.read_metadata(os.path.join(old, "checkpoint.npz"))
-  assert stored["step"] == 2 and ("recipe" in stored["config"]) == (kind == "recipe")
-  code, _, err = run(["meta-train", "--num_steps=3", "--seed=1", f"--output_dir={old}"] + V1_ARGS[kind], capsys)
-  assert code == 2 and "belongs to a different run" in err
-  code, out, err = run(["meta-train", "--num_steps=4", f"--output_dir={old}"] + V1_ARGS[kind], capsys)
-  assert code == 0 and "meta-steps: 4" in out, err
-  with open(os.path.join(old, "metrics.jsonl")) as f:
-    assert [json.loads(line)["step"] for line in f] == [1, 2, 3, 4]
-  straight = str(tmp_path / "straight")  # decayed over the steps the old run started with (it keeps its schedule)
-  decay = (stored["config"]["recipe"] if kind == "recipe" else stored["config"])["meta_lr_decay_steps"]
-  assert run(["meta-train", "--num_steps=4", f"--output_dir={straight}", f"--meta_lr_decay_steps={decay}"]
-             + V1_ARGS[kind], capsys)[0] == 0
-  flat = [np.concatenate([np.ravel(np.asarray(x, np.float64)) for x in jax.tree.leaves(
-      checkpoint.read(os.path.join(d, "checkpoint.npz"))[1]["theta"])]) for d in (old, straight, V1_RUNS + "/" + kind)]
-  if os.environ.get("METAFAM_TEST_XLA_OPTIMIZE", "") in ("", "0") and kind == "flags":  # the data's XLA settings
-    np.testing.assert_array_equal(flat[0], flat[1])
-  else:
-    # The recipe run's optimizer orthogonalizes its momentum (Newton-Schulz), whose compiled rounding differs between
-    # the version that wrote the stored steps 1-2 and this one (the same at every commit back to a3b5de9: not the
-    # resume): measured at most 6e-8 absolute, 2e-6 relative after 4 steps. The resume itself is exact (the flag
-    # run above, tests/test_meta_trainer.py, tests/test_checkpoint_format.py).
-    np.testing.assert_allclose(flat[0], flat[1], rtol=1e-4, atol=1e-6)
-  assert not np.array_equal(flat[0], flat[2])  # it did train on from the stored step
 
 
 def test_the_generalist_v2_candidate_recipes_avoid_the_test_tasks_and_c_changes_only_conv_kernels():
@@ -303,10 +234,10 @@ def test_meta_train_flag_defaults_are_the_main_job_recipe():
   import inspect
 
   from metafam._cli_spec import COMMANDS, FLAGS
-  from metafam.outer_trainers.loop import DEFAULT_MAX_SKIPPED_STEPS
-  from metafam.outer_trainers.recipe_flags import (FLAG_KEYS, flag_defaults, main_job, recipe_from_command,
+  from metafam.runs.loop import DEFAULT_MAX_SKIPPED_STEPS
+  from metafam.runs.recipe_flags import (FLAG_KEYS, flag_defaults, main_job, recipe_from_command,
                                                    recipe_from_flags)
-  from metafam.outer_trainers.run import MetaTrainingRun
+  from metafam.runs.run import MetaTrainingRun
   main = main_job()
   run_flags = FLAG_KEYS + ("perturbation", "perturbation_rank", "num_steps")
   assert {name: FLAGS[name].default for name in run_flags} == flag_defaults(main)

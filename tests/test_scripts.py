@@ -91,7 +91,7 @@ def _theta_checkpoint(path, optimizer="adafac_muon_rms_lopt", recipe=None):
   meta-train config recording the recipe as a run does (its identity: no name)."""
   import jax
   from metafam.optimizers.registry import get_learned_optimizer
-  from metafam.outer_trainers import checkpoint
+  from metafam.runs import checkpoint
   lopt = recipe.build_learned_optimizer() if recipe else get_learned_optimizer(optimizer)
   theta = lopt.init(jax.random.key(0))
   config = {"recipe": recipe.identity(0)["recipe"], "seed": 0} if recipe else {}
@@ -110,7 +110,7 @@ def test_ablation_table(monkeypatch, capsys):
 def test_export_pretrained_writes_a_loadable_file(tmp_path, monkeypatch, capsys, name):
   import metafam.pretrained as pretrained
   from metafam.benchmark.runner import load_theta
-  from metafam.outer_trainers import checkpoint, load_recipe
+  from metafam.runs import checkpoint, load_recipe
   entry = pretrained.info(name)
   recipe = load_recipe(entry.recipe)
   ckpt = _theta_checkpoint(tmp_path / "checkpoint.npz", recipe=recipe)
@@ -179,7 +179,7 @@ def test_heldout_learned_refuses_an_unknown_pretrained_name_before_any_work(tmp_
 def test_heldout_learned_takes_the_settings_a_candidate_theta_was_trained_with(tmp_path, monkeypatch, capsys):
   """A theta file records its recipe: its optimizer must be the one scored, and its optimizer kwargs and step scale
   apply where the command does not name them (candidate c's conv-kernel rule leaves no trace in theta's shapes)."""
-  from metafam.outer_trainers import checkpoint
+  from metafam.runs import checkpoint
   path = os.path.join(ROOT, "experiments/heldout_learned.py")
   recipe = {"name": "candidate_c", "optimizer": "muon_residual_lopt", "step_mult": 0.0316,
             "optimizer_kwargs": {"lr_spread": 3.1623, "conv_kernels": "matrix"}}
@@ -330,7 +330,7 @@ def test_user_models(tmp_path, monkeypatch, capsys):
   # A candidate theta file (not shipped): muon_residual_lopt at its initial theta is Muon, so it retraces Muon's row.
   import jax
   from metafam.optimizers.muon_lopt import MuonResidualLOpt
-  from metafam.outer_trainers import checkpoint
+  from metafam.runs import checkpoint
   checkpoint.save(str(tmp_path / "v2_init.npz"), MuonResidualLOpt().init(jax.random.key(0)),
                   {"optimizer": "muon_residual_lopt", "recipe": {"optimizer_kwargs": {"lr_spread": 3.0}}})
   code, _ = run_script("experiments/user_models.py",
@@ -591,7 +591,6 @@ COVERED = {
     "metafam evaluate": "tests/test_cli.py tests/test_cli_fuzz.py",
     "metafam benchmark": "tests/test_cli.py tests/test_cli_fuzz.py tests/test_heldout.py tests/test_test_suite.py "
                          "tests/test_scoring.py",
-    "metafam convert-checkpoint": "tests/test_cli.py tests/test_checkpoint_format.py",
     "metafam launch": "tests/test_distributed.py",
     "pytest": ".ci/run",
     "mkdocs": "tests/test_docs.py",

@@ -12,7 +12,8 @@ from metafam.inner import ConstantSchedule, LogUniformSchedule, TruncatedStep
 from metafam.inner.sharding import lane_mesh
 from metafam.optimizers.base import Adam
 from metafam.optimizers.learned import LearnableSGD
-from metafam.outer_trainers import MetaTrainer, make_estimator, train
+from metafam.outer_trainers import MetaTrainer, make_estimator
+from metafam.runs import train
 from metafam.taskfamilies.quadratic import NoisyQuadraticFamily
 
 pytestmark = pytest.mark.skipif(len(jax.devices()) < 2, reason="needs 2 devices (tests/conftest.py asks for 2 CPUs)")

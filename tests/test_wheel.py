@@ -28,15 +28,26 @@ import metafam
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # What the source tree has that a build must not see (it builds in a copy, so the checkout gets no build/ or
 # *.egg-info and parallel test workers do not collide).
-IGNORE = shutil.ignore_patterns(".git", ".ci-venv", "site", "runs", "build", "dist", "*.egg-info", "__pycache__",
-                                ".pytest_cache", ".hypothesis")
+_IGNORE_ANYWHERE = shutil.ignore_patterns(".git", ".ci-venv", "site", "build", "dist", "*.egg-info", "__pycache__",
+                                         ".pytest_cache", ".hypothesis")
+
+
+def IGNORE(directory, names):
+  """`shutil.copytree`'s ``ignore``: the patterns above anywhere, and the run outputs (``runs/``) at the root only
+  (``metafam/runs/`` is the package's)."""
+  ignored = set(_IGNORE_ANYWHERE(directory, names))
+  if os.path.abspath(directory) == ROOT and "runs" in names:
+    ignored.add("runs")
+  return ignored
+
+
 DATA = ["metafam/datasets/data/fashion_mnist_slice.npz", "metafam/datasets/data/shakespeare_8plays.txt.gz",
         "metafam/datasets/data/LICENSE_FASHION_MNIST.txt", "metafam/datasets/data/LICENSE_SHAKESPEARE.txt",
         "metafam/py.typed", "metafam/datasets/data/mnist_5k.npz", "metafam/datasets/data/LICENSE_MNIST.txt",
         "metafam/benchmark/data/heldout_baselines.json", "metafam/pretrained/data/generalist_v1.npz",
-        "metafam/pretrained/data/generalist_v1.md", "metafam/outer_trainers/recipes/generalist.json",
+        "metafam/pretrained/data/generalist_v1.md", "metafam/runs/recipes/generalist.json",
         "metafam/pretrained/data/generalist_v2.npz", "metafam/pretrained/data/generalist_v2.md",
-        "metafam/outer_trainers/recipes/generalist_v2.json"]
+        "metafam/runs/recipes/generalist_v2.json"]
 
 
 def _run(args, **kwargs):

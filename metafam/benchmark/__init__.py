@@ -3,8 +3,8 @@
 * `suites`: named suites of registered tasks (``tiny``, ``small``, ``full``, ``heldout`` (dev) and ``test``).
 * `sweep`: `train_lanes`, the vmapped (setting x seed) lanes every tuning sweep trains, and the selection rule.
 * `runner`: optimizers by name or checkpoint (`optimizer_by_name`, `learned_optimizer`, `load_theta`).
-* `metrics`: normalized losses, speedup over tuned Adam, median / IQM with bootstrap confidence intervals (they
-  live in `metafam.evaluation.metrics`, the lower layer, and are re-exported here).
+* normalized losses, speedup over tuned Adam, median / IQM with bootstrap confidence intervals: they live in
+  `metafam.evaluation.metrics`, the lower layer, and the most used are exported here.
 * `report`: aligned terminal tables and CSV.
 * `baselines`: the tuned baselines of the ``heldout`` and ``test`` suites (procedure, shards, the shipped files).
 * `scoring`: `score`, the one scoring path: a candidate and the shipped baselines of ``heldout`` or ``test`` in one
@@ -32,7 +32,8 @@ from metafam.benchmark.scoring import RULESETS, SuiteReport, score
 from metafam.benchmark.report import format_table
 from metafam.benchmark.runner import learned_optimizer, load_theta
 from metafam.benchmark.suites import SUITES, get_suite, list_suites, resolve_tasks
-from metafam.benchmark.sweep import TUNABLE, default_learning_rates, select_best, sgdm, train_lanes
+from metafam.benchmark.sweep import TUNABLE, sgdm, train_lanes
+from metafam.evaluation.tuning import default_learning_rates, select_best
 
 __all__ = ["Aggregate", "RunCurves", "Speedup", "aggregate", "iqm", "median", "running_min", "speedup_over_baseline",
            "format_table", "learned_optimizer", "load_theta", "SUITES", "get_suite", "list_suites",

@@ -20,19 +20,20 @@ import numpy as np
 import optax
 
 from metafam._registry import lookup
+from metafam.compat import flax_msgpack
 from metafam.optimizers.base import OptaxOptimizer, Optimizer
 from metafam.optimizers.learned import LearnedOptimizer
-from metafam.outer_trainers import checkpoint, flax_msgpack
+from metafam.runs import checkpoint
 
 
 # -- optimizers ---------------------------------------------------------------------------------------------------
 def load_theta(path: Union[str, os.PathLike]) -> Any:
-  """Meta-parameters from a `metafam.outer_trainers.checkpoint` file holding a MetaTrainState (its ``theta``) or a
+  """Meta-parameters from a `metafam.runs.checkpoint` file holding a MetaTrainState (its ``theta``) or a
   bare theta pytree; leaves come back as numpy arrays in plain containers (see `checkpoint.load`). A
   learned_optimization (flax-msgpack) parameter file is read too (`flax_msgpack.plain_theta`: its ``params``).
 
-  Nothing in the file is executed: legacy pickle checkpoints are refused with the command that converts them, and so
-  are meta-parameters with a NaN or an infinity (`checkpoint.CheckpointError` naming the leaf).
+  Nothing in the file is executed: pickles are refused, and so are meta-parameters with a NaN or an infinity
+  (`checkpoint.CheckpointError` naming the leaf).
   """
   path = os.fspath(path)
   if flax_msgpack.looks_like_msgpack(path):
@@ -69,12 +70,12 @@ def learned_optimizer_from_checkpoint(name: str, path: Union[str, os.PathLike]) 
   was meta-trained: a meta-training checkpoint records the run's recipe, whose ``step_mult`` is passed back (a wrong
   scale would silently change every update); otherwise the library default."""
   from metafam.optimizers.registry import get_learned_optimizer, takes_step_mult
-  from metafam.outer_trainers.legacy import stored_identity
   try:
-    identity = stored_identity(checkpoint.read_metadata(os.fspath(path)).get("config"))
+    config = checkpoint.read_metadata(os.fspath(path)).get("config")
   except checkpoint.CheckpointError:
-    identity = None  # not a meta-training checkpoint: `learned_optimizer` says what it is
-  step_mult = identity["recipe"]["step_mult"] if identity else None
+    config = None  # not a meta-training checkpoint: `learned_optimizer` says what it is
+  recipe = config.get("recipe") if isinstance(config, dict) else None  # `Recipe.identity`'s part
+  step_mult = recipe.get("step_mult") if isinstance(recipe, dict) else None
   kwargs = {"step_mult": step_mult} if step_mult is not None and takes_step_mult(name) else {}
   return learned_optimizer(get_learned_optimizer(name, **kwargs), path)
 

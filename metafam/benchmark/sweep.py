@@ -9,8 +9,8 @@ one jitted `lax.scan` whose batches are gathered on the device by ``task.dataset
 
 Seed ``s`` uses key ``jax.random.split(key, S)[s]`` for every setting, so every optimizer trained with the same key
 starts from the same initializations and sees the same batches. The procedure that tunes on these lanes is
-`metafam.evaluation.tuning.tune` (through `metafam.benchmark.baselines.tune_baseline`, the suites' one procedure); the
-grid and selection rule are re-exported here from `metafam.evaluation.tuning`.
+`metafam.evaluation.tuning.tune` (through `metafam.benchmark.baselines.tune_baseline`, the suites' one procedure),
+which also holds the grid and the selection rule.
 """
 
 from __future__ import annotations
@@ -23,16 +23,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from metafam.evaluation import tuning
 from metafam.evaluation.evaluate import train_between_evals
 from metafam.inner.runner import OptimizerLike, Runner, as_keys, as_optimizer
-from metafam.evaluation.tuning import check_learning_rates, default_learning_rates, select_best
 from metafam.optimizers.base import OptaxOptimizer, OptimizerState
 from metafam.optimizers.optax_zoo import OPTAX_FACTORIES
 from metafam.tasks.base import Task
 
-__all__ = ["DEFAULT_SPLITS", "TUNABLE", "check_learning_rates", "default_learning_rates", "select_best", "sgdm",
-           "train_lanes"]  # the grid and selection rule are re-exported from metafam.evaluation.tuning
+__all__ = ["DEFAULT_SPLITS", "TUNABLE", "sgdm", "train_lanes"]
 
 DEFAULT_SPLITS = ("inner_valid", "test")
 

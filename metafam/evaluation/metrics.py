@@ -1,5 +1,5 @@
 """Curves of training runs and the metrics computed from them, shared by `metafam.evaluation` (the held-out
-comparison with tuned Adam) and `metafam.benchmark` (which re-exports them as `metafam.benchmark.metrics`).
+comparison with tuned Adam) and `metafam.benchmark` (whose package face exports the most used).
 
 * `RunCurves`: the recorded curves of one (task, optimizer) pair over S seeds.
 * `final_and_best`: final and best (lowest) normalized loss of a seed-mean curve.

@@ -9,7 +9,7 @@
   history logged one (``eval_final_loss``);
 * ``inner_curves.png``: the instance-mean held-out curves of each learned theta and of tuned Adam (log scale);
 * ``meta_validation.png``, when the history holds meta-validation checks (``eval_every``,
-  `metafam.outer_trainers.validation.MetaValidation`): the loss at the horizon of the same held-out instances at
+  `metafam.runs.validation.MetaValidation`): the loss at the horizon of the same held-out instances at
   every check, per family and averaged, with a band of one standard deviation over instances (`plot_meta_validation`).
 
 Every file goes through `metafam.io.atomic_write`. Without matplotlib only ``summary.json`` is written.
@@ -147,7 +147,7 @@ def write_meta_train_report(output_dir: str, history: Sequence[Mapping[str, Any]
 
   Args:
     output_dir: an existing directory (the run's output directory).
-    history: the meta-training records (`metafam.outer_trainers.run.read_metrics`; ``[]`` if none).
+    history: the meta-training records (`metafam.runs.read_metrics`; ``[]`` if none).
     comparison: the `metafam.evaluation.comparison.HeldOutComparison` of the run.
     config: the run's configuration (JSON-able).
     meta_steps: meta-steps trained in total; train_seconds: seconds of meta-training in this session.

@@ -37,7 +37,7 @@ normalized to unit RMS over each tensor (and lane) and the step is ``step_mult *
 exactly ``step_mult`` in RMS, and ``step_mult`` acts as a learning rate; it may be an optax schedule of the update
 count (``step_mult`` may be a callable for every variant). Registered with the orthogonalized momentum and without
 step features (``time_scales=()``: nothing about the horizon is built in) as ``adafac_muon_rms_lopt``, the
-generalist recipe's optimizer (`metafam.outer_trainers.recipes`, pretrained as `metafam.pretrained`'s
+generalist recipe's optimizer (`metafam.runs.recipes`, pretrained as `metafam.pretrained`'s
 ``generalist_v1``). Its features are normalized per tensor, so a step's direction does not depend on the scale of
 the tensor and its gradient, and its size is the learning rate's: like Adam's, it is chosen for the
 parameterization (reparameterized as ``w = s * w'``, the same rate moves ``w`` by ``s`` times more). The

@@ -13,9 +13,9 @@ runs the same meta-steps.
 
 The trainer is the algorithm only, like an optax transformation: it has no files, no run identity and no
 evaluation. The loop around it (checkpoints, the metrics file, evaluation, lock, signals, divergence, memory
-pre-check) is `metafam.outer_trainers.loop.train`, the run directory and the identity stored in checkpoints
-`metafam.outer_trainers.run_dir`, the meta-validation curve `metafam.outer_trainers.validation`, and a whole run
-with its closing report `metafam.outer_trainers.run`. None of them is imported here.
+pre-check) is `metafam.runs.loop.train`, the run directory and the identity stored in checkpoints
+`metafam.runs.run_dir`, the meta-validation curve `metafam.runs.validation`, and a whole run
+with its closing report `metafam.runs.run`. None of them is imported here.
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ class MetaTrainer(DataPytree):
       `metafam.compat.learned_optimization`); ``update_skipped`` is then always 0 and ``grad_norm`` is the norm of
       the gradient applied. Part of a run's default identity when not the default (`run_dir.run_identity`).
     on_nonfinite: "warn" (default), "raise" or "ignore" (`metafam.nonfinite`): what the meta-training loop
-      (`metafam.outer_trainers.loop.train`) does with a meta-step whose estimates masked inner steps or whose
+      (`metafam.runs.loop.train`) does with a meta-step whose estimates masked inner steps or whose
       update was skipped; it reads them from the step's metrics (``nonfinite_fraction``: the mean over estimators
       of each one's masked fraction, ``nonfinite_fraction/LABEL`` per estimator when there are several, the causes'
       counts `metafam.outer_trainers.base.NONFINITE_METRICS`, ``update_skipped``). The step itself never checks.

@@ -16,7 +16,7 @@
   ``optax.inject_hyperparams(optax_transform, static_args=("name", "num_steps"))`` makes the rate a hyperparameter
   of the state.
 
-The weights are `metafam.outer_trainers.checkpoint` files (``.npz`` with a JSON header; nothing in them is executed)
+The weights are `metafam.runs.checkpoint` files (``.npz`` with a JSON header; nothing in them is executed)
 in ``metafam/pretrained/data/``, each with a model card (``<name>.md``: architecture, recipe, data, compute, held-out
 results, failure cases, licence). They are released under the Apache License 2.0, like the code.
 """
@@ -44,7 +44,7 @@ LearningRate = Union[float, Callable[[Any], Any]]
 @dataclasses.dataclass(frozen=True)
 class Pretrained:
   """A shipped learned optimizer: its weights file and model card (in ``metafam/pretrained/data``), the registered
-  learned optimizer it instantiates, the shipped recipe that trained it (`metafam.outer_trainers.load_recipe`; the
+  learned optimizer it instantiates, the shipped recipe that trained it (`metafam.runs.load_recipe`; the
   optimizer is built with the recipe's ``optimizer_kwargs``) and its default learning rate."""
   weights: str
   model_card: str
@@ -64,7 +64,7 @@ class Pretrained:
   @property
   def optimizer_kwargs(self) -> Dict[str, Any]:
     """The registered optimizer's arguments besides ``step_mult``: the recipe's ``optimizer_kwargs``."""
-    from metafam.outer_trainers.recipes import load_recipe
+    from metafam.runs.recipes import load_recipe
     return dict(load_recipe(self.recipe).optimizer_kwargs)
 
   @property
@@ -142,7 +142,7 @@ def load(name: str, learning_rate: LearningRate = None) -> Tuple[Any, Any]:
   """
   import jax
   from metafam.optimizers.registry import get_learned_optimizer
-  from metafam.outer_trainers import checkpoint
+  from metafam.runs import checkpoint
   entry = info(name)
   rate = entry.default_learning_rate if learning_rate is None else _check_learning_rate(learning_rate)
   lopt = get_learned_optimizer(entry.optimizer, **entry.optimizer_kwargs, step_mult=rate)

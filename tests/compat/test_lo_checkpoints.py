@@ -11,7 +11,7 @@ from metafam.compat.learned_optimization import checkpoints
 from metafam.compat.learned_optimization.learned_optimizers import base as lopt_base
 from metafam.compat.learned_optimization.optimizers import optax_opts
 from metafam.compat.learned_optimization.outer_trainers import gradient_learner as gl
-from metafam.outer_trainers.checkpoint import CheckpointError
+from metafam.runs.checkpoint import CheckpointError
 
 
 def test_plain_tree_round_trip_and_mismatch(tmp_path):

@@ -2,8 +2,8 @@
 
 `load_state` reads both formats and tells them apart by their first bytes: the reference's own files (flax's msgpack,
 ``flax.serialization.to_bytes``: what LO's ``save_state`` writes and what its published learned optimizers, VeLO's
-included, are distributed as; read by `metafam.outer_trainers.flax_msgpack`, no flax needed, no code run, the optional
-``msgpack`` package) and metafam's ``.npz`` checkpoints (`metafam.outer_trainers.checkpoint`). `save_state` writes
+included, are distributed as; read by `metafam.compat.flax_msgpack`, no flax needed, no code run, the optional
+``msgpack`` package) and metafam's ``.npz`` checkpoints (`metafam.runs.checkpoint`). `save_state` writes
 metafam's format, or the reference's with ``format="flax"`` (a file LO's ``load_state`` reads).
 
 ``load_state`` follows the reference: the stored values are put into ``like``'s tree type (whose values are not
@@ -27,8 +27,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar,
 
 import jax
 
-from metafam.outer_trainers import checkpoint as _checkpoint
-from metafam.outer_trainers import flax_msgpack as _flax
+from metafam.compat import flax_msgpack as _flax
+from metafam.runs import checkpoint as _checkpoint
 
 __all__ = ["save_state", "load_state", "ParameterCheckpoint", "OptCheckpoint", "save_checkpoint",
            "restore_checkpoint", "last_checkpoint_idx", "has_checkpoint", "periodically_save_checkpoint", "HKTree",

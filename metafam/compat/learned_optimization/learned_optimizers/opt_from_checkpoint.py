@@ -15,7 +15,7 @@ import jax
 
 from metafam.compat.learned_optimization import checkpoints
 from metafam.compat.learned_optimization.optimizers import base as opt_base
-from metafam.outer_trainers import checkpoint as _checkpoint
+from metafam.runs import checkpoint as _checkpoint
 
 __all__ = ["opt_from_checkpoint"]
 

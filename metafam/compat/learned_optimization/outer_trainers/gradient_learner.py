@@ -365,7 +365,7 @@ class SingleMachineGradientLearner:
   path (`gradient_worker_compute`, `GradientLearner.update`), whose combination of estimates is the engine's too.
   Like the reference's class it lives in memory: it owns no run directory, checkpoint, metrics file or lock (the
   reference's scripts save states with `checkpoints`). A run directory with resumable checkpoints is metafam's
-  `MetaTrainingRun` (from a recipe) or ``metafam.outer_trainers.train(self.meta_trainer, num_steps,
+  `MetaTrainingRun` (from a recipe) or ``metafam.runs.train(self.meta_trainer, num_steps,
   output_dir=...)``.
   """
 

@@ -14,7 +14,7 @@ Where the weights are looked up, first hit wins:
 
 metafam downloads nothing: copy the files there yourself (for example ``gsutil cp
 gs://gresearch/learned_optimization/pretrained_lopts/<name>/params <dir>/<name>/params``). Without them the error
-names the paths tried and this layout. Files are flax-msgpack (`metafam.outer_trainers.flax_msgpack`: read without
+names the paths tried and this layout. Files are flax-msgpack (`metafam.compat.flax_msgpack`: read without
 running code; needs ``pip install 'metafam[msgpack]'``); meta-parameters with a NaN or an infinity are refused.
 
 Architecture: the reference rebuilds each optimizer of `opt_names` from a ``config.gin`` next to its weights; metafam
@@ -33,8 +33,8 @@ from typing import Any, Callable, Dict, List, Optional
 import jax
 
 from metafam.compat.learned_optimization.research.general_lopt.hyper_v2 import HyperV2
-from metafam.outer_trainers import checkpoint as _checkpoint
-from metafam.outer_trainers import flax_msgpack as _flax
+from metafam.compat import flax_msgpack as _flax
+from metafam.runs import checkpoint as _checkpoint
 
 ENV_VAR = "METAFAM_VELO_WEIGHTS"
 BUCKET = "gs://gresearch/learned_optimization/pretrained_lopts/"

@@ -2,9 +2,9 @@
 
 `train` works on any trainer shaped like `metafam.outer_trainers.meta_trainer.MetaTrainer` (``init``, ``place``,
 ``step_packed``, ``memory_estimate``, ``mesh``; this module does not import it). The run directory's files, the
-run identity a checkpoint stores and the refusal rule are `metafam.outer_trainers.run_dir`; whether a checkpoint
-belongs to the run is the ``same_run`` function passed in; evaluation is the ``evaluate`` callback (e.g.
-`metafam.outer_trainers.validation.MetaValidation`, the meta-validation curve).
+run identity a checkpoint stores, the refusal rule and whether a checkpoint belongs to the run are
+`metafam.runs.run_dir`; evaluation is the ``evaluate`` callback (e.g.
+`metafam.runs.validation.MetaValidation`, the meta-validation curve).
 """
 
 from __future__ import annotations
@@ -25,12 +25,11 @@ from metafam._checks import check_number, check_positive
 from metafam.inner import sharding
 from metafam.io import append_line
 from metafam.io import lock_output_dir as _lock_dir
-from metafam.outer_trainers import checkpoint
-from metafam.outer_trainers.nonfinite_log import NonFiniteLog
-from metafam.outer_trainers.preemption import Preempted, StopRequests
-from metafam.outer_trainers.run_dir import (CHECKPOINT_NAME, LEGACY_CHECKPOINT_NAME, METRICS_NAME, WriteFailedError,
-                                            check_checkpoint, finite_or_null, holding, restore, run_identity,
-                                            same_config, save, truncate_metrics)
+from metafam.runs import checkpoint
+from metafam.runs.nonfinite_log import NonFiniteLog
+from metafam.runs.preemption import Preempted, StopRequests
+from metafam.runs.run_dir import (CHECKPOINT_NAME, METRICS_NAME, WriteFailedError, check_checkpoint, finite_or_null,
+                                  holding, restore, run_identity, save, truncate_metrics)
 
 DEFAULT_MAX_SKIPPED_STEPS = 50
 Evaluate = Callable[[Any, int], Mapping[str, float]]  # (theta, meta-step) -> numbers for the step's record
@@ -55,14 +54,13 @@ def train(trainer: Any, num_steps: int, *, key: Optional[jax.Array] = None, stat
           progress: bool = True, log_fn: Optional[Callable[[Dict[str, Any]], None]] = None,
           handle_signals: bool = False, max_skipped_steps: Optional[int] = DEFAULT_MAX_SKIPPED_STEPS,
           check_memory: bool = True, lock_output_dir: bool = True,
-          same_run: Callable[[Any, Any], bool] = same_config,
           finish: Optional[Callable[[Any, List[Dict[str, Any]]], Any]] = None):
   """Runs ``trainer``'s meta-steps until ``state.step == num_steps``; returns ``(state, history)``, or with
   ``finish`` ``(state, history, finish(state, history))``.
 
   With ``output_dir``, an existing checkpoint there is resumed (refused if it belongs to a different run or holds
   non-finite meta-parameters), a checkpoint is written atomically every ``checkpoint_every`` steps and at the
-  end, and every logged record is appended to ``metrics.jsonl`` (see `metafam.outer_trainers.run`). ``history`` is
+  end, and every logged record is appended to ``metrics.jsonl`` (see `metafam.runs.run`). ``history`` is
   the list of this call's records (step, metrics, inner steps/s, and the evaluation's numbers where evaluated).
 
   Args:
@@ -73,23 +71,21 @@ def train(trainer: Any, num_steps: int, *, key: Optional[jax.Array] = None, stat
     identity: the run's identity stored in its checkpoints (`run_dir.run_identity` completes it; default: the
       trainer's estimators and learned optimizer).
     checkpoint_every: meta-steps between checkpoints.
-    evaluate: ``evaluate(theta, step) -> {name: number}`` (e.g. `metafam.outer_trainers.validation.MetaValidation`),
+    evaluate: ``evaluate(theta, step) -> {name: number}`` (e.g. `metafam.runs.validation.MetaValidation`),
       called every ``eval_every`` meta-steps and at the last one; its numbers join the step's record.
-    log_fn: called with every record (e.g. `metafam.outer_trainers.run.tensorboard_logger`).
-    same_run: ``same_run(stored config, identity)``: whether a checkpoint in ``output_dir`` belongs to this run
-      (default `metafam.outer_trainers.run_dir.same_config`, equal as JSON); a checkpoint of another run is refused.
+    log_fn: called with every record (e.g. `metafam.runs.run.tensorboard_logger`).
     finish: called with the final state and the history while the directory is still locked (a closing report).
 
   Failures (each leaves the last checkpoint loadable, and a rerun resumes exactly):
 
   * ``handle_signals``: SIGTERM / SIGINT finish the meta-step in flight (on several processes: the step they all
-    agree on), write its metrics and a checkpoint, and raise `metafam.outer_trainers.preemption.Preempted`.
+    agree on), write its metrics and a checkpoint, and raise `metafam.runs.preemption.Preempted`.
   * A failed write of a checkpoint or of ``metrics.jsonl`` raises `WriteFailedError`; the previous checkpoint is
     untouched (writes are atomic) and no partial metrics line is left.
   * ``max_skipped_steps``: that many consecutive skipped updates (every estimate non-finite) raise
     `RunDivergedError` naming the step and the last checkpoint (None: never stop).
   * Masked inner steps and skipped updates are reported as ``trainer.on_nonfinite`` says
-    (`metafam.outer_trainers.nonfinite_log.NonFiniteLog`: a warning at the first of each, a summary at the end).
+    (`metafam.runs.nonfinite_log.NonFiniteLog`: a warning at the first of each, a summary at the end).
   * ``check_memory``: before anything is allocated, the compiled meta-step's memory is compared with what the
     devices can give (`check_memory`); `metafam.resources.InsufficientMemoryError` if it cannot fit.
   * ``lock_output_dir``: ``output_dir`` is created, proven writable and locked for the run
@@ -99,10 +95,10 @@ def train(trainer: Any, num_steps: int, *, key: Optional[jax.Array] = None, stat
   if eval_every is not None:
     check_positive("eval_every", eval_every, integer=True)
     if evaluate is None:
-      raise ValueError("eval_every needs evaluate= (e.g. metafam.outer_trainers.validation.MetaValidation).")
+      raise ValueError("eval_every needs evaluate= (e.g. metafam.runs.validation.MetaValidation).")
   elif evaluate is not None:  # it would never be called
     raise ValueError("evaluate= needs eval_every= (meta-steps between its calls; it also runs at the last one).")
-  loop = Loop(trainer, output_dir, checkpoint_every, eval_every, progress, log_fn, max_skipped_steps, same_run,
+  loop = Loop(trainer, output_dir, checkpoint_every, eval_every, progress, log_fn, max_skipped_steps,
               identity=run_identity(trainer, identity), evaluate=evaluate)
   lock = _lock_dir(output_dir) if loop.writes and lock_output_dir else None
   with holding(lock, loop):
@@ -120,7 +116,6 @@ class Loop:
   progress: bool
   log_fn: Optional[Callable[[Dict[str, Any]], None]]
   max_skipped_steps: Optional[int]
-  same_run: Callable[[Any, Any], bool] = same_config
   identity: Optional[Mapping[str, Any]] = None
   evaluate: Optional[Evaluate] = None
   wrote: bool = False
@@ -156,13 +151,10 @@ class Loop:
     trainer, had_checkpoint, error = self.trainer, False, None
     if self.writes:
       try:
-        legacy = os.path.join(self.output_dir, LEGACY_CHECKPOINT_NAME)
-        if not os.path.exists(self.ckpt) and os.path.exists(legacy):  # refuse rather than silently start over
-          raise checkpoint.legacy_error(legacy, self.ckpt)
         os.makedirs(self.output_dir, exist_ok=True)
         had_checkpoint = os.path.exists(self.ckpt)
         if had_checkpoint and state is None:  # a checkpoint that will be refused is refused before compiling
-          check_checkpoint(self.ckpt, self.identity, same_run=self.same_run)
+          check_checkpoint(self.ckpt, self.identity)
       except (checkpoint.CheckpointError, OSError) as e:
         error = e
     if trainer.multi_process:  # every process stops on process 0's error, and resumes when it does
@@ -176,7 +168,7 @@ class Loop:
         check_memory(trainer, key)
       state = trainer.init(key)
       if had_checkpoint:
-        state = restore(trainer, self.ckpt, state, self.identity, same_run=self.same_run)
+        state = restore(trainer, self.ckpt, state, self.identity)
         if self.writes:
           self.write(self.metrics_path, lambda: truncate_metrics(self.metrics_path, int(state.step)))
     self.last_saved = int(state.step)

@@ -23,9 +23,8 @@ Why ``.npz``: numpy is already a core dependency, ``allow_pickle=False`` refuses
 CRCs (corruption is detected), and the JSON header holds what the tree needs. safetensors would be a new dependency
 whose string-only metadata would hold the same JSON anyway, and its dtype set does not cover every ml_dtype.
 
-Legacy ``metafam-checkpoint-v1`` files were pickles, which run arbitrary code when loaded: every load path refuses
-them (recognised by their bytes or ``.pkl`` name, never unpickled) with a one-line error giving the conversion
-command; `convert_legacy_checkpoint` is the explicit, opt-in conversion for files from a trusted source.
+A pickle, which runs arbitrary code when loaded, is refused by every load path with a one-line error (recognised
+by its bytes or its ``.pkl`` name; nothing is unpickled).
 """
 
 from __future__ import annotations
@@ -34,9 +33,7 @@ import dataclasses
 import io
 import json
 import os
-import pickle
 import re
-import shlex
 from typing import Any, Dict, List, Optional, Tuple
 
 import jax
@@ -47,7 +44,6 @@ import numpy as np
 from metafam.io import atomic_write
 
 FORMAT = "metafam-checkpoint-v2"
-LEGACY_FORMAT = "metafam-checkpoint-v1"
 HEADER = "metafam_header"
 _LEAF = "leaf_{}"
 _NATIVE = {np.dtype(t).name: np.dtype(t) for t in (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8,
@@ -58,7 +54,7 @@ _PICKLE_SUFFIXES = (".pkl", ".pickle")
 
 
 class CheckpointError(RuntimeError):
-  """A checkpoint file is missing, corrupted, legacy (pickle), or from a different run."""
+  """A checkpoint file is missing, corrupted, a pickle, or from a different run."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,22 +70,7 @@ class Header:
     return self.structure.get("class")
 
 
-# -- legacy pickles -------------------------------------------------------------------------------------------------
-def conversion_command(old_path: str, new_path: Optional[str] = None) -> str:
-  """The command converting legacy ``old_path`` (to ``new_path``, default: the same name ending in ``.npz``)."""
-  if new_path is None:
-    root, ext = os.path.splitext(old_path)
-    new_path = root + (".converted.npz" if ext == ".npz" else ".npz")
-  return f"metafam convert-checkpoint {shlex.quote(old_path)} {shlex.quote(new_path)} --trust_pickle"
-
-
-def legacy_error(old_path: str, new_path: Optional[str] = None) -> CheckpointError:
-  """The one-line refusal of a legacy pickle checkpoint, with the command that converts it."""
-  return CheckpointError(
-      f"{old_path} is a legacy pickle checkpoint ({LEGACY_FORMAT}), which metafam no longer loads because unpickling "
-      f"can run arbitrary code; if you trust its source, convert it with: {conversion_command(old_path, new_path)}")
-
-
+# -- reading ----------------------------------------------------------------------------------------------------------
 def _looks_like_pickle(head: bytes, path: str) -> bool:
   """Pickle protocol 2+ starts with ``0x80 <protocol>``; older protocols are only recognised by the file name (a
   zip/npz file is never taken for a pickle, whatever its name)."""
@@ -105,36 +86,6 @@ def _read_magic(path: str) -> bytes:
     raise CheckpointError(f"checkpoint {path} is not a file.")
   with open(path, "rb") as f:
     return f.read(4)
-
-
-def is_legacy(path: str) -> bool:
-  """Whether ``path`` is (or is named like) a legacy pickle checkpoint; reads 4 bytes, unpickles nothing."""
-  return os.path.isfile(path) and _looks_like_pickle(_read_magic(path), path)
-
-
-def convert_legacy_checkpoint(old_path: str, new_path: str, trust_pickle: bool = False) -> None:
-  """Converts a ``metafam-checkpoint-v1`` pickle at ``old_path`` into a v2 checkpoint at ``new_path``.
-
-  Unpickling runs whatever code the file names, so this refuses unless ``trust_pickle=True`` (say so only for files
-  from a trusted source), and never overwrites an existing ``new_path``. The pickled tree (MetaTrainState and other
-  dataclasses) is flattened into the v2 description; restore it with a template (``load(new_path, like=...)``).
-  """
-  if not trust_pickle:
-    raise CheckpointError(f"converting {old_path} unpickles it, which runs any code the file contains; pass "
-                          "trust_pickle=True (CLI: --trust_pickle) only for a file from a trusted source.")
-  if os.path.exists(new_path):
-    raise CheckpointError(f"{new_path} already exists; refusing to overwrite it (choose a new path).")
-  if _read_magic(old_path).startswith(_ZIP_MAGIC):
-    raise CheckpointError(f"{old_path} is not a pickle ({LEGACY_FORMAT}) checkpoint; it is a zip/npz file.")
-  try:
-    with open(old_path, "rb") as f:
-      payload = pickle.load(f)  # the caller vouched for this file with trust_pickle=True
-  except Exception as e:  # truncated or garbage bytes
-    raise CheckpointError(f"legacy checkpoint {old_path} is corrupted and cannot be read "
-                          f"({type(e).__name__}: {e}).") from None
-  if not isinstance(payload, dict) or payload.get("format") != LEGACY_FORMAT:
-    raise CheckpointError(f"{old_path} is not a {LEGACY_FORMAT} checkpoint.")
-  save(new_path, payload["tree"], payload["metadata"])
 
 
 # -- describing a pytree --------------------------------------------------------------------------------------------
@@ -360,7 +311,8 @@ def _read(path: str, with_leaves: bool) -> Tuple[Header, List[Any]]:
   """The header and (if asked) the decoded leaves; every problem is a one-line `CheckpointError`."""
   magic = _read_magic(path)
   if _looks_like_pickle(magic, path):
-    raise legacy_error(path)
+    raise CheckpointError(f"{path} is a pickle, not a {FORMAT} checkpoint; metafam does not load pickles because "
+                          "unpickling can run arbitrary code.")
   if not magic.startswith(_ZIP_MAGIC):
     raise CheckpointError(f"checkpoint {path} is corrupted or not a metafam checkpoint "
                           f"({'empty file' if not magic else 'not an .npz file'}).")

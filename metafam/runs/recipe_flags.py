@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Collection, Dict, Mapping, Optional
 
-from metafam.outer_trainers.recipes import Recipe, load_recipe
+from metafam.runs.recipes import Recipe, load_recipe
 from metafam.taskfamilies.spec import FamilySpec
 
 MAIN_JOB_FAMILY = "fmnist_mlp_family_8x8_32"
@@ -79,7 +79,7 @@ def recipe_from_command(values: Mapping[str, Any], given: Collection[str], resum
   run directory) a checkpoint there gives the decay when it is not given: a resumed run keeps its schedule.
   """
   if "meta_lr_decay_steps" not in given and resumed is not None:
-    from metafam.outer_trainers.run_dir import recorded_decay_steps
+    from metafam.runs.run_dir import recorded_decay_steps
     stored = recorded_decay_steps(resumed)
     if stored is not None:
       values, given = dict(values, meta_lr_decay_steps=stored), set(given) | {"meta_lr_decay_steps"}

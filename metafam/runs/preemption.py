@@ -1,7 +1,7 @@
 """Stopping a meta-training run cleanly on SIGTERM / SIGINT (preemption), at a meta-step every process agrees on.
 
 Cluster schedulers (SLURM, Kubernetes, spot instances) announce a preemption with SIGTERM, wait a grace period, then
-kill. `StopRequests` turns the signal into a request that `metafam.outer_trainers.loop.train` honours after the
+kill. `StopRequests` turns the signal into a request that `metafam.runs.loop.train` honours after the
 meta-step in flight: it writes the metrics and a checkpoint at that step and raises `Preempted`; the command line
 exits with `EXIT_PREEMPTED` and one line saying how to resume. The resumed run equals an uninterrupted one bit for bit (the
 checkpoint holds the whole `MetaTrainState`).

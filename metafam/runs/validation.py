@@ -5,7 +5,7 @@ its horizon) and the noise of the estimator, so it cannot show whether a run lea
 check it trains the *same* held-out instances of every family (same instances, same batches: the keys do not depend
 on the meta-step) from their initialization for a fixed horizon with ``opt_fn(theta)``, and returns the normalized
 ``split`` loss at the horizon, its mean along the curve and the spread over instances, per family and averaged over
-families. `metafam.outer_trainers.loop.train` calls it every ``eval_every`` meta-steps (its ``evaluate``) and writes
+families. `metafam.runs.loop.train` calls it every ``eval_every`` meta-steps (its ``evaluate``) and writes
 the numbers into the step's record in ``metrics.jsonl``; `metafam.evaluation.report` plots them.
 """
 

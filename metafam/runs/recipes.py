@@ -4,16 +4,16 @@ A `Recipe` names a registered learned optimizer and its ``step_mult``, a mixture
 each family gets its own estimator, and a meta-step averages their meta-gradients, so families of different shapes
 share one theta), the estimator, its truncations and perturbation, and the meta-optimizer. It is the only
 description of a run: ``metafam meta-train``'s flags build a one-family recipe, or ``--recipe`` loads one that given
-flags override (`metafam.outer_trainers.recipe_flags`). Recipes are JSON files; the shipped ones
-live in ``metafam/outer_trainers/recipes/`` and are named in `RECIPES`:
+flags override (`metafam.runs.recipe_flags`). Recipes are JSON files; the shipped ones
+live in ``metafam/runs/recipes/`` and are named in `RECIPES`:
 
     recipe = load_recipe("generalist")                 # or load_recipe("path/to/my_recipe.json")
-    run = MetaTrainingRun(recipe, "runs/generalist", seed=0)   # metafam.outer_trainers.run
+    run = MetaTrainingRun(recipe, "runs/generalist", seed=0)   # metafam.runs.run
     result = run.run()
 
 A run's identity (what must match to resume it) is `Recipe.identity`: the recipe less its name, prose and length,
-plus the seed. `metafam.outer_trainers.legacy.stored_identity` maps the config a checkpoint stores to it, whichever
-metafam wrote it (the flag runs and ``--recipe`` runs of earlier versions included), so those resume.
+plus the seed. A run's checkpoint stores it as its config (`metafam.runs.run_dir.run_identity`), and a run resumes
+only a checkpoint of its own identity.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from metafam.taskfamilies.spec import FamilySpec
 
 _HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "recipes")
 
-# Shipped recipes: name -> file in metafam/outer_trainers/recipes/.
+# Shipped recipes: name -> file in metafam/runs/recipes/.
 RECIPES: Dict[str, str] = {
     "generalist": "generalist.json",  # the pretrained `generalist_v1` (metafam.pretrained): 5 families, NRES
     "generalist_v2": "generalist_v2.json",  # the pretrained `generalist_v2`: 7 meta-parameters, 3 families, NRES
@@ -165,8 +165,7 @@ class Recipe:
 
   @classmethod
   def from_identity(cls, recorded: Mapping[str, Any], name: str) -> "Recipe":
-    """The recipe a run recorded: the ``"recipe"`` part of `identity` as a checkpoint stores it (or an older
-    checkpoint's recipe), named ``name`` where it records none. ``Recipe.from_identity(r, n).identity(seed)`` is the
+    """The recipe a run recorded: the ``"recipe"`` part of `identity` as a checkpoint stores it, named ``name`` where it records none. ``Recipe.from_identity(r, n).identity(seed)`` is the
     run's identity again, so two runs' recipes compare by their identities."""
     data = dict(recorded)
     data.setdefault("name", name)

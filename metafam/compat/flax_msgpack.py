@@ -15,7 +15,7 @@ their names) whose byte count must equal their shape's; any other extension type
 
 Why a dependency, and why optional: parsing msgpack by hand would be a second, less tested parser; the `msgpack`
 package is small, pure data, and what flax itself uses. metafam's own checkpoints are ``.npz`` files
-(`metafam.outer_trainers.checkpoint`), so only this format needs it: install it with ``pip install
+(`metafam.runs.checkpoint`), so only this format needs it: install it with ``pip install
 'metafam[msgpack]'``; without it, reading or writing such a file raises an ImportError saying so.
 """
 
@@ -30,7 +30,7 @@ import jax
 import numpy as np
 
 from metafam.io import atomic_write
-from metafam.outer_trainers.checkpoint import CheckpointError, _extension_dtype
+from metafam.runs.checkpoint import CheckpointError, _extension_dtype
 
 MAX_CHUNK_BYTES = 2 ** 30  # flax splits arrays above this size
 _CHUNKED = "__msgpack_chunked_array__"

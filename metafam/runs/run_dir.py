@@ -1,12 +1,10 @@
 """A run directory: the checkpoint of a trainer's state and its identity check, ``metrics.jsonl``, the refusal rule.
 
-What a directory holds is listed in `metafam.outer_trainers.run`. A checkpoint stores the run's *identity* as its
+What a directory holds is listed in `metafam.runs.run`. A checkpoint stores the run's *identity* as its
 ``config`` (`run_identity`: a JSON-able dict; resuming a checkpoint of another identity is refused). The functions
 here take any trainer that has ``estimators``, ``learned_opt``, ``nonfinite``, ``place``, ``multi_process`` and
 ``is_main_process`` (`metafam.outer_trainers.meta_trainer.MetaTrainer`); this module imports neither the trainer nor
-the recipes. Whether a checkpoint's stored config names the same run is a function passed in (``same_run``):
-`same_config` (equal as JSON) by default, `metafam.outer_trainers.legacy.same_run` (every metafam version's configs)
-for recipe runs.
+the recipes. A checkpoint belongs to the run whose identity equals its stored config as JSON (`same_config`).
 """
 
 from __future__ import annotations
@@ -15,18 +13,17 @@ import contextlib
 import json
 import os
 import warnings
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from metafam import distributed, resources
-from metafam.io import DirectoryLock, append_line, atomic_write
-from metafam.outer_trainers import checkpoint
+from metafam.io import DirectoryLock, atomic_write
+from metafam.runs import checkpoint
 
 CHECKPOINT_NAME = "checkpoint.npz"
-LEGACY_CHECKPOINT_NAME = "checkpoint.pkl"  # v1 pickles: refused, see checkpoint.convert_legacy_checkpoint
 METRICS_NAME = "metrics.jsonl"
 # Refusals: a run stopped by one of these before writing anything leaves the directory as it found it.
 REFUSALS = (checkpoint.CheckpointError, resources.InsufficientMemoryError, ValueError)
@@ -48,7 +45,7 @@ class WriteFailedError(RuntimeError):
 # -- checkpoints of a trainer's state --------------------------------------------------------------------------------
 def run_identity(trainer: Any, config: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
   """The identity a checkpoint of ``trainer``'s run stores: ``config`` (a JSON-able description of the run, e.g.
-  `metafam.outer_trainers.recipes.Recipe.identity`), completed with the estimators' and the learned optimizer's
+  `metafam.runs.recipes.Recipe.identity`), completed with the estimators' and the learned optimizer's
   class names (``estimators``, ``learned_opt``) and the trainer's ``nonfinite`` policy when it is not the default,
   unless ``config`` sets them."""
   identity = dict(config or {})
@@ -68,10 +65,9 @@ def save(trainer: Any, state: Any, path: str, identity: Mapping[str, Any]) -> No
     checkpoint.save(path, tree, {"step": int(tree.step), "config": identity})
 
 
-def restore(trainer: Any, path: str, like: Any, identity: Mapping[str, Any],
-            same_run: Optional[Callable[[Any, Any], bool]] = None) -> Any:
-  """Loads a checkpoint written by `save` for the run of ``identity`` (`check_checkpoint` with ``same_run``, default
-  `same_config`); ``like`` gives the structure.
+def restore(trainer: Any, path: str, like: Any, identity: Mapping[str, Any]) -> Any:
+  """Loads a checkpoint written by `save` for the run of ``identity`` (`check_checkpoint`); ``like`` gives the
+  structure.
 
   The state is rebuilt into ``like``'s types (structure, shapes and dtypes must match; see `checkpoint.load`). On
   several processes (every one must call this) process 0 reads the file and broadcasts the state, which is then split
@@ -79,7 +75,7 @@ def restore(trainer: Any, path: str, like: Any, identity: Mapping[str, Any],
   process.
   """
   def read(like):
-    check_checkpoint(path, identity, read_theta=False, same_run=same_run or same_config)
+    check_checkpoint(path, identity, read_theta=False)
     tree, _ = checkpoint.load(path, like=like)
     checkpoint.check_finite(tree.theta, path, "meta-parameter theta")
     return tree
@@ -99,16 +95,15 @@ def restore(trainer: Any, path: str, like: Any, identity: Mapping[str, Any],
 
 def same_config(stored: Any, mine: Any) -> bool:
   """Whether a checkpoint's stored config and ``mine`` (a run's identity) are equal as stored JSON (tuples become
-  lists): the default identity check of `check_checkpoint`."""
+  lists): the identity check of `check_checkpoint`."""
   return stored == json.loads(json.dumps(mine, sort_keys=True))
 
 
-def check_checkpoint(path: str, identity: Mapping[str, Any], read_theta: bool = True,
-                     same_run: Callable[[Any, Any], bool] = same_config) -> None:
-  """Raises `checkpoint.CheckpointError` unless ``path`` is a checkpoint of the run of ``identity`` (``same_run(stored
-  config, identity)``) whose theta is finite (``read_theta``); cheap next to compiling, so a resume checks it first."""
+def check_checkpoint(path: str, identity: Mapping[str, Any], read_theta: bool = True) -> None:
+  """Raises `checkpoint.CheckpointError` unless ``path`` is a checkpoint of the run of ``identity`` (`same_config`)
+  whose theta is finite (``read_theta``); cheap next to compiling, so a resume checks it first."""
   stored = checkpoint.read_metadata(path).get("config")
-  if not same_run(stored, identity):
+  if not same_config(stored, identity):
     raise checkpoint.CheckpointError(
         f"{path} belongs to a different run: its config is {json.dumps(stored, sort_keys=True)}, this run's is "
         f"{json.dumps(identity, sort_keys=True)}.")
@@ -128,7 +123,7 @@ def recorded_decay_steps(output_dir: str) -> Optional[int]:
     config = checkpoint.read_metadata(path).get("config") or {}
   except (checkpoint.CheckpointError, OSError, ValueError):
     return None
-  recipe = config.get("recipe") if isinstance(config, dict) and isinstance(config.get("recipe"), dict) else config
+  recipe = config.get("recipe") if isinstance(config, dict) else None  # `Recipe.identity`'s part
   value = recipe.get("meta_lr_decay_steps") if isinstance(recipe, dict) else None
   return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 

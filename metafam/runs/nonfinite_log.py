@@ -17,7 +17,7 @@ from metafam.nonfinite import report
 
 
 class NonFiniteLog:
-  """The non-finite bookkeeping of one `metafam.outer_trainers.loop.train` call (see the module docstring)."""
+  """The non-finite bookkeeping of one `metafam.runs.loop.train` call (see the module docstring)."""
 
   def __init__(self, trainer: Any):
     self.trainer = trainer

@@ -1,10 +1,9 @@
 """A meta-training run: a `Recipe` meta-trained into a run directory, resumable, and its closing report.
 
 `MetaTrainingRun` is what ``metafam meta-train`` runs (the command line only parses flags into a `Recipe`, calls it
-and prints). It composes `metafam.outer_trainers.run_dir` (the directory's files, the refusal rule),
-`metafam.outer_trainers.loop` (`train`, the loop, usable on any `MetaTrainer`),
-`metafam.outer_trainers.validation` (the meta-validation curve) and `metafam.outer_trainers.legacy` (the identity
-check that reads every metafam version's checkpoint configs).
+and prints). It composes `metafam.runs.run_dir` (the directory's files, the refusal rule),
+`metafam.runs.loop` (`train`, the loop, usable on any `MetaTrainer`) and `metafam.runs.validation` (the
+meta-validation curve).
 
 A run directory holds, for one run identity (`Recipe.identity`: the recipe less its name, prose and length, plus the
 seed):
@@ -13,13 +12,13 @@ seed):
   pid. Written when a run takes the directory; a run refused after that (another run's or a corrupted checkpoint, a
   meta-step too large for memory) gives the file back its bytes, so a refusal changes nothing.
 * ``checkpoint.npz``: the whole `MetaTrainState` and ``{"step", "config": identity}``
-  (`metafam.outer_trainers.checkpoint`), written atomically every ``checkpoint_every`` meta-steps, at the last one,
+  (`metafam.runs.checkpoint`), written atomically every ``checkpoint_every`` meta-steps, at the last one,
   and on SIGTERM / SIGINT at the step in flight; a fresh run of 0 steps writes its initial state. A rerun resumes
   from it, bit for bit.
 * ``metrics.jsonl``: one strict-JSON record per meta-step (non-finite values as null), appended after each step; on
   resume the records past the checkpoint (they run again) and a partial last line left by a crash are dropped.
   With ``eval_every``, every that many meta-steps and at the last one the record also holds the meta-validation
-  curve's point (`metafam.outer_trainers.validation.MetaValidation` on every family of the recipe, the same
+  curve's point (`metafam.runs.validation.MetaValidation` on every family of the recipe, the same
   instances at every check): ``eval_final_loss``, ``eval_final_loss_sd``, ``eval_mean_loss`` and per family
   ``eval/FAMILY/...``.
 * ``summary.json``, ``meta_loss.png``, ``inner_curves.png``: the closing report (`MetaTrainingRun.report`:
@@ -30,7 +29,7 @@ seed):
 On several processes (`metafam.distributed`) every process runs the meta-steps; process 0 alone locks the directory,
 writes every file and evaluates. Failures (docs/guide/failures.md) raise `WriteFailedError` (a write failed; the last
 checkpoint is intact), `RunDivergedError` (``max_skipped_steps`` consecutive skipped updates) or
-`metafam.outer_trainers.preemption.Preempted` (stopped by a signal after a checkpoint).
+`metafam.runs.preemption.Preempted` (stopped by a signal after a checkpoint).
 """
 
 from __future__ import annotations
@@ -44,20 +43,14 @@ import jax
 
 from metafam import distributed
 from metafam._checks import check_number
-from metafam.outer_trainers.legacy import same_run
-from metafam.outer_trainers.loop import DEFAULT_MAX_SKIPPED_STEPS, RunDivergedError, check_memory, train
 from metafam.outer_trainers.meta_trainer import MetaTrainState
-from metafam.outer_trainers.recipes import Recipe
-from metafam.outer_trainers.run_dir import (CHECKPOINT_NAME, LEGACY_CHECKPOINT_NAME, METRICS_NAME, REFUSALS,
-                                            WriteFailedError, check_checkpoint, read_metrics, restore, run_identity,
-                                            save)
-from metafam.outer_trainers.validation import MetaValidation, evaluator_on
+from metafam.runs.loop import DEFAULT_MAX_SKIPPED_STEPS, train
+from metafam.runs.recipes import Recipe
+from metafam.runs.run_dir import (CHECKPOINT_NAME, METRICS_NAME, WriteFailedError, check_checkpoint, read_metrics,
+                                  run_identity)
+from metafam.runs.validation import MetaValidation, evaluator_on
 
-# Re-exported from the modules they live in (names of this module before the split).
-__all__ = ["MetaTrainingRun", "RunResult", "tensorboard_logger", "REPORT_KEY_OFFSET", "CHECKPOINT_NAME",
-           "LEGACY_CHECKPOINT_NAME", "METRICS_NAME", "DEFAULT_MAX_SKIPPED_STEPS", "REFUSALS", "RunDivergedError",
-           "WriteFailedError", "check_checkpoint", "check_memory", "read_metrics", "restore", "same_run", "save",
-           "train"]
+__all__ = ["MetaTrainingRun", "RunResult", "tensorboard_logger", "REPORT_KEY_OFFSET"]
 
 REPORT_KEY_OFFSET = 1_000_003  # the closing report's instances: key(seed + this), apart from the run's own streams
 
@@ -101,7 +94,7 @@ class MetaTrainingRun:
 
   Args:
     recipe: the `Recipe` (for ``metafam meta-train``'s flags:
-      `metafam.outer_trainers.recipe_flags.recipe_from_command`).
+      `metafam.runs.recipe_flags.recipe_from_command`).
     output_dir: the run directory (None: nothing is written, nothing resumed).
     seed: the run's seed: its key is ``jax.random.key(seed)``; part of its identity.
     eval_tasks, eval_steps: held-out instances (per family) and inner steps of the meta-validation checks and of the
@@ -112,7 +105,7 @@ class MetaTrainingRun:
   def __init__(self, recipe: Recipe, output_dir: Optional[str], *, seed: int = 0, eval_tasks: int = 16,
                eval_steps: int = 200, devices: Any = None):
     if not isinstance(recipe, Recipe):
-      raise TypeError(f"recipe must be a Recipe (metafam.outer_trainers.recipes), got {type(recipe).__name__}.")
+      raise TypeError(f"recipe must be a Recipe (metafam.runs.recipes), got {type(recipe).__name__}.")
     self.recipe, self.output_dir, self.seed = recipe, output_dir, int(check_number("seed", seed, low=0, integer=True))
     self.lopt, self.families, self.trainer = recipe.build(devices=devices)
     self.validation = MetaValidation(self.lopt, self.families, num_tasks=eval_tasks, num_steps=eval_steps,
@@ -122,7 +115,7 @@ class MetaTrainingRun:
   @property
   def identity(self) -> Dict[str, Any]:
     """What must match to resume a checkpoint in the run directory: `Recipe.identity` (stored as the checkpoint's
-    config, completed by `metafam.outer_trainers.run_dir.run_identity`)."""
+    config, completed by `metafam.runs.run_dir.run_identity`)."""
     return self.recipe.identity(self.seed)
 
   @property
@@ -157,7 +150,7 @@ class MetaTrainingRun:
                  identity=run_identity(self.trainer, self.identity), checkpoint_every=checkpoint_every,
                  evaluate=self.validation if eval_every else None, eval_every=eval_every or None,
                  progress=progress and main, log_fn=log_fn, handle_signals=handle_signals,
-                 max_skipped_steps=max_skipped_steps, lock_output_dir=main, same_run=same_run, finish=finish)[2]
+                 max_skipped_steps=max_skipped_steps, lock_output_dir=main, finish=finish)[2]
 
   def nothing_to_train(self, num_steps: int, report: bool = True) -> Optional[str]:
     """Why a `run` to ``num_steps`` would have nothing to do (the directory's run is at ``num_steps`` or past it, and
@@ -171,12 +164,12 @@ class MetaTrainingRun:
 
   def steps_done(self) -> Optional[int]:
     """The meta-steps of the checkpoint in the run directory (None: none), after refusing a checkpoint of another
-    run (`metafam.outer_trainers.checkpoint.CheckpointError`); reads no arrays and changes nothing."""
+    run (`metafam.runs.checkpoint.CheckpointError`); reads no arrays and changes nothing."""
     path = os.path.join(self.output_dir, CHECKPOINT_NAME) if self.output_dir else None
     if path is None or not os.path.isfile(path):
       return None
-    check_checkpoint(path, run_identity(self.trainer, self.identity), read_theta=False, same_run=same_run)
-    from metafam.outer_trainers.checkpoint import read_metadata
+    check_checkpoint(path, run_identity(self.trainer, self.identity), read_theta=False)
+    from metafam.runs.checkpoint import read_metadata
     step = read_metadata(path).get("step")
     return step if isinstance(step, int) else None
 
