@@ -75,6 +75,8 @@ def test_shipped_baselines_are_values_on_every_task():
     ("prodigy", "unknown optimizer 'prodigy'; valid names: .*; or give a factory as module:function"),
     ("optax.contrib:nope", "'optax.contrib' has no attribute 'nope'"),
     ("no_such_module_x:f", "cannot import 'no_such_module_x'"),
+    ("sys:maxsize", "'sys:maxsize' is an int, not a callable"),
+    ("math:pi", "'math:pi' is a float, not a callable"),
     (lambda lr, *, must: optax.adam(lr), r"failed when called with learning rate 0.001 \(TypeError"),
     (lambda lr: optax.sgd(lr if lr > 0.1 else 0.0), "cannot be scheduled per step"),  # Python control flow on lr
     (3.0, "must be a factory lr -> optax.GradientTransformation"),

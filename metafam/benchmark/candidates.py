@@ -186,7 +186,8 @@ def import_factory(path: str, argument: str = "--optimizer") -> Callable[..., An
       raise ValueError(f"{argument} {path!r}: {module_name!r} has no attribute {attr!r}.")
     obj = getattr(obj, part)
   if not callable(obj):
-    raise ValueError(f"{argument} {path!r} is a {type(obj).__name__}, not a callable.")
+    kind = type(obj).__name__
+    raise ValueError(f"{argument} {path!r} is {'an' if kind[:1] in 'aeiou' else 'a'} {kind}, not a callable.")
   return obj
 
 
