@@ -8,6 +8,10 @@ the optax transformation (the updates). The arrays recorded on e012da3, before t
 are ``tests/data/lopt_goldens.npz``; the refactor must reproduce them bit for bit.
 
     PYTHONPATH=. python tests/lopt_goldens.py          # rewrites tests/data/lopt_goldens.npz
+    PYTHONPATH=. python tests/lopt_goldens.py --check  # compares (exit status 1 and the differences if any)
+
+Both run with JAX's default config and XLA's production flags (the test suite's conftest changes both: its random
+draws, hence every theta, differ), so tests/test_lopt_contract.py runs the check in a child process.
 """
 
 from __future__ import annotations
@@ -130,8 +134,44 @@ def record() -> Dict[str, np.ndarray]:
   return arrays
 
 
+# The optimizers that had no optax face of their own: the reverse adapter's updates were new params - old params,
+# i.e. fl(fl(p - step) - p) (inside one jitted program, where XLA may fuse p - lr * g), the contract's are -step
+# itself. Their recorded optax updates are therefore matched to 2 ulps of the largest param, not bit for bit (their
+# opt_fn faces, which carry the params, are bit-identical).
+FORMERLY_ADAPTED = {"registry/learnable_adam", "registry/learnable_sgd", "registry/learnable_sgdm",
+                    "registry/mlp_lopt", "registry/mlp_nom_lopt", "registry/nn_adam", "registry/rnn_mlp_lopt",
+                    "registry/hyper_v2"}
+
+
+def check() -> list:
+  """The differences from the goldens, as lines (empty: bit-identical)."""
+  want, bad, seen = np.load(GOLDENS), [], set()
+  for case, lopt, theta in cases():
+    seen.add(case)
+    for face, run in FACES.items():
+      key = f"{case}/{face}"
+      if key not in want.files:
+        if not (face == "optax" and case.startswith("compat/")):
+          bad.append(f"{key}: no golden")
+        continue
+      got, expect = run(lopt, theta), want[key]
+      if face == "optax" and case in FORMERLY_ADAPTED:
+        ulp = float(np.spacing(np.float32(np.max(np.abs(flat(PARAMS))))))
+        if got.shape == expect.shape and np.max(np.abs(got - expect)) <= 2 * ulp:
+          continue
+      if got.shape != expect.shape or not np.array_equal(got, expect):
+        bad.append(f"{key}: max |difference| {float(np.max(np.abs(got - expect))):.3g}")
+  missing = {k.rsplit("/", 1)[0] for k in want.files} - seen
+  return bad + [f"{case}: recorded, no longer run" for case in sorted(missing)]
+
+
 if __name__ == "__main__":
+  import sys
   jax.config.update("jax_platforms", "cpu")
+  if sys.argv[1:] == ["--check"]:
+    differences = check()
+    print("\n".join(differences) if differences else f"bit-identical to {GOLDENS}")
+    sys.exit(1 if differences else 0)
   arrays = record()
   os.makedirs(os.path.dirname(GOLDENS), exist_ok=True)
   np.savez_compressed(GOLDENS, **arrays)
