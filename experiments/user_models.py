@@ -96,7 +96,7 @@ def candidate_factory(path: str, num_steps: int):
   the learned optimizer its header names, built with ``step_mult`` 1 and the recipe's ``optimizer_kwargs``, then
   scaled by the rate (its step is linear in ``step_mult``); ``num_steps`` for one with a learned schedule."""
   from metafam.benchmark.runner import load_theta  # pylint: disable=import-outside-toplevel
-  from metafam.optimizers._features import uses_horizon  # pylint: disable=import-outside-toplevel
+  from metafam.optimizers.contract import uses_horizon  # pylint: disable=import-outside-toplevel
   from metafam.optimizers.registry import get_learned_optimizer  # pylint: disable=import-outside-toplevel
   from metafam.runs import checkpoint  # pylint: disable=import-outside-toplevel
   meta = checkpoint.read_metadata(path)

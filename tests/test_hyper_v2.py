@@ -158,7 +158,7 @@ def test_no_loss_and_no_num_steps_use_the_documented_defaults():
   lopt = HyperV2(lstm_hidden_size=4, param_inits=2, default_num_steps=40)
   opt = lopt.opt_fn(lopt.init(jax.random.key(0)))
   state = opt.init({"v": jnp.ones(3)})
-  assert int(state.num_steps) == 40
+  assert int(state.opt_state["num_steps"]) == 40
   a, b = jax.jit(lambda st: (opt.update(st, {"v": jnp.ones(3)}), opt.update(st, {"v": jnp.ones(3)}, loss=1.0)))(
       state)
   np.testing.assert_array_equal(a.params["v"], b.params["v"])

@@ -9,7 +9,7 @@ import optax
 import pytest
 
 from metafam.optimizers import (SGD, Adam, HandDesigned, LearnableAdam, LearnableSGD, LearnedOptimizer, MLPLOpt,
-                                MLPLOptState, Optimizer, OptimizerState, as_optax, num_meta_params)
+                                Optimizer, OptimizerState, as_optax, num_meta_params)
 from metafam.optimizers.mlp_lopt import DEFAULT_DECAYS, DEFAULT_TIME_SCALES, rms_normalize, time_features
 from metafam.tasks.quadratic import QuadraticTask
 
@@ -170,13 +170,13 @@ def test_mlp_lopt_update_equals_reference_mlp_on_features():
   opt = lopt.opt_fn(theta)
   params, grads = _params(), _grads(4)
   state = opt.init(params)
-  assert isinstance(state, MLPLOptState) and state.momenta["w"].shape == (6, 6, 4) and state.momenta["s"].shape == (6,)
+  assert isinstance(state, OptimizerState) and state.opt_state["w"].shape == (6, 6, 4) and state.opt_state["s"].shape == (6,)
   update = jax.jit(opt.update)
 
   @jax.jit
   def reference_steps(state, g, new):  # the MLP applied to the [*shape, 19] feature arrays, leaf by leaf
     return {k: lopt.step_from_outputs(lopt.apply_mlp(theta, lopt.features(
-        state.params[k], g[k], new.momenta[k], state.iteration))) for k in SHAPES}
+        state.params[k], g[k], new.opt_state[k], state.iteration))) for k in SHAPES}
 
   decays = np.asarray(DEFAULT_DECAYS, np.float64)
   momenta = jax.tree.map(lambda p: np.zeros((6,) + np.shape(p)), params)
@@ -185,7 +185,7 @@ def test_mlp_lopt_update_equals_reference_mlp_on_features():
     assert int(new.iteration) == t + 1
     momenta = jax.tree.map(lambda m, gg: decays.reshape((6,) + (1,) * np.ndim(gg)) * m
                            + (1 - decays).reshape((6,) + (1,) * np.ndim(gg)) * np.asarray(gg), momenta, g)
-    _assert_trees_close(new.momenta, momenta, rtol=1e-5, atol=1e-7)
+    _assert_trees_close(new.opt_state, momenta, rtol=1e-5, atol=1e-7)
     steps = reference_steps(state, g, new)
     _assert_trees_close(new.params, jax.tree.map(lambda p, st: p - st, state.params, steps), rtol=1e-5, atol=1e-6)
     assert all(float(jnp.max(jnp.abs(st))) > 1e-4 for st in steps.values())  # real steps, not no-ops
@@ -272,8 +272,8 @@ def test_optax_adapter_matches_optimizer_api(lopt):
     params = optax.apply_updates(params, updates)
   np.testing.assert_allclose(np.asarray(params), np.asarray(want), rtol=1e-6, atol=1e-6)
   assert not np.allclose(np.asarray(params), np.asarray(x0))
-  if isinstance(lopt, LearnableSGD):  # the functional spelling and params=None (params from the state) agree
-    updates, _ = as_optax(lopt, theta).update(grad_fn(params, None, None), ostate, None, loss=jnp.float32(1.0))
+  if isinstance(lopt, LearnableSGD):  # the functional spelling agrees (extra arguments such as loss= are accepted)
+    updates, _ = as_optax(lopt, theta).update(grad_fn(params, None, None), ostate, params, loss=jnp.float32(1.0))
     updates2, _ = tx.update(grad_fn(params, None, None), ostate, params)
     np.testing.assert_allclose(np.asarray(updates), np.asarray(updates2), rtol=1e-6, atol=1e-7)
 

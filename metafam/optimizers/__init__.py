@@ -1,9 +1,10 @@
 """Optimizers whose states carry the params, and learned optimizers that define them."""
 
 from metafam.optimizers.base import SGD, SGDM, Adam, OptaxOptimizer, Optimizer, OptimizerState
-from metafam.optimizers.learned import HandDesigned, LearnableAdam, LearnableSGD, LearnedOptimizer, num_meta_params
-from metafam.optimizers.mlp_lopt import MLPLOpt, MLPLOptState
-from metafam.optimizers.optax_adapter import OptaxAdapterState, as_optax, optimizer_as_optax
+from metafam.optimizers.learned import (HandDesigned, LearnableAdam, LearnableSGD, LearnedOptimizer, as_optax,
+                                       num_meta_params)
+from metafam.optimizers.mlp_lopt import MLPLOpt
+from metafam.optimizers import contract  # the learned-optimizer contract: ThetaOptimizer, learned_optax, LearnedOptState
 from metafam.optimizers.learnable_sgdm import LearnableSGDM
 from metafam.optimizers.adafac_mlp_lopt import AdafacMLPLOpt
 from metafam.optimizers.nn_adam import NNAdam
@@ -15,8 +16,7 @@ from metafam.optimizers.registry import (HAND_DESIGNED, LEARNED_OPTIMIZERS, get_
                                         list_hand_optimizers, list_learned_optimizers)
 
 __all__ = ["SGD", "SGDM", "Adam", "OptaxOptimizer", "Optimizer", "OptimizerState", "HandDesigned", "LearnableAdam",
-           "LearnableSGD", "LearnedOptimizer", "num_meta_params", "MLPLOpt", "MLPLOptState", "OptaxAdapterState",
-           "as_optax", "optimizer_as_optax"]
+           "LearnableSGD", "LearnedOptimizer", "num_meta_params", "MLPLOpt", "as_optax"]
 __all__ += ["LearnableSGDM", "AdafacMLPLOpt", "NNAdam", "RNNMLPLOpt", "MLPNomLOpt", "LEARNED_OPTIMIZERS",
             "get_learned_optimizer", "list_learned_optimizers", "HAND_DESIGNED", "get_hand_optimizer",
             "list_hand_optimizers"]

@@ -18,18 +18,14 @@ matmul per layer over a whole leaf; element-major for low-rank-perturbed weights
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 from typing import Any, Optional, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from metafam._checks import check_number
 from metafam.optimizers import low_rank
-from metafam.optimizers.base import Optimizer, OptimizerState, check_grad_matches
 
 
 def compute_dtype(x: Any) -> jnp.dtype:
@@ -96,7 +92,7 @@ def logit(x: float) -> float:
   return float(np.log(x) - np.log1p(-x))
 
 
-def check_positive(name: str, value: float, allow_zero: bool = False) -> float:
+def check_positive_float(name: str, value: float, allow_zero: bool = False) -> float:
   """``float(value)`` if it is a finite number ``> 0`` (``>= 0`` with ``allow_zero``), by
   `metafam._checks.check_number`."""
   return float(check_number(name, value, low=0.0, low_open=not allow_zero))
@@ -117,7 +113,7 @@ def check_decays(name: str, decays: Sequence[float]) -> Tuple[float, ...]:
 
 def check_time_scales(time_scales: Sequence[float]) -> Tuple[float, ...]:
   """``time_scales`` as a tuple of positive floats (possibly empty: no step features)."""
-  return tuple(check_positive(f"time_scales[{i}]", t) for i, t in enumerate(time_scales))
+  return tuple(check_positive_float(f"time_scales[{i}]", t) for i, t in enumerate(time_scales))
 
 
 def check_sizes(name: str, sizes: Sequence[int], minimum: int = 1) -> Tuple[int, ...]:
@@ -135,12 +131,6 @@ def check_size(name: str, size: int, minimum: int = 1) -> int:
   return int(check_number(name, size, low=minimum, integer=True))
 
 
-def next_state(state: OptimizerState, params: Any, model_state: Any, opt_state: Any) -> OptimizerState:
-  """The `OptimizerState` after one update (iteration + 1, int32; model state replaced when given)."""
-  return OptimizerState(params=params, state=state.state if model_state is None else model_state,
-                        iteration=(state.iteration + 1).astype(jnp.int32), opt_state=opt_state)
-
-
 def map_leaves(fn, params: Any, *trees: Any, num_outputs: int) -> Tuple[Any, ...]:
   """Applies ``fn(param_leaf, *leaves_or_subtrees)`` leaf by leaf; returns ``num_outputs`` trees shaped like params.
 
@@ -151,122 +141,6 @@ def map_leaves(fn, params: Any, *trees: Any, num_outputs: int) -> Tuple[Any, ...
   args = [treedef.flatten_up_to(t) for t in trees]
   outs = [fn(p, *xs) for p, *xs in zip(p_leaves, *args)]
   return tuple(treedef.unflatten([o[i] for o in outs]) for i in range(num_outputs))
-
-
-def init_state(params: Any, model_state: Any, opt_state: Any) -> OptimizerState:
-  """A fresh `OptimizerState` (iteration 0, int32)."""
-  return OptimizerState(params=params, state=model_state, iteration=jnp.asarray(0, jnp.int32), opt_state=opt_state)
-
-
-# -- optimizers whose state is a tree of per-tensor accumulators -------------------------------------------------
-# A learned optimizer ``lopt`` of this kind has ``init_accumulators(p) -> accumulators of one tensor`` and
-# ``leaf_step(theta, count[, horizon]) -> f(p, g, accumulators) -> (step, new accumulators)`` for the update at
-# ``count`` (0-based; ``horizon``: the run's length, for a learned schedule only), ``step`` in the compute dtype,
-# subtracted from the param: ``new p = (p - step)`` cast to p's dtype.
-class AccumulatorOptimizer(Optimizer):
-  """``lopt.opt_fn(theta)`` for such an optimizer: `OptimizerState` with ``opt_state`` the accumulators' tree.
-
-  With ``lr_spread`` s > 1 (meta-training only: see `MuonResidualLOpt`), ``init`` draws one step multiplier
-  ``exp(u)``, u uniform in ``[-log s, log s]``, from its ``key`` (so log-uniform in ``[1/s, s]``), and every step
-  of that trajectory is multiplied by it: the learned optimizer meets the range of learning rates a user's tuning
-  grid would hand it. ``opt_state`` is then ``{"accumulators": tree, "log_lr_scale": f32[]}``. An optimizer with a
-  learned schedule (`uses_horizon`) needs ``init(..., num_steps=T)`` and keeps ``"horizon": f32[]`` there too.
-  """
-
-  def __init__(self, lopt: Any, theta: Any, lr_spread: float = 1.0):
-    self.lopt, self.theta = lopt, theta
-    self.lr_spread = float(check_number("lr_spread", lr_spread, low=1.0))
-
-  @property
-  def name(self) -> str:
-    return f"{self.lopt.name}.opt_fn(theta)"
-
-  def init(self, params, model_state=None, num_steps=None, key=None) -> OptimizerState:
-    accumulators = jax.tree.map(self.lopt.init_accumulators, params)
-    extras = {}
-    if uses_horizon(self.lopt):
-      extras["horizon"] = horizon_of(self.lopt, num_steps)
-    if self.lr_spread != 1.0:
-      if key is None:
-        raise ValueError(f"{self.name} with lr_spread={self.lr_spread:g} draws its step multiplier from init's key: "
-                         "pass key=.")
-      half = float(np.log(self.lr_spread))
-      extras["log_lr_scale"] = jax.random.uniform(key, (), jnp.float32, -half, half)
-    return init_state(params, model_state, {"accumulators": accumulators, **extras} if extras else accumulators)
-
-  def update(self, opt_state, grad, loss=None, model_state=None, key=None) -> OptimizerState:
-    check_grad_matches(opt_state.params, grad)
-    packed = self.lr_spread != 1.0 or uses_horizon(self.lopt)
-    extras = opt_state.opt_state if packed else {}
-    accumulators = extras["accumulators"] if packed else opt_state.opt_state
-    step = self.lopt.leaf_step(self.theta, opt_state.iteration, **horizon_arg(self.lopt, extras.get("horizon")))
-    scale = jnp.exp(extras["log_lr_scale"]) if "log_lr_scale" in extras else None
-
-    def leaf(p, g, acc):
-      s, new_acc = step(p, g, acc)
-      if scale is not None:
-        s = s * scale.astype(s.dtype)
-      return (p.astype(s.dtype) - s).astype(p.dtype), new_acc
-
-    params, accs = map_leaves(leaf, opt_state.params, grad, accumulators, num_outputs=2)
-    if packed:
-      accs = {**extras, "accumulators": accs}
-    return next_state(opt_state, params, model_state, accs)
-
-
-def uses_horizon(lopt: Any) -> bool:
-  """Whether ``lopt``'s step depends on the run's length (a learned schedule over the fraction of training done):
-  its ``leaf_step`` then takes ``horizon=``, the total number of updates, which ``init`` must be given."""
-  return bool(getattr(lopt, "uses_horizon", False))
-
-
-def horizon_of(lopt: Any, num_steps: Any) -> jax.Array:
-  """``num_steps`` as the float32 horizon a scheduled ``lopt`` reads, or a ValueError naming the argument."""
-  if num_steps is None:
-    raise ValueError(f"{lopt.name} has a learned schedule over the fraction of training done: pass num_steps= (the "
-                     "run's total number of updates) to init, or to as_optax.")
-  if isinstance(num_steps, (int, float, np.integer, np.floating)):
-    check_number("num_steps", num_steps, low=1, integer=True)
-  return jnp.asarray(num_steps, jnp.float32)
-
-
-def horizon_arg(lopt: Any, horizon: Any) -> dict:
-  """The keyword arguments that pass ``horizon`` to ``lopt.leaf_step`` (none for an optimizer without a schedule)."""
-  return {"horizon": horizon} if uses_horizon(lopt) else {}
-
-
-@functools.partial(jax.tree_util.register_dataclass, data_fields=["count", "accumulators"], meta_fields=[])
-@dataclasses.dataclass(frozen=True)
-class AccumulatorOptaxState:
-  """The optax state of such an optimizer: the update count (int32) and every tensor's accumulators (no params)."""
-  count: jax.Array
-  accumulators: Any
-
-
-def accumulator_optax(lopt: Any, theta: Any, num_steps: Optional[int] = None) -> optax.GradientTransformationExtraArgs:
-  """``lopt.opt_fn(theta)`` as an optax transformation whose updates are ``-step`` in the params' dtypes;
-  ``update(grads, state, params)`` needs ``params``; extra arguments (``loss=``...) are ignored. ``num_steps``: the
-  run's total number of updates, required by (and only by) an optimizer with a learned schedule (`uses_horizon`)."""
-  horizon = horizon_arg(lopt, horizon_of(lopt, num_steps) if uses_horizon(lopt) else None)
-  def init_fn(params):
-    return AccumulatorOptaxState(count=jnp.zeros((), jnp.int32),
-                                 accumulators=jax.tree.map(lopt.init_accumulators, params))
-
-  def update_fn(updates, state, params=None, **extra_args):
-    del extra_args
-    if params is None:
-      raise ValueError(f"{lopt.name}'s optax update needs the current params: call tx.update(grads, state, params).")
-    check_grad_matches(params, updates)
-    step = lopt.leaf_step(theta, state.count, **horizon)
-
-    def leaf(p, g, acc):
-      s, new_acc = step(p, g, acc)
-      return (-s).astype(p.dtype), new_acc
-
-    steps, accs = map_leaves(leaf, params, updates, state.accumulators, num_outputs=2)
-    return steps, AccumulatorOptaxState(count=optax.safe_increment(state.count), accumulators=accs)
-
-  return optax.GradientTransformationExtraArgs(init_fn, update_fn)
 
 
 # -- MLP -------------------------------------------------------------------------------------------------------

@@ -77,7 +77,7 @@ import optax
 
 from metafam._checks import check_bool, check_positive_int
 from metafam.optimizers import _features as F
-from metafam.optimizers.base import Optimizer
+from metafam.optimizers.contract import LearnedOptState
 from metafam.optimizers.learned import LearnedOptimizer
 from metafam.optimizers.mlp_lopt import DEFAULT_TIME_SCALES, rms_normalize, time_features
 from metafam.optimizers.newton_schulz import orthogonalize
@@ -140,14 +140,14 @@ class AdafacMLPLOpt(LearnedOptimizer):
     self.hidden_sizes = F.check_sizes("hidden_sizes", hidden_sizes, 2 if descent_init else 1)
     self.decays = F.check_decays("decays", decays)
     self.time_scales = F.check_time_scales(time_scales)
-    self.step_mult = step_mult if callable(step_mult) else F.check_positive("step_mult", step_mult)
-    self.exp_mult = F.check_positive("exp_mult", exp_mult, allow_zero=True)
-    self.eps, self.norm_eps = F.check_positive("eps", eps), F.check_positive("norm_eps", norm_eps)
-    self.out_init_scale = F.check_positive("out_init_scale", out_init_scale, allow_zero=True)
+    self.step_mult = step_mult if callable(step_mult) else F.check_positive_float("step_mult", step_mult)
+    self.exp_mult = F.check_positive_float("exp_mult", exp_mult, allow_zero=True)
+    self.eps, self.norm_eps = F.check_positive_float("eps", eps), F.check_positive_float("norm_eps", norm_eps)
+    self.out_init_scale = F.check_positive_float("out_init_scale", out_init_scale, allow_zero=True)
     self.descent_init = bool(descent_init)
     self.orthogonal_momentum = check_bool("orthogonal_momentum", orthogonal_momentum)
     self.unit_rms_step = check_bool("unit_rms_step", unit_rms_step)
-    self.fan_in_power = F.check_positive("fan_in_power", fan_in_power, allow_zero=True)
+    self.fan_in_power = F.check_positive_float("fan_in_power", fan_in_power, allow_zero=True)
     self.base_fan_in = check_positive_int("base_fan_in", base_fan_in)
 
   @property
@@ -187,10 +187,6 @@ class AdafacMLPLOpt(LearnedOptimizer):
     logits = np.asarray([F.logit(1.0 - d) for d in self.decays], np.float32)
     return AdafacTheta(mlp=mlp, decay_logits=jnp.asarray(logits))
 
-  def opt_fn(self, theta: AdafacTheta, is_training: bool = False) -> Optimizer:
-    """The optimizer for ``theta`` (``is_training`` is unused)."""
-    return F.AccumulatorOptimizer(self, theta)
-
   # -- one tensor ---------------------------------------------------------------------------------------------
   def init_accumulators(self, p: jax.Array) -> Accumulators:
     """Zero accumulators of one tensor: `FactoredAccumulators` for rank >= 2, else `VectorAccumulators`."""
@@ -209,18 +205,11 @@ class AdafacMLPLOpt(LearnedOptimizer):
 
   def leaf_step(self, theta: AdafacTheta, iteration: jax.Array):
     """``(p, g, accumulators) -> (step, new accumulators)`` for the update at ``iteration`` with ``theta``
-    (`metafam.optimizers._features.AccumulatorOptimizer` subtracts the step)."""
+    (the contract, `metafam.optimizers.contract`, subtracts the step)."""
     mlp, omd = theta["mlp"], jax.nn.sigmoid(theta["decay_logits"])
     bias0 = F.mlp_bias0(mlp, time_features(iteration, self.time_scales), self.num_leaf_features)
     scale = self.step_scale(iteration)
     return lambda p, g, acc: self.leaf_update(mlp, omd, bias0, p, g, acc, scale)
-
-  def as_optax(self, theta: AdafacTheta) -> optax.GradientTransformationExtraArgs:
-    """``opt_fn(theta)`` as an optax transformation whose state holds no copy of the params: an int32 count and
-    the accumulators (`AdafacOptaxState`; per tensor ``K`` momenta, plus ``K`` row and ``K`` column factors for a
-    tensor of rank >= 2 or ``K`` second moments for a vector or scalar, all in float32, float64 for float64
-    params). ``update(grads, state, params)`` needs ``params``; extra arguments (``loss=``...) are ignored."""
-    return F.accumulator_optax(self, theta)
 
   def leaf_update(self, mlp: dict, one_minus_decay: jax.Array, bias0: jax.Array, p: jax.Array, g: jax.Array,
                   acc: Accumulators, scale: Any):
@@ -259,4 +248,4 @@ class AdafacMLPLOpt(LearnedOptimizer):
     return (step * jnp.asarray(scale, dt)).reshape(jnp.shape(p)), new_acc
 
 
-AdafacOptaxState = F.AccumulatorOptaxState  # the optax state of `AdafacMLPLOpt.as_optax` (count, accumulators)
+AdafacOptaxState = LearnedOptState  # the optax state of `AdafacMLPLOpt.as_optax` (count, accumulators, extras {})

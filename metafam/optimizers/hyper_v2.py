@@ -49,93 +49,116 @@ Without a ``loss`` (``update(state, grad)``), the loss features see a constant l
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from metafam._identity import IdentityKey
 from metafam.optimizers import _features as F
-from metafam.optimizers.base import Optimizer, check_grad_matches
+from metafam.optimizers._hyper_v2_features import (NUM_LOSS_DECAYS, _clip_log_abs, factored_dims,  # noqa: F401
+                                                   loss_buffer_features, loss_buffer_init, loss_buffer_update,
+                                                   safe_rsqrt)
 from metafam.optimizers.learned import LearnedOptimizer
 
 TIME_FRACTIONS = (0.03, 0.1, 0.2, 0.4, 0.6, 0.8, 0.9, 1.0, 1.1)
-NUM_LOSS_DECAYS = 10
 _BANK = "~"  # haiku's module name for parameters created outside a module (the reference's ff_mod_stack key)
 
 
-# -- the loss buffer ----------------------------------------------------------------------------------------------
-def loss_buffer_init(num_steps: Any, dtype: Any = jnp.float32) -> Dict[str, jax.Array]:
-  """Running means of the loss at 10 half-lives log-spaced from 10 to ``num_steps`` steps (``dtype``: float32, or
-  float64 for float64 params, where the features' ratios of small differences need the precision)."""
-  halflife = jnp.logspace(1.0, jnp.log10(jnp.asarray(num_steps, jnp.float32)), NUM_LOSS_DECAYS)
-  decays = jnp.exp(-1.0 / halflife).astype(dtype)
-  return {"means": jnp.zeros((NUM_LOSS_DECAYS,), dtype), "iteration": jnp.asarray(0, jnp.int32),
-          "running_min": jnp.full((NUM_LOSS_DECAYS,), 999999999999.0, dtype), "decays": decays}
+class _Contract:
+  """`HyperV2`'s side of the learned-optimizer contract (`metafam.optimizers.contract`): per tensor the
+  accumulators ``{"mom": [*shape, M], "rms": [*shape, R], "v_row", "v_col", "v_diag"}`` (factored ones for rank >=
+  2, the full one otherwise, the unused ones ``[0, F]``), in the compute dtype; extras: int32 ``num_steps``,
+  ``lstm_hidden_state = {"hidden", "cell"}`` (``[num_tensors, H]`` each) and the ``loss_buffer``."""
+
+  has_extras = True
+
+  def init_accumulators(self, p: jax.Array) -> dict:
+    m, r, f = self.num_decays
+    dtype = F.compute_dtype(p)
+    row, col, diag = _factored_shapes(jnp.shape(p))
+    zeros = lambda shape, k: jnp.zeros(tuple(shape) + (k,), dtype)  # noqa: E731
+    return {"mom": zeros(jnp.shape(p), m), "rms": zeros(jnp.shape(p), r), "v_row": zeros(row, f),
+            "v_col": zeros(col, f), "v_diag": zeros(diag, f)}
+
+  def init_extras(self, theta: dict, params: Any, num_steps: Any) -> dict:
+    num_steps = self.default_num_steps if num_steps is None else num_steps
+    leaves = jax.tree.leaves(params)
+    dtype = F.compute_dtype(jnp.result_type(*leaves)) if leaves else jnp.float32
+    tile = lambda x: jnp.tile(jnp.asarray(x), (len(leaves), 1))  # noqa: E731
+    init_state = theta["lstm_init_state"]
+    return {"num_steps": jnp.asarray(num_steps, jnp.int32),
+            "lstm_hidden_state": {"hidden": tile(init_state["hidden"]), "cell": tile(init_state["cell"])},
+            "loss_buffer": loss_buffer_init(10 if self.use_bugged_loss_features else num_steps, dtype)}
+
+  def prepare_step(self, theta, count, params, grads, accumulators, extras, loss):
+    """The per-step hook: the loss features, one LSTM step over every tensor's statistics (from the accumulators
+    before this step's update) and every tensor's mixed MLP."""
+    loss = 1.0 if self.constant_loss or loss is None else loss
+    buffer = loss_buffer_update(extras["loss_buffer"], jnp.asarray(loss, extras["loss_buffer"]["means"].dtype))
+    fraction = count / extras["num_steps"].astype(jnp.float32)
+    shared = _shared_features(self, fraction, loss_buffer_features(buffer))
+    stack = jnp.stack([_tensor_features(self, p.astype(a["mom"].dtype), a["mom"], a["rms"], shared)
+                       for p, a in zip(params, accumulators)])
+    old_h, old_c = extras["lstm_hidden_state"]["hidden"], extras["lstm_hidden_state"]["cell"]
+    controls, lr_mult, (h, c) = self._rnn(theta, stack, old_h, old_c)
+    h, c = h.astype(old_h.dtype), c.astype(old_c.dtype)
+    if self.use_bugged_next_lstm_state:
+      h, c = old_h, old_c
+    if self.rnn_state_decay > 0.0:
+      h, c = h * (1.0 - self.rnn_state_decay), c * (1.0 - self.rnn_state_decay)
+    mixed = self._mixed_mlps(theta, controls)
+
+    def leaf(i, p, g, acc):
+      dtype = acc["mom"].dtype
+      p, g = jnp.asarray(p, dtype), jnp.clip(jnp.asarray(g, dtype), -1000.0, 1000.0)
+      mom, rms, row, col, diag, precondition = _accumulate(
+          self, g, acc["mom"], acc["rms"], acc["v_row"], acc["v_col"], acc["v_diag"])
+      mlp = {k: v[i] for k, v in mixed.items()}
+      step = self._step(mlp, lr_mult[i], p, g, mom, rms, precondition, row, col, diag)
+      return step, {"mom": mom, "rms": rms, "v_row": row, "v_col": col, "v_diag": diag}
+    return leaf, {"num_steps": extras["num_steps"], "lstm_hidden_state": {"hidden": h, "cell": c},
+                  "loss_buffer": buffer}
+
+  def _rnn(self, theta: dict, x: jax.Array, h: jax.Array, c: jax.Array):
+    """Mixing layer, one LSTM step and the two heads over the ``[num_tensors, inputs]`` batch ``x``."""
+    rnn = theta["rnn_params"]
+    dense = lambda name, v: v @ rnn[name]["w"] + rnn[name]["b"]  # noqa: E731
+    if self.mix_layers:
+      x = dense("linear_2", x) + jnp.max(jax.nn.relu(dense("linear_1", x)), axis=0, keepdims=True)
+    h, c = F.lstm_step(rnn["rnn/linear"], x, h, c, haiku_layout=True)
+    return dense("rnn_to_controls", h), dense("step_size", h)[:, 0], (h, c)
+
+  def _mixed_mlps(self, theta: dict, controls: jax.Array) -> Dict[str, jax.Array]:
+    """Every tensor's MLP, ``100 * mean_k(controls[t, k] * bank[k])``, as ``{"w0": [T, inputs, H], "b0", ...}``."""
+    bank = theta["ff_mod_stack"][_BANK]
+    weights = {"w0": jnp.concatenate([bank[f"w0__{i}"] for i in range(len(self.input_widths))], axis=1)}
+    weights.update({k: v for k, v in bank.items() if not k.startswith("w0__")})
+    return {k: jnp.tensordot(controls, v, axes=1) * np.float32(100.0 / self.param_inits) for k, v in weights.items()}
+
+  def _step(self, mlp, lr_mult, p, g, mom, rms, precondition, row, col, diag) -> jax.Array:
+    """The step of one tensor from its mixed per-element MLP."""
+    shape = p.shape
+    if p.ndim == 0:  # the reference runs scalars as 1-vectors
+      p, g, mom, rms, precondition, diag = (x[None] for x in (p, g, mom, rms, precondition, diag))
+    x = _leaf_inputs(p, g, mom, rms, precondition, row, col, diag)
+    x = F.rsqrt_eps(jnp.mean(jnp.square(x), axis=tuple(range(p.ndim)), keepdims=True), 1e-5) * x
+    o = x @ mlp["w0"] + mlp["b0"]
+    for layer in range(1, self.ff_hidden_layers + 1):
+      o = jax.nn.relu(o) @ mlp[f"w{layer}"] + mlp[f"b{layer}"]
+    direction, magnitude = o[..., 0], jnp.exp(o[..., 1] * self.exp_mult)
+    if self.param_scale_mult:
+      scale = jnp.sqrt(jnp.mean(jnp.square(p)) + 1e-9)
+      if self.clip_param_scale_amount is not None:
+        scale = jnp.minimum(scale, np.float32(self.clip_param_scale_amount * np.sqrt(np.prod(p.shape))))
+      magnitude = scale * magnitude
+    step = lr_mult * (direction * magnitude * self.step_mult)
+    if self.precondition_output:
+      step = step * jax.lax.rsqrt(rms[..., -1] + 1e-6)
+    return step.reshape(shape)
 
 
-def loss_buffer_update(buf: Dict[str, jax.Array], loss: jax.Array) -> Dict[str, jax.Array]:
-  """Adds ``loss``, first capped at twice the largest bias-corrected mean (the first loss is taken as is)."""
-  d, t = buf["decays"], buf["iteration"]
-  top = jnp.max(buf["means"] / (1 - d ** (t + 1)))
-  loss = jnp.minimum(jnp.abs(jnp.where(t == 0, loss, top)) * 2, loss)
-  means = buf["means"] * d + loss * (1.0 - d)
-  running_min = jnp.minimum(buf["running_min"], means / (1 - d ** (t + 1)))
-  return {"means": means, "iteration": t + 1, "running_min": running_min, "decays": d}
-
-
-def loss_buffer_features(buf: Dict[str, jax.Array]) -> jax.Array:
-  """``f32[9]``: for each of the 9 shorter half-lives, where its mean lies between the running minimum (-1) and the
-  next longer mean (0), clipped to [-1, 1]; zeros for the first two steps."""
-  mean = buf["means"] / (1 - buf["decays"] ** buf["iteration"])
-  low = buf["running_min"][:-1]
-  feat = jnp.clip((mean[:-1] - low) / jnp.maximum(1e-8, mean[1:] - low) - 1.0, -1, 1)
-  return jnp.where(buf["iteration"] <= 2, feat * 0, feat)
-
-
-def factored_dims(shape: Sequence[int]) -> Optional[Tuple[int, int]]:
-  """``(d1, d0)``: the second-largest and the largest axis (ties: the later axis counts as larger), or None below
-  rank 2."""
-  if len(shape) < 2:
-    return None
-  order = np.argsort(shape, kind="stable")
-  return int(order[-2]), int(order[-1])
-
-
-def _clip_log_abs(v: jax.Array) -> jax.Array:
-  return jnp.clip(jnp.log(1e-8 + jnp.abs(v * 10.0)), -5, 5) * 0.5
-
-
-def safe_rsqrt(x: jax.Array) -> jax.Array:
-  """``1 / sqrt(max(x, 1e-9))``: finite for zero (and tiny negative) second moments."""
-  return jax.lax.rsqrt(jnp.maximum(x, 1e-9))
-
-
-@functools.partial(jax.tree_util.register_dataclass,
-                   data_fields=["params", "rms_rolling", "mom_rolling", "fac_rolling", "iteration", "state",
-                                "num_steps", "lstm_hidden_state", "loss_buffer"], meta_fields=[])
-@dataclasses.dataclass(frozen=True)
-class HyperV2State:
-  """State of `HyperV2`'s optimizer, with the reference's field names and order: params; per leaf the second moments
-  ``rms_rolling [*shape, R]`` and momenta ``mom_rolling [*shape, M]``; ``fac_rolling = {"v_row", "v_col", "v_diag"}``
-  the factored accumulators (rows / columns for rank >= 2, the full one otherwise, the unused ones ``[0, F]``), all in
-  the compute dtype; int32 ``iteration``; the model ``state``; int32 ``num_steps``; ``lstm_hidden_state = {"hidden",
-  "cell"}`` (``[num_tensors, H]`` each); the loss buffer."""
-  params: Any
-  rms_rolling: Any
-  mom_rolling: Any
-  fac_rolling: Dict[str, Any]
-  iteration: jax.Array
-  state: Any
-  num_steps: jax.Array
-  lstm_hidden_state: Dict[str, jax.Array]
-  loss_buffer: Dict[str, jax.Array]
-
-
-class HyperV2(LearnedOptimizer):
+class HyperV2(_Contract, LearnedOptimizer):
   """VeLO's per-tensor-LSTM hypernetwork learned optimizer; see the module docstring.
 
   Args (the reference's names and defaults):
@@ -178,11 +201,11 @@ class HyperV2(LearnedOptimizer):
     if r not in (1, m) or f != m:
       raise ValueError(f"initial_rms_decays must have 1 or {m} entries and initial_adafactor_decays {m} (as many as "
                        f"initial_momentum_decays), got {r} and {f}.")
-    self.exp_mult = F.check_positive("exp_mult", exp_mult, allow_zero=True)
-    self.step_mult = F.check_positive("step_mult", step_mult)
-    self.rnn_state_decay = F.check_positive("rnn_state_decay", rnn_state_decay, allow_zero=True)
+    self.exp_mult = F.check_positive_float("exp_mult", exp_mult, allow_zero=True)
+    self.step_mult = F.check_positive_float("step_mult", step_mult)
+    self.rnn_state_decay = F.check_positive_float("rnn_state_decay", rnn_state_decay, allow_zero=True)
     self.clip_param_scale_amount = (None if clip_param_scale_amount is None
-                                    else F.check_positive("clip_param_scale_amount", clip_param_scale_amount))
+                                    else F.check_positive_float("clip_param_scale_amount", clip_param_scale_amount))
     self.default_num_steps = F.check_size("default_num_steps", default_num_steps)
     self.mix_layers, self.use_bugged_next_lstm_state = bool(mix_layers), bool(use_bugged_next_lstm_state)
     self.use_bugged_loss_features, self.param_scale_mult = bool(use_bugged_loss_features), bool(param_scale_mult)
@@ -274,10 +297,6 @@ class HyperV2(LearnedOptimizer):
         bank[name] = jnp.where(mask, w, bank[name] * scale)
     return rnn, bank
 
-  def opt_fn(self, theta: dict, is_training: bool = False) -> Optimizer:
-    """The optimizer for ``theta`` (``is_training`` is unused)."""
-    return _HyperV2Optimizer(self, theta)
-
 
 def _accumulate(lopt: HyperV2, g: jax.Array, mom, rms, row, col, diag):
   """One update of a leaf's accumulators; returns them and the Adafactor preconditioner ``[*shape, F]`` (or
@@ -353,127 +372,3 @@ def _leaf_inputs(p, g, m, rms, precondition, row, col, diag) -> jax.Array:
     col_feat = jnp.broadcast_to(jnp.expand_dims(col, d1), full)
     parts += [row_feat, col_feat, jax.lax.rsqrt(row_feat + 1e-8), jax.lax.rsqrt(col_feat + 1e-8), m * precondition]
   return jnp.concatenate(parts, axis=-1)
-
-
-class _HyperV2Optimizer(Optimizer):
-  """`HyperV2` with fixed ``theta``; states are `HyperV2State`."""
-
-  def __init__(self, lopt: HyperV2, theta: dict):
-    self.lopt, self.theta = lopt, theta
-
-  @property
-  def name(self) -> str:
-    return f"{self.lopt.name}.opt_fn(theta)"
-
-  def init(self, params, model_state=None, num_steps=None, key=None) -> HyperV2State:
-    lopt = self.lopt
-    m, r, f = lopt.num_decays
-    num_steps = lopt.default_num_steps if num_steps is None else num_steps
-    leaves, treedef = jax.tree.flatten(params)
-    dtype = F.compute_dtype(jnp.result_type(*leaves))
-    zeros = lambda shape: jnp.zeros(shape, dtype)  # noqa: E731
-    fac = [_factored_shapes(jnp.shape(p)) for p in leaves]
-    tree = lambda shapes, k: treedef.unflatten([zeros(tuple(s) + (k,)) for s in shapes])  # noqa: E731
-    init_state = self.theta["lstm_init_state"]
-    tile = lambda x: jnp.tile(jnp.asarray(x), (len(leaves), 1))  # noqa: E731
-    return HyperV2State(
-        params=params, rms_rolling=tree([jnp.shape(p) for p in leaves], r),
-        mom_rolling=tree([jnp.shape(p) for p in leaves], m),
-        fac_rolling={"v_row": tree([x[0] for x in fac], f), "v_col": tree([x[1] for x in fac], f),
-                     "v_diag": tree([x[2] for x in fac], f)},
-        iteration=jnp.asarray(0, jnp.int32), state=model_state, num_steps=jnp.asarray(num_steps, jnp.int32),
-        lstm_hidden_state={"hidden": tile(init_state["hidden"]), "cell": tile(init_state["cell"])},
-        loss_buffer=loss_buffer_init(10 if lopt.use_bugged_loss_features else num_steps, dtype))
-
-  def update(self, opt_state: HyperV2State, grad, loss=None, model_state=None, key=None) -> HyperV2State:
-    """One update, as one jitted program per `HyperV2` instance (inlined when called under `jit`; called eagerly it
-    compiles once instead of dispatching a few hundred operations one by one)."""
-    check_grad_matches(opt_state.params, grad)
-    loss = 1.0 if self.lopt.constant_loss or loss is None else loss
-    new = _jitted_update(IdentityKey(self.lopt), self.theta, opt_state, grad,
-                         jnp.asarray(loss, opt_state.loss_buffer["means"].dtype))
-    return dataclasses.replace(new, state=opt_state.state if model_state is None else model_state)
-
-  def _apply(self, opt_state: HyperV2State, grad, loss: jax.Array) -> HyperV2State:
-    lopt = self.lopt
-    buffer = loss_buffer_update(opt_state.loss_buffer, loss)
-    loss_feats = loss_buffer_features(buffer)
-    fraction = opt_state.iteration / opt_state.num_steps.astype(jnp.float32)
-
-    leaves, treedef = jax.tree.flatten(opt_state.params)
-    dtype = F.compute_dtype(jnp.result_type(*leaves))
-    p32 = [jnp.asarray(p, dtype) for p in leaves]
-    g32 = [jnp.clip(jnp.asarray(g, dtype), -1000.0, 1000.0) for g in treedef.flatten_up_to(grad)]
-    fac = opt_state.fac_rolling
-    acc = [treedef.flatten_up_to(t) for t in (opt_state.mom_rolling, opt_state.rms_rolling, fac["v_row"],
-                                              fac["v_col"], fac["v_diag"])]
-    shared = _shared_features(lopt, fraction, loss_feats)
-    stack = jnp.stack([_tensor_features(lopt, p, m, v, shared)
-                       for p, m, v in zip(p32, acc[0], acc[1])])
-    old_h, old_c = opt_state.lstm_hidden_state["hidden"], opt_state.lstm_hidden_state["cell"]
-    controls, lr_mult, (h, c) = self._rnn(stack, old_h, old_c)
-    h, c = h.astype(old_h.dtype), c.astype(old_c.dtype)
-    if lopt.use_bugged_next_lstm_state:
-      h, c = old_h, old_c
-    if lopt.rnn_state_decay > 0.0:
-      h, c = h * (1.0 - lopt.rnn_state_decay), c * (1.0 - lopt.rnn_state_decay)
-
-    mixed = self._mixed_mlps(controls)
-    new_params, new_acc = [], []
-    for i, (p, g) in enumerate(zip(p32, g32)):
-      mom, rms, row, col, diag, precondition = _accumulate(lopt, g, *(a[i] for a in acc))
-      new_acc.append((mom, rms, row, col, diag))
-      mlp = {k: v[i] for k, v in mixed.items()}
-      step = self._step(mlp, lr_mult[i], p, g, mom, rms, precondition, row, col, diag)
-      new_params.append((p - step).astype(jnp.result_type(leaves[i])))
-    unflat = lambda k: treedef.unflatten([a[k] for a in new_acc])  # noqa: E731
-    return HyperV2State(params=treedef.unflatten(new_params), rms_rolling=unflat(1), mom_rolling=unflat(0),
-                        fac_rolling={"v_row": unflat(2), "v_col": unflat(3), "v_diag": unflat(4)},
-                        iteration=opt_state.iteration + 1, state=opt_state.state, num_steps=opt_state.num_steps,
-                        lstm_hidden_state={"hidden": h, "cell": c}, loss_buffer=buffer)
-
-  def _rnn(self, x: jax.Array, h: jax.Array, c: jax.Array):
-    """Mixing layer, one LSTM step and the two heads over the ``[num_tensors, inputs]`` batch ``x``."""
-    rnn = self.theta["rnn_params"]
-    dense = lambda name, v: v @ rnn[name]["w"] + rnn[name]["b"]  # noqa: E731
-    if self.lopt.mix_layers:
-      x = dense("linear_2", x) + jnp.max(jax.nn.relu(dense("linear_1", x)), axis=0, keepdims=True)
-    h, c = F.lstm_step(rnn["rnn/linear"], x, h, c, haiku_layout=True)
-    return dense("rnn_to_controls", h), dense("step_size", h)[:, 0], (h, c)
-
-  def _mixed_mlps(self, controls: jax.Array) -> Dict[str, jax.Array]:
-    """Every tensor's MLP, ``100 * mean_k(controls[t, k] * bank[k])``, as ``{"w0": [T, inputs, H], "b0", ...}``."""
-    lopt, bank = self.lopt, self.theta["ff_mod_stack"][_BANK]
-    weights = {"w0": jnp.concatenate([bank[f"w0__{i}"] for i in range(len(lopt.input_widths))], axis=1)}
-    weights.update({k: v for k, v in bank.items() if not k.startswith("w0__")})
-    return {k: jnp.tensordot(controls, v, axes=1) * np.float32(100.0 / lopt.param_inits) for k, v in weights.items()}
-
-  def _step(self, mlp, lr_mult, p, g, mom, rms, precondition, row, col, diag) -> jax.Array:
-    """The step of one tensor from its mixed per-element MLP."""
-    lopt = self.lopt
-    shape = p.shape
-    if p.ndim == 0:  # the reference runs scalars as 1-vectors
-      p, g, mom, rms, precondition, diag = (x[None] for x in (p, g, mom, rms, precondition, diag))
-    x = _leaf_inputs(p, g, mom, rms, precondition, row, col, diag)
-    x = F.rsqrt_eps(jnp.mean(jnp.square(x), axis=tuple(range(p.ndim)), keepdims=True), 1e-5) * x
-    o = x @ mlp["w0"] + mlp["b0"]
-    for layer in range(1, lopt.ff_hidden_layers + 1):
-      o = jax.nn.relu(o) @ mlp[f"w{layer}"] + mlp[f"b{layer}"]
-    direction, magnitude = o[..., 0], jnp.exp(o[..., 1] * lopt.exp_mult)
-    if lopt.param_scale_mult:
-      scale = jnp.sqrt(jnp.mean(jnp.square(p)) + 1e-9)
-      if lopt.clip_param_scale_amount is not None:
-        scale = jnp.minimum(scale, np.float32(lopt.clip_param_scale_amount * np.sqrt(np.prod(p.shape))))
-      magnitude = scale * magnitude
-    step = lr_mult * (direction * magnitude * lopt.step_mult)
-    if lopt.precondition_output:
-      step = step * jax.lax.rsqrt(rms[..., -1] + 1e-6)
-    return step.reshape(shape)
-
-
-@functools.partial(jax.jit, static_argnums=0)
-def _jitted_update(lopt: IdentityKey, theta: dict, opt_state: HyperV2State, grad: Any, loss: jax.Array
-                   ) -> HyperV2State:
-  """The update's program, shared by the calls of one `HyperV2` instance: keyed by its identity and holding it
-  weakly (`metafam._identity`), so jit's cache does not keep dead instances alive."""
-  return _HyperV2Optimizer(lopt.value, theta)._apply(opt_state, grad, loss)

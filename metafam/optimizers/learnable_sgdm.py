@@ -16,7 +16,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from metafam.optimizers import _features as F
-from metafam.optimizers.base import Optimizer, OptimizerState, check_grad_matches
 from metafam.optimizers.learned import LearnedOptimizer
 
 
@@ -28,7 +27,7 @@ class LearnableSGDM(LearnedOptimizer):
     * ``logit_one_minus_momentum``: ``1 - momentum = sigmoid(logit_one_minus_momentum)``, so every value gives
       ``0 < momentum < 1``; the update uses ``1 - momentum`` directly (no cancellation near 1).
 
-  Meta-parameters (default config): 2. States are `OptimizerState` with ``opt_state = {"momentum": tree}``.
+  Meta-parameters (default config): 2. Accumulators per tensor: ``{"momentum"}`` (compute dtype).
 
   Args:
     initial_lr: the initial learning rate (> 0).
@@ -36,7 +35,7 @@ class LearnableSGDM(LearnedOptimizer):
   """
 
   def __init__(self, initial_lr: float = 1e-2, momentum: float = 0.9):
-    self.initial_lr = F.check_positive("initial_lr", initial_lr)
+    self.initial_lr = F.check_positive_float("initial_lr", initial_lr)
     self.momentum = F.check_unit_interval("momentum", momentum)
 
   @property
@@ -53,30 +52,14 @@ class LearnableSGDM(LearnedOptimizer):
     omm = jax.nn.sigmoid(theta["logit_one_minus_momentum"])
     return {"lr": jnp.exp(theta["log_lr"]), "momentum": 1.0 - omm, "one_minus_momentum": omm}
 
-  def opt_fn(self, theta: dict, is_training: bool = False) -> Optimizer:
-    return _SGDMOptimizer(theta)
+  def init_accumulators(self, p: jax.Array) -> dict:
+    return {"momentum": F.zeros_like_in(p)}
 
+  def leaf_step(self, theta: dict, count: jax.Array):
+    hp = LearnableSGDM.hyperparameters(theta)
 
-class _SGDMOptimizer(Optimizer):
-  """`LearnableSGDM` with fixed ``theta``."""
-
-  def __init__(self, theta: dict):
-    self.theta = theta
-
-  @property
-  def name(self) -> str:
-    return "LearnableSGDM.opt_fn(theta)"
-
-  def init(self, params, model_state=None, num_steps=None, key=None) -> OptimizerState:
-    return F.init_state(params, model_state, {"momentum": jax.tree.map(F.zeros_like_in, params)})
-
-  def update(self, opt_state, grad, loss=None, model_state=None, key=None) -> OptimizerState:
-    check_grad_matches(opt_state.params, grad)
-    hp = LearnableSGDM.hyperparameters(self.theta)
-
-    def leaf(p, g, m):
+    def leaf(p, g, acc):
+      m = acc["momentum"]
       m_new = ((1.0 - hp["one_minus_momentum"]) * m + g).astype(m.dtype)
-      return (p.astype(m.dtype) - hp["lr"] * m_new).astype(p.dtype), m_new
-
-    params, momentum = F.map_leaves(leaf, opt_state.params, grad, opt_state.opt_state["momentum"], num_outputs=2)
-    return F.next_state(opt_state, params, model_state, {"momentum": momentum})
+      return hp["lr"] * m_new, {"momentum": m_new}
+    return leaf

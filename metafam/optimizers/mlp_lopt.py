@@ -30,9 +30,7 @@ at a lower cost.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-from typing import Any, Sequence
+from typing import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -40,30 +38,10 @@ import numpy as np
 
 from metafam.optimizers import _features as F
 from metafam._checks import check_number
-from metafam.optimizers.base import Optimizer, check_grad_matches
 from metafam.optimizers.learned import LearnedOptimizer
 
 DEFAULT_DECAYS = (0.1, 0.5, 0.9, 0.99, 0.999, 0.9999)
 DEFAULT_TIME_SCALES = (1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1000.0, 3000.0, 10000.0, 30000.0, 100000.0)
-
-
-@functools.partial(jax.tree_util.register_dataclass,
-                   data_fields=["params", "state", "iteration", "momenta"], meta_fields=[])
-@dataclasses.dataclass(frozen=True)
-class MLPLOptState:
-  """State of the `MLPLOpt` optimizer.
-
-  Attributes:
-    params: the parameters being optimized (any pytree).
-    state: the model state, or None.
-    iteration: int32 scalar, the number of updates applied so far (``t`` of the step features).
-    momenta: pytree shaped like ``params`` whose leaves are ``[num_decays, *leaf.shape]``: ``momenta[k]`` is the
-      exponential moving average of the gradient with decay ``decays[k]``.
-  """
-  params: Any
-  state: Any
-  iteration: jax.Array
-  momenta: Any
 
 
 def rms_normalize(x: jax.Array, axes: Sequence[int], eps: float = 1e-12) -> jax.Array:
@@ -139,7 +117,7 @@ class MLPLOpt(LearnedOptimizer):
     return 2 + int(np.argmin(np.abs(np.asarray(self.decays) - 0.9)))
 
   def init(self, key: jax.Array) -> dict:
-    """Meta-parameters ``{"w{i}": f32[fan_in, fan_out], "b{i}": f32[fan_out]}``.
+    """Meta-parameters ``{"w{i}": f32[fan_in, fan_out], "b{i}": f32[fan_out]}`` (`F.init_mlp`).
 
     Hidden weights are ``N(0, 2 / fan_in)`` (He), output weights ``N(0, out_init_scale^2 / fan_in)``, biases 0.
     With ``descent_init`` two units per hidden layer are set to carry ``relu(x)`` and ``relu(-x)`` of the normalized
@@ -149,33 +127,21 @@ class MLPLOpt(LearnedOptimizer):
     and every meta-parameter still gets a gradient.
     """
     sizes = (self.num_features,) + self.hidden_sizes + (2,)
-    shapes = list(zip(sizes[:-1], sizes[1:]))
-    # One draw for all weights (one random kernel to compile), then per-layer scales and the pathway as constants.
-    z = jax.random.normal(key, (sum(a * b for a, b in shapes),), jnp.float32)
-    theta, offset = {}, 0
-    for i, (fan_in, fan_out) in enumerate(shapes):
-      last = i == self.num_layers - 1
-      w = z[offset:offset + fan_in * fan_out].reshape(fan_in, fan_out)
-      w = w * np.float32((self.out_init_scale if last else np.sqrt(2.0)) / np.sqrt(fan_in))
-      offset += fan_in * fan_out
-      if self.descent_init:
-        mask, value = np.zeros((fan_in, fan_out), bool), np.zeros((fan_in, fan_out), np.float32)
-        if i == 0:
-          mask[:, :2] = True
-          value[self.direction_feature, :2] = (1.0, -1.0)
-        elif not last:
-          mask[:, :2] = True
-          value[0, 0] = value[1, 1] = 1.0
-        else:
-          mask[:2, :] = True
-          value[:2, 0] = (1.0, -1.0)
-        w = jnp.where(mask, value, w)
-      theta[f"w{i}"], theta[f"b{i}"] = w, jnp.zeros((fan_out,), jnp.float32)
-    return theta
+    return F.init_mlp(key, sizes, self.out_init_scale, self.direction_feature if self.descent_init else None)
 
-  def opt_fn(self, theta: dict, is_training: bool = False) -> Optimizer:
-    """The optimizer for ``theta`` (``is_training`` is unused: this optimizer has no train-only noise)."""
-    return _MLPLOptOptimizer(self, theta)
+  # -- the contract: one tensor's momenta ``[num_decays, *shape]`` (the param's dtype) and step -----------------
+  def init_accumulators(self, p: jax.Array) -> jax.Array:
+    return jnp.zeros((len(self.decays),) + jnp.shape(p), jnp.result_type(p))
+
+  def leaf_step(self, theta: dict, count: jax.Array):
+    bias0 = F.mlp_bias0(theta, time_features(count, self.time_scales), self.num_leaf_features)
+
+    def leaf(p, g, m):
+      shape = (-1,) + (1,) * jnp.ndim(p)
+      m = self._decay.reshape(shape) * m + self._one_minus_decay.reshape(shape) * g[None]
+      m = m.astype(jnp.result_type(p))
+      return self._leaf_step(theta, self.leaf_inputs(p, g, m), bias0).reshape(jnp.shape(p)), m
+    return leaf
 
   # -- features and the MLP -----------------------------------------------------------------------------------
   def leaf_inputs(self, param: jax.Array, grad: jax.Array, momenta: jax.Array) -> jax.Array:
@@ -205,39 +171,3 @@ class MLPLOpt(LearnedOptimizer):
     """``f32[n]``: the step for leaf inputs ``x: f32[num_leaf_features, *shape]`` (feature-major MLP)."""
     h = F.mlp_columns(theta, x.reshape(x.shape[0], -1), bias0, self.num_layers)
     return h[0] * jnp.exp(self.exp_mult * h[1]) * self.step_mult
-
-
-class _MLPLOptOptimizer(Optimizer):
-  """`MLPLOpt` with fixed ``theta``; states are `MLPLOptState`."""
-
-  def __init__(self, lopt: MLPLOpt, theta: dict):
-    self.lopt, self.theta = lopt, theta
-
-  @property
-  def name(self) -> str:
-    return f"{self.lopt.name}.opt_fn(theta)"
-
-  def init(self, params, model_state=None, num_steps=None, key=None) -> MLPLOptState:
-    k = len(self.lopt.decays)
-    momenta = jax.tree.map(lambda p: jnp.zeros((k,) + jnp.shape(p), jnp.result_type(p)), params)
-    return MLPLOptState(params=params, state=model_state, iteration=jnp.asarray(0, jnp.int32), momenta=momenta)
-
-  def update(self, opt_state, grad, loss=None, model_state=None, key=None) -> MLPLOptState:
-    check_grad_matches(opt_state.params, grad)
-    lopt, theta = self.lopt, self.theta
-    bias0 = F.mlp_bias0(theta, time_features(opt_state.iteration, lopt.time_scales), lopt.num_leaf_features)
-
-    def leaf(p, g, m):
-      shape = (-1,) + (1,) * jnp.ndim(p)
-      m = lopt._decay.reshape(shape) * m + lopt._one_minus_decay.reshape(shape) * g[None]
-      m = m.astype(jnp.result_type(p))
-      step = lopt._leaf_step(theta, lopt.leaf_inputs(p, g, m), bias0).reshape(jnp.shape(p))
-      return (p - step).astype(jnp.result_type(p)), m
-
-    p_leaves, treedef = jax.tree.flatten(opt_state.params)
-    out = [leaf(p, g, m) for p, g, m in zip(p_leaves, treedef.flatten_up_to(grad),
-                                           treedef.flatten_up_to(opt_state.momenta))]
-    return MLPLOptState(params=jax.tree.unflatten(treedef, [o[0] for o in out]),
-                        state=opt_state.state if model_state is None else model_state,
-                        iteration=opt_state.iteration + 1,
-                        momenta=jax.tree.unflatten(treedef, [o[1] for o in out]))

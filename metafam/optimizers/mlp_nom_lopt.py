@@ -33,7 +33,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from metafam.optimizers import _features as F
-from metafam.optimizers.base import Optimizer, OptimizerState, check_grad_matches
 from metafam.optimizers.learned import LearnedOptimizer
 from metafam.optimizers.mlp_lopt import DEFAULT_TIME_SCALES, rms_normalize, time_features
 
@@ -61,7 +60,7 @@ class MLPNomLOpt(LearnedOptimizer):
                decays: Sequence[float] = DEFAULT_DECAYS, hidden_sizes: Sequence[int] = (32, 32),
                time_scales: Sequence[float] = DEFAULT_TIME_SCALES, step_mult: float = 1e-3, exp_mult: float = 1e-3,
                norm_eps: float = 1e-12, out_init_scale: float = 0.0):
-    self.initial_lr, self.epsilon = F.check_positive("initial_lr", initial_lr), F.check_positive("epsilon", epsilon)
+    self.initial_lr, self.epsilon = F.check_positive_float("initial_lr", initial_lr), F.check_positive_float("epsilon", epsilon)
     self.decays = F.check_decays("decays", decays)
     self.beta2 = F.check_unit_interval("beta2", beta2)
     if F.check_unit_interval("beta1", beta1) not in self.decays:
@@ -69,10 +68,10 @@ class MLPNomLOpt(LearnedOptimizer):
     self.beta1 = float(beta1)
     self.hidden_sizes = F.check_sizes("hidden_sizes", hidden_sizes)
     self.time_scales = F.check_time_scales(time_scales)
-    self.step_mult = F.check_positive("step_mult", step_mult)
-    self.exp_mult = F.check_positive("exp_mult", exp_mult, allow_zero=True)
-    self.norm_eps = F.check_positive("norm_eps", norm_eps)
-    self.out_init_scale = F.check_positive("out_init_scale", out_init_scale, allow_zero=True)
+    self.step_mult = F.check_positive_float("step_mult", step_mult)
+    self.exp_mult = F.check_positive_float("exp_mult", exp_mult, allow_zero=True)
+    self.norm_eps = F.check_positive_float("norm_eps", norm_eps)
+    self.out_init_scale = F.check_positive_float("out_init_scale", out_init_scale, allow_zero=True)
     self._decay = np.asarray(self.decays, np.float32)
     self._one_minus_decay = (1.0 - np.asarray(self.decays, np.float64)).astype(np.float32)
     self._beta1_index = self.decays.index(self.beta1)
@@ -98,13 +97,25 @@ class MLPNomLOpt(LearnedOptimizer):
     return {"mlp": F.init_mlp(key, sizes, self.out_init_scale),
             "log_lr": jnp.asarray(np.log(self.initial_lr), jnp.float32)}
 
-  def opt_fn(self, theta: dict, is_training: bool = False) -> Optimizer:
-    """The optimizer for ``theta`` (``is_training`` is unused)."""
-    return _NomOptimizer(self, theta)
+  # -- the contract: per tensor ``{"momenta": [K, *shape], "v": shape}`` (compute dtype) ------------------------
+  def init_accumulators(self, p: jax.Array) -> dict:
+    return {"momenta": F.zeros_like_in(p, (len(self.decays),)), "v": F.zeros_like_in(p)}
+
+  def leaf_step(self, theta: dict, count: jax.Array):
+    bias0 = F.mlp_bias0(theta["mlp"], time_features(count, self.time_scales), self.num_leaf_features)
+    t = (count + 1).astype(jnp.float32)
+    # 1 - beta^t from log1p(-(1 - beta)), without cancellation for beta near 1.
+    corr1 = -jnp.expm1(t * float(np.log1p(-(1.0 - self.beta1))))
+    corr2 = -jnp.expm1(t * float(np.log1p(-(1.0 - self.beta2))))
+
+    def leaf(p, g, acc):
+      step, m, v = self.leaf_update(theta, bias0, corr1, corr2, p, g, acc["momenta"], acc["v"])
+      return step, {"momenta": m, "v": v}
+    return leaf
 
   def leaf_update(self, theta: dict, bias0: jax.Array, corr1: jax.Array, corr2: jax.Array, p: jax.Array,
                   g: jax.Array, m: jax.Array, v: jax.Array):
-    """``(new p, new momenta, new v)`` for one tensor; ``corr1, corr2``: Adam's bias corrections ``1 - beta^t``."""
+    """``(step, new momenta, new v)`` for one tensor; ``corr1, corr2``: Adam's bias corrections ``1 - beta^t``."""
     dt = v.dtype
     g, p_c, rank = g.astype(dt), p.astype(dt), jnp.ndim(p)
     m = (F.decay_shape(self._decay, rank) * m + F.decay_shape(self._one_minus_decay, rank) * g[None]).astype(dt)
@@ -116,33 +127,4 @@ class MLPNomLOpt(LearnedOptimizer):
     o = F.mlp_columns(theta["mlp"], x.reshape(x.shape[0], -1), bias0, self.num_layers).reshape((3,) + jnp.shape(p))
     step = (jnp.exp(theta["log_lr"]) * adam * jnp.exp(o[0])
             + self.step_mult * o[1] * jnp.exp(self.exp_mult * o[2]))
-    return (p_c - step).astype(p.dtype), m, v
-
-
-class _NomOptimizer(Optimizer):
-  """`MLPNomLOpt` with fixed ``theta``. ``opt_state = {"momenta": tree [K, *shape], "v": tree}``."""
-
-  def __init__(self, lopt: MLPNomLOpt, theta: dict):
-    self.lopt, self.theta = lopt, theta
-
-  @property
-  def name(self) -> str:
-    return f"{self.lopt.name}.opt_fn(theta)"
-
-  def init(self, params, model_state=None, num_steps=None, key=None) -> OptimizerState:
-    k = len(self.lopt.decays)
-    return F.init_state(params, model_state, {"momenta": jax.tree.map(lambda p: F.zeros_like_in(p, (k,)), params),
-                                              "v": jax.tree.map(F.zeros_like_in, params)})
-
-  def update(self, opt_state, grad, loss=None, model_state=None, key=None) -> OptimizerState:
-    check_grad_matches(opt_state.params, grad)
-    lopt, theta, s = self.lopt, self.theta, opt_state.opt_state
-    mlp = theta["mlp"]
-    bias0 = F.mlp_bias0(mlp, time_features(opt_state.iteration, lopt.time_scales), lopt.num_leaf_features)
-    t = (opt_state.iteration + 1).astype(jnp.float32)
-    # 1 - beta^t from log1p(-(1 - beta)), without cancellation for beta near 1.
-    corr1 = -jnp.expm1(t * float(np.log1p(-(1.0 - lopt.beta1))))
-    corr2 = -jnp.expm1(t * float(np.log1p(-(1.0 - lopt.beta2))))
-    leaf = lambda p, g, m, v: lopt.leaf_update(theta, bias0, corr1, corr2, p, g, m, v)
-    params, momenta, v = F.map_leaves(leaf, opt_state.params, grad, s["momenta"], s["v"], num_outputs=3)
-    return F.next_state(opt_state, params, model_state, {"momenta": momenta, "v": v})
+    return step, m, v

@@ -61,7 +61,8 @@ import optax
 
 from metafam._checks import check_choice, check_number, check_positive_int
 from metafam.optimizers import _features as F
-from metafam.optimizers import newton_schulz
+from metafam.optimizers import contract, newton_schulz
+from metafam.optimizers.contract import LearnedOptState
 from metafam.optimizers.base import Optimizer
 from metafam.optimizers.learned import LearnedOptimizer
 from metafam.optimizers.mlp_lopt import rms_normalize
@@ -168,14 +169,14 @@ class MuonResidualLOpt(LearnedOptimizer):
                schedule_knots: int = 0, learn_fan_exponents: bool = True):
     self.hidden_sizes = F.check_sizes("hidden_sizes", hidden_sizes)
     self.residual = check_choice("residual", residual, RESIDUALS)
-    self.step_mult = step_mult if callable(step_mult) else F.check_positive("step_mult", step_mult)
+    self.step_mult = step_mult if callable(step_mult) else F.check_positive_float("step_mult", step_mult)
     self.beta = F.check_unit_interval("beta", beta)
     self.adam_b1 = F.check_unit_interval("adam_b1", adam_b1)
     self.adam_b2 = F.check_unit_interval("adam_b2", adam_b2)
-    self.eps = F.check_positive("eps", eps)
-    self.fan_in_power = F.check_positive("fan_in_power", fan_in_power, allow_zero=True)
+    self.eps = F.check_positive_float("eps", eps)
+    self.fan_in_power = F.check_positive_float("fan_in_power", fan_in_power, allow_zero=True)
     self.base_fan_in = check_positive_int("base_fan_in", base_fan_in)
-    self.norm_eps = F.check_positive("norm_eps", norm_eps)
+    self.norm_eps = F.check_positive_float("norm_eps", norm_eps)
     self.lr_spread = float(check_number("lr_spread", lr_spread, low=1.0))
     self.orthogonalization = check_choice("orthogonalization", orthogonalization, newton_schulz.FORMS)
     if not isinstance(center_residual, bool):
@@ -234,14 +235,7 @@ class MuonResidualLOpt(LearnedOptimizer):
 
   def opt_fn(self, theta: dict, is_training: bool = False) -> Optimizer:
     """The optimizer for ``theta``; with ``is_training`` (meta-training) it applies ``lr_spread``."""
-    return F.AccumulatorOptimizer(self, theta, lr_spread=self.lr_spread if is_training else 1.0)
-
-  def as_optax(self, theta: dict, num_steps: Optional[int] = None) -> optax.GradientTransformationExtraArgs:
-    """``opt_fn(theta)`` as an optax transformation; its state (`MuonResidualOptaxState`) is the update count and
-    the accumulators, no copy of the params. ``update(grads, state, params)`` needs ``params``; it returns
-    ``-step`` itself (not ``new - old``), so at the initial ``theta`` the updates are ``optax.contrib.muon``'s.
-    ``num_steps``: the run's total number of updates, needed with ``schedule_knots`` (and only then)."""
-    return F.accumulator_optax(self, theta, num_steps)
+    return contract.ThetaOptimizer(self, theta, lr_spread=self.lr_spread if is_training else 1.0)
 
   # -- one tensor ---------------------------------------------------------------------------------------------
   def init_accumulators(self, p: jax.Array) -> Accumulators:
@@ -255,7 +249,7 @@ class MuonResidualLOpt(LearnedOptimizer):
 
   def leaf_step(self, theta: dict, count: jax.Array, horizon: Optional[jax.Array] = None):
     """``(p, g, accumulators) -> (step, new accumulators)`` for the update at ``count`` (0-based) with ``theta``
-    (`metafam.optimizers._features.AccumulatorOptimizer` subtracts the step); ``horizon``: the run's number of
+    (the contract, `metafam.optimizers.contract`, subtracts the step); ``horizon``: the run's number of
     updates, for the learned schedule (``schedule_knots``) only."""
     scale = self.step_scale(count)
     if self.schedule_knots:
@@ -333,4 +327,6 @@ def _rms(x: jax.Array, eps: float) -> jax.Array:
   return jnp.sqrt(jnp.mean(jnp.square(x)) + eps)
 
 
-MuonResidualOptaxState = F.AccumulatorOptaxState  # the optax state of `MuonResidualLOpt.as_optax`
+MuonResidualOptaxState = LearnedOptState  # the optax state of `MuonResidualLOpt.as_optax` (no params: ``as_optax``
+# returns ``-step`` itself, so at the initial theta its updates are optax.contrib.muon's; ``num_steps`` needed with
+# ``schedule_knots``)

@@ -68,16 +68,16 @@ class NAdamW(Optimizer):
                epsilon: float = 1e-8, adamw_weight_decay: float = 0.0, l2_weight_decay: float = 0.0,
                use_nesterov: bool = True, use_bias_correction: bool = True):
     if not callable(learning_rate):
-      learning_rate = F.check_positive("learning_rate", learning_rate, allow_zero=True)
+      learning_rate = F.check_positive_float("learning_rate", learning_rate, allow_zero=True)
     self.learning_rate = learning_rate
-    self.beta1 = F.check_positive("beta1", beta1, allow_zero=True)
-    self.beta2 = F.check_positive("beta2", beta2, allow_zero=True)
+    self.beta1 = F.check_positive_float("beta1", beta1, allow_zero=True)
+    self.beta2 = F.check_positive_float("beta2", beta2, allow_zero=True)
     for name, b in (("beta1", self.beta1), ("beta2", self.beta2)):
       if b >= 1.0:
         raise ValueError(f"{name} must lie in [0, 1), got {b!r}.")
-    self.epsilon = F.check_positive("epsilon", epsilon, allow_zero=True)
-    self.adamw_weight_decay = F.check_positive("adamw_weight_decay", adamw_weight_decay, allow_zero=True)
-    self.l2_weight_decay = F.check_positive("l2_weight_decay", l2_weight_decay, allow_zero=True)
+    self.epsilon = F.check_positive_float("epsilon", epsilon, allow_zero=True)
+    self.adamw_weight_decay = F.check_positive_float("adamw_weight_decay", adamw_weight_decay, allow_zero=True)
+    self.l2_weight_decay = F.check_positive_float("l2_weight_decay", l2_weight_decay, allow_zero=True)
     self.use_nesterov, self.use_bias_correction = bool(use_nesterov), bool(use_bias_correction)
 
   @property

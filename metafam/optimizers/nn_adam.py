@@ -46,7 +46,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from metafam.optimizers import _features as F
-from metafam.optimizers.base import Optimizer, OptimizerState, check_grad_matches
 from metafam.optimizers.learned import LearnedOptimizer
 from metafam.optimizers.mlp_lopt import DEFAULT_TIME_SCALES, time_features
 
@@ -72,7 +71,7 @@ class NNAdam(LearnedOptimizer):
 
   def __init__(self, initial_lr: float = 1e-3, beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8,
                lstm_hidden: int = 16, time_scales: Sequence[float] = DEFAULT_TIME_SCALES):
-    self.initial_lr, self.epsilon = F.check_positive("initial_lr", initial_lr), F.check_positive("epsilon", epsilon)
+    self.initial_lr, self.epsilon = F.check_positive_float("initial_lr", initial_lr), F.check_positive_float("epsilon", epsilon)
     self.beta1, self.beta2 = F.check_unit_interval("beta1", beta1), F.check_unit_interval("beta2", beta2)
     self.lstm_hidden = F.check_size("lstm_hidden", lstm_hidden)
     self.time_scales = F.check_time_scales(time_scales)
@@ -93,10 +92,6 @@ class NNAdam(LearnedOptimizer):
             "logit_one_minus_beta1": f32(F.logit(1.0 - self.beta1)),
             "logit_one_minus_beta2": f32(F.logit(1.0 - self.beta2))}
 
-  def opt_fn(self, theta: dict, is_training: bool = False) -> Optimizer:
-    """The optimizer for ``theta`` (``is_training`` is unused)."""
-    return _NNAdamOptimizer(self, theta)
-
   def controls(self, theta: dict, stats: jax.Array, iteration: jax.Array, h: jax.Array, c: jax.Array):
     """``(controls [T, 4], h, c)`` from the per-tensor inputs ``stats: [T, 10]`` and the LSTM state ``[T, H]``."""
     tf = jnp.broadcast_to(time_features(iteration, self.time_scales), (stats.shape[0], len(self.time_scales)))
@@ -104,56 +99,39 @@ class NNAdam(LearnedOptimizer):
     h_new, c_new = F.lstm_step(theta["lstm"], x, h, c)
     return h_new @ theta["head"]["w"] + theta["head"]["b"], h_new.astype(h.dtype), c_new.astype(c.dtype)
 
+  # -- the contract: per tensor ``{"m", "v", "z1", "z2"}`` (compute dtype); extras: the LSTM state ``"h", "c"``
+  has_extras = True
 
-class _NNAdamOptimizer(Optimizer):
-  """`NNAdam` with fixed ``theta``. ``opt_state = {"m", "v", "z1", "z2"}`` (trees) and ``"h", "c"`` (``[T, H]``)."""
+  def init_accumulators(self, p: jax.Array) -> dict:
+    scalar = jnp.zeros((), F.compute_dtype(p))
+    return {"m": F.zeros_like_in(p), "v": F.zeros_like_in(p), "z1": scalar, "z2": scalar}
 
-  def __init__(self, lopt: NNAdam, theta: dict):
-    self.lopt, self.theta = lopt, theta
-
-  @property
-  def name(self) -> str:
-    return f"{self.lopt.name}.opt_fn(theta)"
-
-  def init(self, params, model_state=None, num_steps=None, key=None) -> OptimizerState:
+  def init_extras(self, theta: dict, params, num_steps) -> dict:
     leaves = jax.tree.leaves(params)
-    dt = jnp.result_type(jnp.float32, *[F.compute_dtype(x) for x in leaves + jax.tree.leaves(self.theta)])
-    lstm_state = jnp.zeros((len(leaves), self.lopt.lstm_hidden), dt)
-    scalar = lambda p: jnp.zeros((), F.compute_dtype(p))
-    return F.init_state(params, model_state, {
-        "m": jax.tree.map(F.zeros_like_in, params), "v": jax.tree.map(F.zeros_like_in, params),
-        "z1": jax.tree.map(scalar, params), "z2": jax.tree.map(scalar, params), "h": lstm_state, "c": lstm_state})
+    dt = jnp.result_type(jnp.float32, *[F.compute_dtype(x) for x in leaves + jax.tree.leaves(theta)])
+    lstm_state = jnp.zeros((len(leaves), self.lstm_hidden), dt)
+    return {"h": lstm_state, "c": lstm_state}
 
-  def update(self, opt_state, grad, loss=None, model_state=None, key=None) -> OptimizerState:
-    check_grad_matches(opt_state.params, grad)
-    lopt, theta, s = self.lopt, self.theta, opt_state.opt_state
-    p_leaves, treedef = jax.tree.flatten(opt_state.params)
-    g_leaves, m_leaves, v_leaves = (treedef.flatten_up_to(t) for t in (grad, s["m"], s["v"]))
-    if not p_leaves:
-      return F.next_state(opt_state, opt_state.params, model_state, s)
-    dt = s["h"].dtype
-    stats = jnp.stack([jnp.concatenate([tensor_statistics(p, g, m, v).astype(dt),
+  def prepare_step(self, theta, count, params, grads, accumulators, extras, loss):
+    """The per-step hook: one LSTM step over every tensor's statistics gives each tensor's Adam hyper-parameters."""
+    dt = extras["h"].dtype
+    stats = jnp.stack([jnp.concatenate([tensor_statistics(p, g, a["m"], a["v"]).astype(dt),
                                         jnp.asarray(F.shape_features(jnp.shape(p)), dt)])
-                       for p, g, m, v in zip(p_leaves, g_leaves, m_leaves, v_leaves)])
-    ctrl, h, c = lopt.controls(theta, stats, opt_state.iteration, s["h"], s["c"])
+                       for p, g, a in zip(params, grads, accumulators)])
+    ctrl, h, c = self.controls(theta, stats, count, extras["h"], extras["c"])
     lr = jnp.exp(theta["log_lr"] + ctrl[:, 0])
     omb1 = jax.nn.sigmoid(theta["logit_one_minus_beta1"] + ctrl[:, 1])
     omb2 = jax.nn.sigmoid(theta["logit_one_minus_beta2"] + ctrl[:, 2])
     eps = jnp.exp(theta["log_epsilon"] + ctrl[:, 3])
 
-    def leaf(i, p, g, m, v, z1, z2):
+    def leaf(i, p, g, acc):
+      m, v, z1, z2 = acc["m"], acc["v"], acc["z1"], acc["z2"]
       adt = m.dtype
-      g, p_c = g.astype(adt), p.astype(adt)
+      g = g.astype(adt)
       a1, a2 = omb1[i].astype(adt), omb2[i].astype(adt)
       m = ((1 - a1) * m + a1 * g).astype(adt)
       v = ((1 - a2) * v + a2 * jnp.square(g)).astype(adt)
       z1, z2 = ((1 - a1) * z1 + a1).astype(adt), ((1 - a2) * z2 + a2).astype(adt)
       step = lr[i] * F.safe_div(m, z1) / (F.safe_sqrt(F.safe_div(v, z2)) + eps[i])  # z = 0 only if 1 - beta underflows
-      return (p_c - step).astype(p.dtype), m, v, z1, z2
-
-    z1_leaves, z2_leaves = treedef.flatten_up_to(s["z1"]), treedef.flatten_up_to(s["z2"])
-    out = [leaf(i, *args) for i, args in enumerate(zip(p_leaves, g_leaves, m_leaves, v_leaves, z1_leaves,
-                                                       z2_leaves))]
-    trees = [treedef.unflatten([o[j] for o in out]) for j in range(5)]
-    return F.next_state(opt_state, trees[0], model_state,
-                        {"m": trees[1], "v": trees[2], "z1": trees[3], "z2": trees[4], "h": h, "c": c})
+      return step, {"m": m, "v": v, "z1": z1, "z2": z2}
+    return leaf, {"h": h, "c": c}

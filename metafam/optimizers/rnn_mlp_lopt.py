@@ -40,7 +40,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from metafam.optimizers import _features as F
-from metafam.optimizers.base import Optimizer, OptimizerState, check_grad_matches
 from metafam.optimizers.learned import LearnedOptimizer
 from metafam.optimizers.mlp_lopt import DEFAULT_TIME_SCALES, rms_normalize, time_features
 
@@ -74,10 +73,10 @@ class RNNMLPLOpt(LearnedOptimizer):
     self.decays = F.check_decays("decays", decays)
     self.rms_decay = F.check_unit_interval("rms_decay", rms_decay)
     self.time_scales = F.check_time_scales(time_scales)
-    self.step_mult = F.check_positive("step_mult", step_mult)
-    self.exp_mult = F.check_positive("exp_mult", exp_mult, allow_zero=True)
-    self.eps, self.norm_eps = F.check_positive("eps", eps), F.check_positive("norm_eps", norm_eps)
-    self.out_init_scale = F.check_positive("out_init_scale", out_init_scale, allow_zero=True)
+    self.step_mult = F.check_positive_float("step_mult", step_mult)
+    self.exp_mult = F.check_positive_float("exp_mult", exp_mult, allow_zero=True)
+    self.eps, self.norm_eps = F.check_positive_float("eps", eps), F.check_positive_float("norm_eps", norm_eps)
+    self.out_init_scale = F.check_positive_float("out_init_scale", out_init_scale, allow_zero=True)
     self.descent_init = bool(descent_init)
     self._decay = np.asarray(self.decays, np.float32)
     self._one_minus_decay = (1.0 - np.asarray(self.decays, np.float64)).astype(np.float32)
@@ -117,10 +116,6 @@ class RNNMLPLOpt(LearnedOptimizer):
                         "b": jnp.zeros((self.context_size,), jnp.float32)},
             "mlp": F.init_mlp(k_mlp, sizes, self.out_init_scale, pathway)}
 
-  def opt_fn(self, theta: dict, is_training: bool = False) -> Optimizer:
-    """The optimizer for ``theta`` (``is_training`` is unused)."""
-    return _RNNMLPOptimizer(self, theta)
-
   def tensor_statistics(self, p: jax.Array, g: jax.Array, m: jax.Array, v: jax.Array) -> jax.Array:
     """``[num_stats + 4]``: the value statistics and shape features of one tensor (momenta already updated)."""
     dt = v.dtype
@@ -130,8 +125,8 @@ class RNNMLPLOpt(LearnedOptimizer):
     return jnp.concatenate([0.1 * logs, F.cosine(g, m[self._momentum_09])[None],
                             jnp.asarray(F.shape_features(jnp.shape(p)), dt)])
 
-  def leaf_step(self, mlp: dict, bias0: jax.Array, p: jax.Array, g: jax.Array, m: jax.Array,
-                v: jax.Array) -> jax.Array:
+  def tensor_step(self, mlp: dict, bias0: jax.Array, p: jax.Array, g: jax.Array, m: jax.Array,
+                  v: jax.Array) -> jax.Array:
     """The step of one tensor (``m: [K, *shape]``, ``v`` updated), in the accumulators' dtype."""
     dt = v.dtype
     g, p_c = g.astype(dt), p.astype(dt)
@@ -140,56 +135,45 @@ class RNNMLPLOpt(LearnedOptimizer):
     out = F.mlp_columns(mlp, x.reshape(x.shape[0], -1), bias0, self.num_layers)
     return (out[0] * jnp.exp(self.exp_mult * out[1]) * self.step_mult).reshape(jnp.shape(p))
 
+  # -- the contract: per tensor ``{"momenta": [K, *shape], "v": shape}``; extras: the LSTM state ``"h", "c"`` ----
+  has_extras = True
 
-class _RNNMLPOptimizer(Optimizer):
-  """`RNNMLPLOpt` with fixed ``theta``. ``opt_state = {"momenta", "v"}`` (trees) and ``"h", "c"`` (``[T, H]``)."""
+  def init_accumulators(self, p: jax.Array) -> dict:
+    return {"momenta": F.zeros_like_in(p, (len(self.decays),)), "v": F.zeros_like_in(p)}
 
-  def __init__(self, lopt: RNNMLPLOpt, theta: dict):
-    self.lopt, self.theta = lopt, theta
-
-  @property
-  def name(self) -> str:
-    return f"{self.lopt.name}.opt_fn(theta)"
-
-  def init(self, params, model_state=None, num_steps=None, key=None) -> OptimizerState:
+  def init_extras(self, theta: dict, params, num_steps) -> dict:
     leaves = jax.tree.leaves(params)
-    dt = jnp.result_type(jnp.float32, *[F.compute_dtype(x) for x in leaves + jax.tree.leaves(self.theta)])
-    lstm_state = jnp.zeros((len(leaves), self.lopt.lstm_hidden), dt)
-    k = len(self.lopt.decays)
-    return F.init_state(params, model_state, {"momenta": jax.tree.map(lambda p: F.zeros_like_in(p, (k,)), params),
-                                              "v": jax.tree.map(F.zeros_like_in, params), "h": lstm_state,
-                                              "c": lstm_state})
+    dt = jnp.result_type(jnp.float32, *[F.compute_dtype(x) for x in leaves + jax.tree.leaves(theta)])
+    lstm_state = jnp.zeros((len(leaves), self.lstm_hidden), dt)
+    return {"h": lstm_state, "c": lstm_state}
 
-  def update(self, opt_state, grad, loss=None, model_state=None, key=None) -> OptimizerState:
-    check_grad_matches(opt_state.params, grad)
-    lopt, theta, s = self.lopt, self.theta, opt_state.opt_state
-    p_leaves, treedef = jax.tree.flatten(opt_state.params)
-    if not p_leaves:
-      return F.next_state(opt_state, opt_state.params, model_state, s)
-    g_leaves = treedef.flatten_up_to(grad)
-    m_leaves, v_leaves = [], []
-    for p, g, m, v in zip(p_leaves, g_leaves, treedef.flatten_up_to(s["momenta"]), treedef.flatten_up_to(s["v"])):
+  def prepare_step(self, theta, count, params, grads, accumulators, extras, loss):
+    """The per-step hook: every tensor's accumulators, then one LSTM step over all tensors gives their contexts."""
+    new_acc = []
+    for p, g, a in zip(params, grads, accumulators):
+      m, v = a["momenta"], a["v"]
       gc = g.astype(v.dtype)
-      shape = F.decay_shape(lopt._decay, jnp.ndim(p))
-      m_leaves.append((shape * m + F.decay_shape(lopt._one_minus_decay, jnp.ndim(p)) * gc[None]).astype(m.dtype))
-      v_leaves.append((lopt.rms_decay * v + (1.0 - lopt.rms_decay) * jnp.square(gc)).astype(v.dtype))
+      shape = F.decay_shape(self._decay, jnp.ndim(p))
+      new_acc.append({"momenta": (shape * m + F.decay_shape(self._one_minus_decay, jnp.ndim(p)) * gc[None]
+                                  ).astype(m.dtype),
+                      "v": (self.rms_decay * v + (1.0 - self.rms_decay) * jnp.square(gc)).astype(v.dtype)})
 
     # The per-tensor LSTM: one step over all tensors as a batch.
-    h, c = s["h"], s["c"]
+    h, c = extras["h"], extras["c"]
     dt = h.dtype
-    num = len(p_leaves)
-    tf = time_features(opt_state.iteration, lopt.time_scales).astype(dt)
-    stats = jnp.stack([lopt.tensor_statistics(*args).astype(dt)
-                       for args in zip(p_leaves, g_leaves, m_leaves, v_leaves)])
-    pooled = jnp.broadcast_to(jnp.mean(h, axis=0), (num, lopt.lstm_hidden))
+    num = len(params)
+    tf = time_features(count, self.time_scales).astype(dt)
+    stats = jnp.stack([self.tensor_statistics(p, g, a["momenta"], a["v"]).astype(dt)
+                       for p, g, a in zip(params, grads, new_acc)])
+    pooled = jnp.broadcast_to(jnp.mean(h, axis=0), (num, self.lstm_hidden))
     x = jnp.concatenate([stats, jnp.broadcast_to(tf, (num, tf.shape[0])), pooled], axis=1)
     h_new, c_new = F.lstm_step(theta["lstm"], x, h, c)
     ctx = h_new @ theta["context"]["w"] + theta["context"]["b"]
 
-    mlp, nlf, nt = theta["mlp"], lopt.num_leaf_features, len(lopt.time_scales)
+    mlp, nlf, nt = theta["mlp"], self.num_leaf_features, len(self.time_scales)
     bias0 = mlp["b0"] + tf @ mlp["w0"][nlf:nlf + nt] + ctx @ mlp["w0"][nlf + nt:]  # [T, hidden]
-    new_p = [(p.astype(v.dtype) - lopt.leaf_step(mlp, bias0[i], p, g, m, v)).astype(p.dtype)
-             for i, (p, g, m, v) in enumerate(zip(p_leaves, g_leaves, m_leaves, v_leaves))]
-    return F.next_state(opt_state, treedef.unflatten(new_p), model_state,
-                        {"momenta": treedef.unflatten(m_leaves), "v": treedef.unflatten(v_leaves),
-                         "h": h_new.astype(h.dtype), "c": c_new.astype(c.dtype)})
+
+    def leaf(i, p, g, acc):
+      a = new_acc[i]
+      return self.tensor_step(mlp, bias0[i], p, g, a["momenta"], a["v"]), a
+    return leaf, {"h": h_new.astype(h.dtype), "c": c_new.astype(c.dtype)}

@@ -70,7 +70,7 @@ class Pretrained:
   @property
   def uses_horizon(self) -> bool:
     """Whether its step depends on the run's length: `optax_transform` then needs ``num_steps``."""
-    from metafam.optimizers._features import uses_horizon
+    from metafam.optimizers.contract import uses_horizon
     from metafam.optimizers.registry import get_learned_optimizer
     return uses_horizon(get_learned_optimizer(self.optimizer, **self.optimizer_kwargs))
 
@@ -172,11 +172,11 @@ def optax_transform(name: str, learning_rate: LearningRate,
     ``[prod(shape[:-1]), shape[-1]]``): 3 momenta of the tensor's size and, for rank >= 2, 3 row and 3 column
     factors (3 x (rows + columns) numbers), for a vector or scalar 3 second moments: about three numbers per
     parameter for matrix-dominated models (Adam: two).
-  * generalist_v2 (`metafam.optimizers._features.AccumulatorOptaxState`): Muon's momentum for a 2-D tensor or a
+  * generalist_v2 (`metafam.optimizers.contract.LearnedOptState`): Muon's momentum for a 2-D tensor or a
     4-D conv kernel (the matrix ``[kh * kw * c_in, c_out]``), Adam's two moments for every other tensor: about one
     number per parameter for matrix-dominated models.
   """
-  from metafam.optimizers._features import uses_horizon
+  from metafam.optimizers.contract import uses_horizon
   rate = _check_learning_rate(learning_rate)
   num_steps = None if num_steps is None else _check_num_steps(num_steps)
   lopt, theta = load(name, rate)

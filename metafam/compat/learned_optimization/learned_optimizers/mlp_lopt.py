@@ -25,6 +25,7 @@ from metafam.compat.learned_optimization.learned_optimizers._features import (
 from metafam.compat.learned_optimization.learned_optimizers.base import LOOptFn
 from metafam.compat.learned_optimization.optimizers import base as opt_base
 from metafam.optimizers import mlp_lopt as _mlp
+from metafam.optimizers.base import OptimizerState
 
 PRNGKey = jax.Array
 
@@ -65,17 +66,18 @@ def per_decay_count(iteration: jax.Array, num_decays: int) -> jax.Array:
   return jnp.full((num_decays,), iteration, jnp.int32)
 
 
-def _to_lo(state: _mlp.MLPLOptState, previous: Any, num_steps: Any) -> MLPLOptState:
+def _to_lo(state: OptimizerState, previous: Any, num_steps: Any) -> MLPLOptState:
   del previous, num_steps
-  num_decays = jax.tree.leaves(state.momenta)[0].shape[0] if jax.tree.leaves(state.momenta) else 0
+  momenta = state.opt_state  # metafam's accumulators: each tensor's momenta, [num_decays, *shape]
+  num_decays = jax.tree.leaves(momenta)[0].shape[0] if jax.tree.leaves(momenta) else 0
   return MLPLOptState(params=state.params, iteration=state.iteration, state=state.state,
-                      rolling_features=common.MomAccumulator(m=decay_last(state.momenta),
+                      rolling_features=common.MomAccumulator(m=decay_last(momenta),
                                                              t=per_decay_count(state.iteration, num_decays)))
 
 
-def _from_lo(state: MLPLOptState) -> _mlp.MLPLOptState:
-  return _mlp.MLPLOptState(params=state.params, state=state.state, iteration=state.iteration,
-                           momenta=decay_first(state.rolling_features.m))
+def _from_lo(state: MLPLOptState) -> OptimizerState:
+  return OptimizerState(params=state.params, state=state.state, iteration=state.iteration,
+                        opt_state=decay_first(state.rolling_features.m))
 
 
 _VIEW = opt_base.StateView(MLPLOptState, _to_lo, _from_lo)

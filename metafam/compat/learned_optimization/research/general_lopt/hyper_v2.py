@@ -11,15 +11,18 @@ factored axes.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+import dataclasses
+from typing import Any, Dict, Optional, Sequence
 
+import jax
 import jax.numpy as jnp
 
 from metafam.compat.learned_optimization.learned_optimizers._features import (  # noqa: F401  LO's private names
     clip_log_abs as _clip_log_abs, second_moment_normalizer as _second_moment_normalizer, sorted_values)
 from metafam.compat.learned_optimization.learned_optimizers.base import LOOptFn, reject_unsupported
+from metafam.compat.learned_optimization.optimizers import base as opt_base
 from metafam.optimizers import hyper_v2 as _hv2
-from metafam.optimizers.hyper_v2 import HyperV2State as State
+from metafam.optimizers.base import OptimizerState
 from metafam.optimizers.hyper_v2 import factored_dims
 from metafam.optimizers.hyper_v2 import safe_rsqrt as _safe_rsqrt  # noqa: F401  LO's private name
 
@@ -40,6 +43,55 @@ def _fractional_tanh_embed(x):
   training done."""
   marks = jnp.asarray([0.03, 0.1, 0.2, 0.4, 0.6, 0.8, 0.9, 1.0, 1.1], jnp.float32).reshape((-1,) + (1,) * jnp.ndim(x))
   return jnp.tanh((jnp.asarray(x, jnp.float32) - marks) * 10)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class State:
+  """The reference's state of `HyperV2`'s optimizer (its field names and order): params; per leaf the second
+  moments ``rms_rolling [*shape, R]`` and momenta ``mom_rolling [*shape, M]``; ``fac_rolling = {"v_row", "v_col",
+  "v_diag"}``; int32 ``iteration``; the model ``state``; int32 ``num_steps``; ``lstm_hidden_state = {"hidden",
+  "cell"}``; the loss buffer. A renaming of metafam's `OptimizerState` (`metafam.optimizers.hyper_v2`)."""
+  params: Any
+  rms_rolling: Any
+  mom_rolling: Any
+  fac_rolling: Dict[str, Any]
+  iteration: jax.Array
+  state: Any
+  num_steps: jax.Array
+  lstm_hidden_state: Dict[str, jax.Array]
+  loss_buffer: Dict[str, jax.Array]
+
+  def replace(self, **changes: Any) -> "State":
+    return dataclasses.replace(self, **changes)
+
+
+_FAC = ("v_row", "v_col", "v_diag")
+
+
+def _to_lo(state: OptimizerState, previous: Any, num_steps: Any) -> State:
+  del previous, num_steps
+  treedef = jax.tree.structure(state.params)
+  accs = treedef.flatten_up_to(state.opt_state["accumulators"])
+  field = lambda key: treedef.unflatten([a[key] for a in accs])  # noqa: E731
+  extras = state.opt_state
+  return State(params=state.params, rms_rolling=field("rms"), mom_rolling=field("mom"),
+               fac_rolling={k: field(k) for k in _FAC}, iteration=state.iteration, state=state.state,
+               num_steps=extras["num_steps"], lstm_hidden_state=extras["lstm_hidden_state"],
+               loss_buffer=extras["loss_buffer"])
+
+
+def _from_lo(state: State) -> OptimizerState:
+  treedef = jax.tree.structure(state.params)
+  columns = [treedef.flatten_up_to(t) for t in (state.mom_rolling, state.rms_rolling)]
+  columns += [treedef.flatten_up_to(state.fac_rolling[k]) for k in _FAC]
+  accs = [dict(zip(("mom", "rms") + _FAC, a)) for a in zip(*columns)]
+  return OptimizerState(params=state.params, state=state.state, iteration=state.iteration,
+                        opt_state={"accumulators": treedef.unflatten(accs), "num_steps": state.num_steps,
+                                   "lstm_hidden_state": state.lstm_hidden_state, "loss_buffer": state.loss_buffer})
+
+
+_VIEW = opt_base.StateView(State, _to_lo, _from_lo)
 
 
 class BufferLossAccumulators:
@@ -86,3 +138,7 @@ class HyperV2(LOOptFn, _hv2.HyperV2):
                      precondition_output=precondition_output, rnn_state_decay=rnn_state_decay,
                      constant_loss=constant_loss, clip_param_scale_amount=clip_param_scale_amount,
                      with_validation_feature_dim=with_validation_feature_dim, validation_mode=validation_mode)
+
+  def opt_fn(self, theta: Any, is_training: bool = False) -> opt_base.Optimizer:
+    """metafam's optimizer for ``theta`` whose states are the reference's `State`."""
+    return opt_base.as_lo_optimizer(_hv2.HyperV2.opt_fn(self, theta, is_training=is_training), _VIEW)
