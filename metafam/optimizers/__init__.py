@@ -4,7 +4,8 @@ from metafam.optimizers.base import SGD, SGDM, Adam, OptaxOptimizer, Optimizer, 
 from metafam.optimizers.learned import (HandDesigned, LearnableAdam, LearnableSGD, LearnedOptimizer, as_optax,
                                        num_meta_params)
 from metafam.optimizers.mlp_lopt import MLPLOpt
-from metafam.optimizers import contract  # the learned-optimizer contract: ThetaOptimizer, learned_optax, LearnedOptState
+from metafam.optimizers import contract  # noqa: F401  (the learned-optimizer contract: ThetaOptimizer, learned_optax)
+from metafam.optimizers.muon_lopt import MuonResidualLOpt
 from metafam.optimizers.learnable_sgdm import LearnableSGDM
 from metafam.optimizers.adafac_mlp_lopt import AdafacMLPLOpt
 from metafam.optimizers.nn_adam import NNAdam
@@ -20,4 +21,4 @@ __all__ = ["SGD", "SGDM", "Adam", "OptaxOptimizer", "Optimizer", "OptimizerState
 __all__ += ["LearnableSGDM", "AdafacMLPLOpt", "NNAdam", "RNNMLPLOpt", "MLPNomLOpt", "LEARNED_OPTIMIZERS",
             "get_learned_optimizer", "list_learned_optimizers", "HAND_DESIGNED", "get_hand_optimizer",
             "list_hand_optimizers"]
-__all__ += ["HyperV2", "NAdamW"]
+__all__ += ["HyperV2", "NAdamW", "MuonResidualLOpt"]

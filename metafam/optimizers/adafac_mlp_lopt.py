@@ -73,7 +73,6 @@ from typing import Any, Sequence, TypedDict, Union
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from metafam._checks import check_bool, check_positive_int
 from metafam.optimizers import _features as F
