@@ -46,7 +46,8 @@ import optax
 
 from metafam.benchmark import (baseline_evaluations, evaluate_suite, format_suite, load_cached_evaluation,
                                load_normalizers, write_suite_report)
-from metafam.benchmark.heldout import PAIRED_HEADERS, check_suite_choice, paired_rows
+from metafam.benchmark.heldout import check_suite_choice
+from metafam.benchmark.report import PAIRED_HEADERS, paired_rows
 from metafam.benchmark.report import format_table
 from metafam.benchmark.runner import load_theta
 from metafam.optimizers.registry import get_learned_optimizer

@@ -26,9 +26,8 @@ import time
 import optax
 
 from metafam.benchmark import baselines as bl
-from metafam.benchmark.heldout import (PAIRED_HEADERS, SUMMARY_HEADERS, baseline_evaluations, evaluate_suite,
-                                       load_normalizers, paired_rows, summary_row)
-from metafam.benchmark.report import format_table
+from metafam.benchmark.heldout import baseline_evaluations, evaluate_suite, load_normalizers
+from metafam.benchmark.report import PAIRED_HEADERS, SUMMARY_HEADERS, format_table, paired_rows, summary_row
 from metafam.optimizers.muon_lopt import CONV_KERNELS, muon_dimension_numbers
 
 DEFAULT_NS_STEPS = 5  # optax.contrib.muon's

@@ -26,6 +26,7 @@ import time
 
 from metafam.benchmark import baselines as bl
 from metafam.benchmark import heldout
+from metafam.benchmark import report
 from metafam.benchmark import self_tuning as st
 from metafam.evaluation.scores import LOSS_GAIN_IQM
 
@@ -79,7 +80,7 @@ def main(argv=None):
                             settings={t: {"learning_rate": e["learning_rate"], "schedule": e["schedule"]}
                                       for t, e in entries.items()})
     s = single[o]
-    paired = heldout.paired_rows(s, {"tuned": tuned})[0]
+    paired = report.paired_rows(s, {"tuned": tuned})[0]
     trained = sum(1 for score in s.scores if not score.setting["shipped"])
     c = choices[o]
     rows.append([o, f"{c.schedule} {c.learning_rate:.3g}", f"{trained} ({s.wall_time:.0f} s)",

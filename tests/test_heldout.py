@@ -14,6 +14,7 @@ import pytest
 from metafam import cli
 from metafam.benchmark import baselines as bl
 from metafam.benchmark import heldout
+from metafam.benchmark import report
 from metafam.evaluation import scores as engine
 from metafam.benchmark.suites import HORIZONS, SUITES
 from metafam.evaluation.metrics import optimality_gap, performance_profile, stratified_aggregate
@@ -103,8 +104,8 @@ def test_optimizers_tied_at_the_speedup_cap_are_ranked_by_their_loss_gains():
   evaluations = {k: engine.suite_evaluation(f"x{k:g}", s, {}, (), 0.0, "heldout") for k, s in scores.items()}
   assert evaluations[5.0].seed_speedups().tolist() == evaluations[6.0].seed_speedups().tolist() == [[4.0]] * 3
   np.testing.assert_allclose(evaluations[6.0].seed_loss_gains(), decay(T) / decay(6.0 * T), rtol=1e-12)
-  [row] = heldout.paired_rows(evaluations[6.0], {"x5": evaluations[5.0]})
-  row = dict(zip(heldout.PAIRED_HEADERS, row))
+  [row] = report.paired_rows(evaluations[6.0], {"x5": evaluations[5.0]})
+  row = dict(zip(report.PAIRED_HEADERS, row))
   assert row["P(candidate > baseline) [95% CI]"] == "0.50 [0.50, 0.50]"
   assert row["P(lower loss) [95% CI]"] == "1.00 [1.00, 1.00]"
   gain_difference = decay(T) / decay(6.0 * T) - decay(T) / decay(5.0 * T)
@@ -400,7 +401,7 @@ def test_a_cached_evaluation_is_read_back_without_training_and_pairs_with_a_new_
   assert repr(read.scores) == repr(a.scores) and read.wall_time == a.wall_time
   assert read.evaluated_at == a.evaluated_at and read.aggregates == a.aggregates
   # Twice as fast on every seed of every task: read back, a beats b on every (seed, task) pair.
-  row = heldout.paired_rows(read, {"b": heldout.load_cached_evaluation(tmp_path / "b", data=data)})[0]
+  row = report.paired_rows(read, {"b": heldout.load_cached_evaluation(tmp_path / "b", data=data)})[0]
   assert row[0] == "b" and row[1].startswith("1.00") and row[-1] == 2
   assert heldout.load_cached_evaluation(tmp_path / "a", data=data, tasks=["t2"]).name == "a"
 

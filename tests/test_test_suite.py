@@ -11,6 +11,7 @@ import pytest
 
 from metafam.benchmark import baselines as bl
 from metafam.benchmark import heldout
+from metafam.benchmark import report
 from metafam.benchmark.suites import HORIZONS, SUITES, TEST_HORIZONS
 from metafam.datasets import images
 from metafam.tasks.registry import TEST_TASKS, get_task
@@ -105,11 +106,11 @@ def test_generate_collect_and_score_a_suite(tiny_suite, tmp_path):
   assert set(evaluations) == {"adam", "muon"} and all(e.suite == "test" for e in evaluations.values())
   assert all(np.isfinite(e.scores[0].seed_speedups).all() and not e.scores[0].diverged for e in evaluations.values())
   result = dataclasses.replace(evaluations["muon"], name="candidate", evaluated_at="2026-11-27T00:00:00+00:00")
-  text = heldout.format_suite(result, evaluations)
+  text = report.format_suite(result, evaluations)
   assert text.startswith("suite: test, evaluated 2026-11-27T00:00:00+00:00")
   assert "P(candidate > baseline)" in text and "IQM difference" in text
   out = str(tmp_path / "report")
-  paths = heldout.write_suite_report(result, out, evaluations)
+  paths = report.write_suite_report(result, out, evaluations)
   assert os.path.join(out, "test.json") in paths and os.path.join(out, "test_tasks.csv") in paths
   with open(os.path.join(out, "test.json")) as f:
     record = json.load(f)

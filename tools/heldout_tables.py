@@ -98,7 +98,7 @@ def muon_facts(data, evaluations) -> str:
   docs' prose quotes, so that they are regenerated with the tables."""
   import numpy as np
   from metafam.benchmark import paired
-  from metafam.benchmark.heldout import PAIRED_HEADERS, paired_rows
+  from metafam.benchmark.report import PAIRED_HEADERS, paired_rows
   muon = evaluations["muon"]
   tasks = list(data["tasks"])
   seeds = muon.seed_speedups(tasks)

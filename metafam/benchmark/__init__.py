@@ -5,7 +5,7 @@
 * `runner`: optimizers by name or checkpoint (`optimizer_by_name`, `learned_optimizer`, `load_theta`).
 * normalized losses, speedup over tuned Adam, median / IQM with bootstrap confidence intervals: they live in
   `metafam.evaluation.metrics`, the lower layer, and the most used are exported here.
-* `report`: aligned terminal tables and CSV.
+* `report`: the reports of a suite evaluation: aligned terminal tables, CSV, the JSON record and the figures.
 * `baselines`: the tuned baselines of the ``heldout`` and ``test`` suites (procedure, shards, the shipped files).
 * `scoring`: `score`, the one scoring path: a candidate and the shipped baselines of ``heldout`` or ``test`` in one
   pool under either ruleset (external: tuned per task; self-tuning: one setting per suite), as a `SuiteReport`
@@ -24,8 +24,8 @@
 from metafam.evaluation.metrics import (Aggregate, RunCurves, Speedup, aggregate, iqm, median, running_min,
                                         speedup_over_baseline)
 from metafam.evaluation.scores import SuiteEvaluation, TaskScore, score_task
-from metafam.benchmark.heldout import (baseline_evaluations, evaluate_suite, format_suite, load_cached_evaluation,
-                                       load_normalizers, write_suite_report)
+from metafam.benchmark.heldout import baseline_evaluations, evaluate_suite, load_cached_evaluation, load_normalizers
+from metafam.benchmark.report import format_suite, write_suite_report
 from metafam.benchmark.candidates import resolve as resolve_candidate, schedule_factory
 from metafam.benchmark.paired import difference, probability_of_improvement
 from metafam.benchmark.scoring import RULESETS, SuiteReport, score

@@ -31,7 +31,7 @@ import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from metafam.benchmark import baselines as bl
-from metafam.benchmark import heldout
+from metafam.benchmark import heldout, report
 from metafam.evaluation.scores import SuiteEvaluation, suite_evaluation
 
 RULESETS = ("external", "self_tuning")
@@ -64,23 +64,22 @@ class SuiteReport:
     return {k: v for k, v in self.rows.items() if k != self.candidate}
 
   def format(self) -> str:
-    """With a candidate, `heldout.format_suite` of it against every other row; else the summary table of all."""
-    from metafam.benchmark.report import format_table
+    """With a candidate, `report.format_suite` of it against every other row; else the summary table of all."""
     head = f"ruleset: {self.ruleset}" + "".join(f"\n  {k} at {v}" for k, v in self.settings.items())
     if self.candidate is not None:
-      return head + "\n" + heldout.format_suite(self.evaluation, self.others())
-    rows = [heldout.summary_row(e) for e in self.rows.values()]
-    note = heldout.few_tasks_note(list(self.rows.values()))
-    return "\n".join([head, f"suite: {self.suite}", format_table(heldout.SUMMARY_HEADERS, rows)]
+      return head + "\n" + report.format_suite(self.evaluation, self.others())
+    rows = [report.summary_row(e) for e in self.rows.values()]
+    note = report.few_tasks_note(list(self.rows.values()))
+    return "\n".join([head, f"suite: {self.suite}", report.format_table(report.SUMMARY_HEADERS, rows)]
                      + (["", note] if note else []))
 
   def write(self, out_dir: str) -> List[str]:
-    """`heldout.write_suite_report` of the candidate against the other rows (files named by the suite); without a
+    """`report.write_suite_report` of the candidate against the other rows (files named by the suite); without a
     candidate, the first row's report with the others beside it."""
     rows = list(self.rows.values())
     if self.candidate is not None:
-      return heldout.write_suite_report(self.evaluation, out_dir, self.others())
-    return heldout.write_suite_report(rows[0], out_dir, {e.name: e for e in rows[1:]})
+      return report.write_suite_report(self.evaluation, out_dir, self.others())
+    return report.write_suite_report(rows[0], out_dir, {e.name: e for e in rows[1:]})
 
 
 def check_ruleset(ruleset: Any) -> str:

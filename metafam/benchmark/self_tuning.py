@@ -4,7 +4,7 @@ The suites' default score tunes everyone per task: the candidate's step scale li
 rate and schedule (`metafam.benchmark.baselines`). The self-tuning score tunes nothing per task: the candidate runs
 at its recipe's fixed step scale on every task, and each baseline runs at the one setting (schedule and learning
 rate) that is best over the whole development suite. The two are compared per task, paired, with the suites'
-statistics (`metafam.benchmark.heldout.paired_rows`).
+statistics (`metafam.benchmark.report.paired_rows`).
 
 **The best single setting** (`best_single_rate`). The shipped sweeps hold, per task and baseline, the selection
 score of every swept rate under both schedules (``scores``: the seed-mean ``inner_valid`` loss over the last tenth of
@@ -50,7 +50,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from metafam.benchmark import baselines as bl
-from metafam.benchmark import heldout
+from metafam.benchmark import heldout, report, suite_cache
 from metafam.evaluation.scores import SuiteEvaluation, score_task, suite_evaluation
 
 GRID_STEP = 0.5  # the baselines' grids are half a decade apart: one grid step in log10 of the rate
@@ -329,7 +329,7 @@ def baseline_curves(task: str, optimizer: str, learning_rate: float, schedule: s
     path = os.path.join(cache_dir, optimizer, f"{task}.json")
     identity = {"kind": "self_tuning_baseline", "suite": suite, "task": task, "optimizer": optimizer,
                 "schedule": schedule, "learning_rate": learning_rate, "eval_steps": steps.tolist()}
-  curves, _, seconds, _ = heldout._cached_task(path, identity, train)
+  curves, _, seconds, _ = suite_cache.cached_task(path, identity, train)
   return _curves(suite, task, optimizer, schedule, learning_rate, steps, curves, False, seconds)
 
 
@@ -399,13 +399,13 @@ def self_tuning_baselines(*, suite: str = "heldout", data: Optional[Mapping[str,
   return choices, evaluations
 
 
-SELF_TUNING_HEADERS = ["baseline", "single setting"] + heldout.PAIRED_HEADERS[1:]
+SELF_TUNING_HEADERS = ["baseline", "single setting"] + report.PAIRED_HEADERS[1:]
 
 
 def self_tuning_rows(candidate: SuiteEvaluation,
                      baselines: Mapping[str, SuiteEvaluation]) -> List[List[Any]]:
   """The self-tuning comparison: per baseline at its single setting (`self_tuning_baselines`), its setting and
-  `metafam.benchmark.heldout.paired_rows` of ``candidate`` against it (P(candidate > baseline) and the IQM difference
+  `metafam.benchmark.report.paired_rows` of ``candidate`` against it (P(candidate > baseline) and the IQM difference
   of the per-seed speedups, then of the per-seed loss gains, with paired bootstrap intervals; `SELF_TUNING_HEADERS`).
 
   ``candidate`` must be untuned (every score's ``setting`` None: its recipe's fixed step scale, e.g.
@@ -429,6 +429,6 @@ def self_tuning_rows(candidate: SuiteEvaluation,
       raise ValueError(f"baselines[{name!r}] was scored on {b.suite!r}, the candidate on {candidate.suite!r}.")
     settings = {(s.setting or {}).get("schedule", "?") + " " + f"{(s.setting or {}).get('learning_rate', math.nan):.3g}"
                 for s in b.scores}
-    row = heldout.paired_rows(candidate, {name: b})[0]
+    row = report.paired_rows(candidate, {name: b})[0]
     rows.append([row[0], ", ".join(sorted(settings))] + row[1:])
   return rows

@@ -11,7 +11,7 @@ seed (seed s against every other optimizer's seed s: same initialization and bat
 
 * ``time_ratio``, the headline (AlgoPerf's): T over the fewest steps any optimizer of the pool needs to reach the
   candidate's result at T (`metafam.evaluation.metrics.time_ratio`; at least 1, never capped); its
-  `metafam.evaluation.metrics.profile_score` (1: the pool's fastest, 0: 4x slower or more) averaged over seeds and
+  `metafam.evaluation.metrics.profile_score` (1: the pool's fastest, 0: four times slower or more) averaged over seeds and
   tasks is the profile score, AlgoPerf's B.
 * ``speedup``, VeLO's speedup over tuned Adam (`metafam.evaluation.metrics.speedup_over_baseline` through
   `paired_speedups`): the steps the reference needs to reach the candidate's loss at T, over T (both curves smoothed

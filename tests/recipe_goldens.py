@@ -1,0 +1,90 @@
+"""The first meta-steps of the main job and of every shipped recipe, recorded before issue 63's refactors, and the
+script that records and checks them (tests/test_recipe_goldens.py).
+
+Each run is the command line itself, in a child process with JAX's default config and XLA's production flags:
+``python -m metafam meta-train [--recipe NAME] --num_steps N --meta_lr_decay_steps 6000 --noreport`` into a fresh
+directory (the meta-learning-rate schedule pinned to the full run's, so that it does not follow the short
+``--num_steps``). Its checkpoint's arrays (theta, the meta-optimizer state, the estimators' lanes: every leaf; the
+header, which records the run's identity and versions, aside) and the meta-losses of ``metrics.jsonl`` are the
+record, each array as its dtype, shape and SHA-256 of its bytes (the arrays themselves are 15 MB). The record made on
+e012da3 (before the learned-optimizer contract and the run package; the main job's arrays were checked identical to
+056da22's) is ``tests/data/recipe_goldens.json``.
+
+    python tests/recipe_goldens.py            # records (run it with PYTHONPATH at the commit to record)
+    python tests/recipe_goldens.py --check    # compares: exit status 1 and the differences if any
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from typing import Dict
+
+import numpy as np
+
+GOLDENS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "recipe_goldens.json")
+RUNS = {  # name -> (flags, meta-steps)
+    "main_job": ((), 3),
+    "generalist": (("--recipe=generalist",), 2),
+    "generalist_v2": (("--recipe=generalist_v2",), 2),
+}
+
+
+def fingerprint(array: np.ndarray) -> str:
+  """``"dtype shape sha256"`` of an array's bytes (C order)."""
+  a = np.ascontiguousarray(array)
+  return f"{a.dtype} {'x'.join(map(str, a.shape))} {hashlib.sha256(a.tobytes()).hexdigest()}"
+
+
+def run(flags, num_steps: int) -> Dict[str, np.ndarray]:
+  """``{array name: array}`` of the run's checkpoint (its header aside), plus ``meta_loss``: the meta-losses of its
+  metrics.jsonl."""
+  with tempfile.TemporaryDirectory() as tmp:
+    out = os.path.join(tmp, "run")
+    cmd = [sys.executable, "-m", "metafam", "meta-train", *flags, f"--num_steps={num_steps}",
+           "--meta_lr_decay_steps=6000", "--noreport", "--progress=false", f"--output_dir={out}"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+      raise SystemExit(f"{' '.join(cmd)} failed:\n{done.stderr[-3000:]}")
+    with np.load(os.path.join(out, "checkpoint.npz"), allow_pickle=False) as f:
+      arrays = {k: np.asarray(f[k]) for k in f.files if k != "metafam_header"}
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+      losses = [json.loads(line).get("meta_loss") for line in f if line.strip()]
+    arrays["meta_loss"] = np.asarray([np.nan if v is None else v for v in losses], np.float64)
+    return arrays
+
+
+def record() -> Dict[str, Dict[str, str]]:
+  """``{run: {array name: fingerprint}}``, the meta-losses also as their exact values (``meta_loss_values``)."""
+  out = {}
+  for name, (flags, steps) in RUNS.items():
+    arrays = run(flags, steps)
+    out[name] = {k: fingerprint(v) for k, v in arrays.items()}
+    out[name]["meta_loss_values"] = [float(v) for v in arrays["meta_loss"]]
+  return out
+
+
+def main(argv) -> int:
+  got = record()
+  if "--check" not in argv:
+    from metafam.io import write_json
+    write_json(GOLDENS, got)
+    print(f"wrote {GOLDENS}: {sum(map(len, got.values()))} records")
+    return 0
+  with open(GOLDENS) as f:
+    want = json.load(f)
+  bad = [f"{run}/{k}" for run in sorted(set(want) | set(got))
+         for k in sorted(set(want.get(run, {})) | set(got.get(run, {})))
+         if want.get(run, {}).get(k) != got.get(run, {}).get(k)]
+  for k in bad[:20]:
+    print(f"differs: {k}")
+  print(f"{sum(map(len, want.values()))} records, {len(bad)} differ")
+  return 1 if bad else 0
+
+
+if __name__ == "__main__":
+  sys.exit(main(sys.argv[1:]))

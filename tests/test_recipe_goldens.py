@@ -1,0 +1,33 @@
+"""The main job's and every shipped recipe's first meta-steps are bit-identical to those recorded before issue 63's
+refactors (the learned-optimizer contract, the run package): tests/recipe_goldens.py."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import recipe_goldens as G
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_every_shipped_recipe_has_a_record():
+  from metafam.runs.recipes import RECIPES
+  assert set(RECIPES) | {"main_job"} == set(G.RUNS)
+  with open(G.GOLDENS) as f:
+    record = json.load(f)
+  assert set(record) == set(G.RUNS)
+  for name, (_, steps) in G.RUNS.items():
+    assert len(record[name]["meta_loss_values"]) == steps and len(record[name]) > 10, name
+
+
+@pytest.mark.slow  # three meta-training runs from the command line, compiled as in production (a few minutes)
+def test_the_first_meta_steps_are_bit_identical():
+  """In a child process with JAX's default config and production XLA flags (the records' conditions)."""
+  env = dict(os.environ, XLA_FLAGS=os.environ.get("METAFAM_TEST_PRODUCTION_XLA_FLAGS", ""),
+             PYTHONPATH=os.pathsep.join([ROOT] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+  out = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "recipe_goldens.py"), "--check"], env=env,
+                       capture_output=True, text=True, timeout=3000)
+  assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
