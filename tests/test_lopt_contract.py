@@ -10,8 +10,6 @@ optimizers that had none of their own (``lopt_goldens.FORMERLY_ADAPTED``: the re
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -20,11 +18,11 @@ import optax
 import pytest
 
 import lopt_goldens as G
+from production_run import run_production
 from metafam.optimizers import contract
 from metafam.optimizers.base import OptimizerState
 from metafam.optimizers.registry import LEARNED_OPTIMIZERS
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def test_goldens_are_small_and_cover_every_case():
   goldens = np.load(G.GOLDENS)
@@ -38,11 +36,7 @@ def test_goldens_are_small_and_cover_every_case():
 
 def test_bit_identical_to_the_goldens():
   """In a child process with JAX's default config and production XLA flags (the goldens' conditions)."""
-  env = dict(os.environ, XLA_FLAGS=os.environ.get("METAFAM_TEST_PRODUCTION_XLA_FLAGS", ""),
-             PYTHONPATH=os.pathsep.join([ROOT] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
-  out = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "lopt_goldens.py"), "--check"], env=env,
-                       capture_output=True, text=True, timeout=1200)
-  assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
+  run_production("lopt_goldens.py", "--check", timeout=1200)
 
 
 # -- conformance over every registry entry, through the contract --------------------------------------------------

@@ -2,15 +2,12 @@
 refactors (the learned-optimizer contract, the run package): tests/recipe_goldens.py."""
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 import recipe_goldens as G
+from production_run import run_production
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_every_shipped_recipe_has_a_record():
@@ -26,8 +23,4 @@ def test_every_shipped_recipe_has_a_record():
 @pytest.mark.slow  # three meta-training runs from the command line, compiled as in production (a few minutes)
 def test_the_first_meta_steps_are_bit_identical():
   """In a child process with JAX's default config and production XLA flags (the records' conditions)."""
-  env = dict(os.environ, XLA_FLAGS=os.environ.get("METAFAM_TEST_PRODUCTION_XLA_FLAGS", ""),
-             PYTHONPATH=os.pathsep.join([ROOT] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
-  out = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "recipe_goldens.py"), "--check"], env=env,
-                       capture_output=True, text=True, timeout=3000)
-  assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
+  run_production("recipe_goldens.py", "--check", timeout=3000)
