@@ -59,8 +59,7 @@ RESETS = ("auto", "cond", "select")
 NONFINITE_CAUSES = ("loss", "gradient", "meta-loss", "updated params")
 
 
-@functools.partial(jax.tree_util.register_dataclass,
-                   data_fields=["cfg", "opt_state", "iteration", "length"], meta_fields=[])
+@jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class LaneState:
   """Per-lane inner state; every leaf has a leading ``num_tasks`` axis.
@@ -82,9 +81,7 @@ class LaneState:
     return self.iteration
 
 
-@functools.partial(jax.tree_util.register_dataclass,
-                   data_fields=["loss", "normalized_loss", "meta_loss", "normalized_meta_loss", "mask", "iteration",
-                                "is_new_trajectory", "is_done", "cfg", "nonfinite"], meta_fields=[])
+@jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class UnrollOutput:
   """Per-step outputs, each of shape ``[num_steps, num_tasks]``.

@@ -29,7 +29,6 @@ them from its metrics instead).
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any, NamedTuple, Optional
 
 import jax
@@ -253,8 +252,7 @@ class TruncatedES(_OnTruncatedStep):
     return GradientEstimate(grad, mean_loss, metrics, unroll_info=info), lanes
 
 
-@functools.partial(jax.tree_util.register_dataclass, data_fields=["lanes", "accumulator", "eps", "age"],
-                   meta_fields=[])
+@jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class PESWorkerState:
   """PES worker state.

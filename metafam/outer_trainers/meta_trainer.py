@@ -21,7 +21,6 @@ with its closing report `metafam.runs.run`. None of them is imported here.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any, Optional, Sequence
 
 import jax
@@ -98,8 +97,7 @@ def mean_estimate(grads: Sequence[Any], losses: Sequence[Any], nonfinite: str = 
   return grad, meta_loss, bad_grad, skip
 
 
-@functools.partial(jax.tree_util.register_dataclass,
-                   data_fields=["theta", "opt_state", "worker_states", "key_data", "step"], meta_fields=[])
+@jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class MetaTrainState:
   """Everything a meta-training run needs to continue.
