@@ -257,8 +257,8 @@ def test_the_es_estimators_take_the_shared_arguments_declared_once():
   shared = {"sigma": 0.01, "loss_kind": "normalized_meta_loss", "clip_loss_diff": None, "stack_antithetic": True,
             "perturbation": "full", "rank": 1}
   own = {estimators.FullES: {"trajectory_length": 200, "loss_type": "avg"},
-         estimators.TruncatedES: {"unroll_length": 50}, estimators.PES: {"unroll_length": 50, "resample_every": 1},
-         estimators.NoiseReuseES: {"unroll_length": 50}}
+         estimators.TruncatedES: {"unroll_length": 20}, estimators.PES: {"unroll_length": 20, "resample_every": 1},
+         estimators.NoiseReuseES: {"unroll_length": 20}}
   for cls, arguments in own.items():
     params = list(inspect.signature(cls).parameters.values())[1:]
     assert {p.name: p.default for p in params} == {**arguments, **shared}, cls

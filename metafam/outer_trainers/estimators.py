@@ -17,6 +17,10 @@ returns the per-step outputs of the estimate's own unroll, with each step's task
 particles only (lane ``2i``, ``theta + eps_i``, of every pair ``i``: ``[num_steps, num_pairs]``), as the reference
 reports them. The option is static: with it off the traced program is the one without it.
 
+Defaults: ``unroll_length`` 20, ``sigma`` 0.01 and full noise are `metafam.runs.Recipe`'s; `FullES`'s
+``trajectory_length`` 200 is `make_estimator`'s constant trajectory length (see `Recipe`, "Defaults";
+tests/test_library_defaults.py pins both).
+
 The meta-loss of a truncation is the masked mean over its steps of the chosen per-step loss (``loss_kind``, default
 the task-normalized ``meta_loss`` of the updated params on the step's ``meta_loss_split``). ES scaling: see `base`.
 Non-finite steps (or pairs) are left out and counted in ``metrics["num_nonfinite"]``, their fraction in
@@ -99,7 +103,7 @@ class TruncatedBPTT(_OnTruncatedStep):
   name = "tbptt"
   nonfinite_unit = "lane-steps"
 
-  def __init__(self, truncated_step: TruncatedStep, unroll_length: int = 50,
+  def __init__(self, truncated_step: TruncatedStep, unroll_length: int = 20,
                loss_kind: str = "normalized_meta_loss"):
     super().__init__(truncated_step, loss_kind, None)
     self.unroll_length = check_positive("unroll_length", unroll_length, integer=True)
@@ -179,7 +183,9 @@ class FullES(_AntitheticES):
   ``perturbation="low_rank", rank=r`` (every ES estimator here): matrix meta-parameters get rank-r noise, applied as
   shared weights plus per-lane factors (see `base`); the default "full" draws full Gaussian noise.
   A pair with any non-finite step is left out of the estimate and counted in ``metrics["num_nonfinite"]``.
-  Stateless: the worker state is ``{}``.
+  Stateless: the worker state is ``{}``. ``trajectory_length`` defaults to 200, `make_estimator`'s constant
+  trajectory length (the main job's); a `Recipe` passes its length when it is constant, and with a range of lengths
+  (its default, 100 to 2,000) leaves this default, as one length is all FullES runs.
   """
 
   name = "full_es"
@@ -249,7 +255,7 @@ class TruncatedES(_AntitheticES):
   nonfinite_unit = "pair-steps"
   _data_fields = ("step", "plain")
 
-  def __init__(self, truncated_step: TruncatedStep, unroll_length: int = 50, **es_args: Any):
+  def __init__(self, truncated_step: TruncatedStep, unroll_length: int = 20, **es_args: Any):
     self.unroll_length = check_positive("unroll_length", unroll_length, integer=True)
     super().__init__(truncated_step, **es_args)
     self.plain = truncated_step  # the unperturbed lanes
@@ -326,7 +332,7 @@ class PES(_AntitheticES):
   name = "pes"
   nonfinite_unit = "pair-steps"
 
-  def __init__(self, truncated_step: TruncatedStep, unroll_length: int = 50, *, resample_every: Optional[int] = 1,
+  def __init__(self, truncated_step: TruncatedStep, unroll_length: int = 20, *, resample_every: Optional[int] = 1,
                **es_args: Any):
     self.unroll_length = check_positive("unroll_length", unroll_length, integer=True)
     if resample_every is not None:
@@ -389,5 +395,5 @@ class NoiseReuseES(PES):
 
   name = "nres"
 
-  def __init__(self, truncated_step: TruncatedStep, unroll_length: int = 50, **es_args: Any):
+  def __init__(self, truncated_step: TruncatedStep, unroll_length: int = 20, **es_args: Any):
     super().__init__(truncated_step, unroll_length, resample_every=None, **es_args)

@@ -124,8 +124,9 @@ class MetaTrainer(DataPytree):
     estimators: one or more `GradientEstimator`s (their gradients are averaged).
     meta_optimizer: an optax transformation (or `optax.chain`) applied to the averaged gradient.
     clip_grad_norm: clip the averaged gradient to this global norm with `optax.clip_by_global_norm` before the
-      meta-optimizer (None: no clipping; the same as putting that clip first in a chain, without adding its empty
-      state to the checkpointed meta-optimizer state).
+      meta-optimizer (None, the default: no clipping; the same as putting that clip first in a chain, without
+      adding its empty state to the checkpointed meta-optimizer state). A `metafam.runs.Recipe` clips at 1.0 unless
+      it says otherwise: the policy is the recipe's, the trainer applies none of its own.
     nonfinite: what a meta-step does with a bad estimate (`NONFINITE_POLICIES`, see `mean_estimate`):
       ``"skip"`` (default): a meta-step in which some estimate had no finite step or pair (its ``meta_loss`` is NaN)
       or whose averaged gradient has non-finite entries leaves theta and the meta-optimizer state unchanged; its
