@@ -17,6 +17,10 @@ returns the per-step outputs of the estimate's own unroll, with each step's task
 particles only (lane ``2i``, ``theta + eps_i``, of every pair ``i``: ``[num_steps, num_pairs]``), as the reference
 reports them. The option is static: with it off the traced program is the one without it.
 
+The ES estimators (`FullES`, `TruncatedES`, `PES`, `NoiseReuseES`) take the same keyword arguments ``sigma``,
+``loss_kind``, ``clip_loss_diff``, ``stack_antithetic``, ``perturbation`` and ``rank``, declared once on their common
+base (``**es_args`` in their source; their signatures list them); each adds its own, the length first.
+
 Defaults: ``unroll_length`` 20, ``sigma`` 0.01 and full noise are `metafam.runs.Recipe`'s; `FullES`'s
 ``trajectory_length`` 200 is `make_estimator`'s constant trajectory length (see `Recipe`, "Defaults";
 tests/test_library_defaults.py pins both).
