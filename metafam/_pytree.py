@@ -8,13 +8,24 @@ and no ``data`` argument has to be threaded through every layer.
 The static part is a token that compares by the identity of the original object, so every call with the same object
 hits the same compiled program. The token holds the object; it lives in the caches of the object's own jitted
 functions, so it dies with the object (the cycle is collected).
+
+Plain state records are frozen dataclasses registered with ``@jax.tree_util.register_dataclass``: their fields are
+declared once, as dataclass fields, leaves in declaration order, with the static ones marked by `static_field`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Tuple
 
 import jax
+
+
+def static_field(**kwargs: Any) -> Any:
+  """A dataclass field that ``jax.tree_util.register_dataclass`` treats as static (part of the treedef and of
+  `jax.jit`'s cache key, not a leaf): ``dataclasses.field(metadata={"static": True}, **kwargs)``. Its values must be
+  hashable."""
+  return dataclasses.field(metadata={"static": True}, **kwargs)
 
 
 class _Static:

@@ -38,6 +38,27 @@ def test_suites_name_registered_tasks():
     resolve_tasks([quad, quad])
 
 
+def test_the_heldout_and_test_suites_come_from_one_table_each_and_the_shipped_baselines_hold_them():
+  """`metafam.tasks.registry.HELDOUT_SUITE` and `TEST_SUITE` are the one list of each suite's tasks (with their
+  horizons, in generation order): the registry's tasks, the suite, its horizons and its `SuiteSpec` are read from
+  them, and the shipped baselines file covers exactly those tasks at those horizons."""
+  import json
+  from metafam.benchmark import baselines as bl
+  from metafam.benchmark.suites import HORIZONS, TEST_HORIZONS
+  from metafam.tasks.registry import HELDOUT_SUITE, HELDOUT_TASKS, TEST_SUITE, TEST_TASKS
+  for suite, table, horizons, builders in (("heldout", HELDOUT_SUITE, HORIZONS, HELDOUT_TASKS),
+                                           ("test", TEST_SUITE, TEST_HORIZONS, TEST_TASKS)):
+    names = list(table)
+    assert SUITES[suite] == list(horizons) == list(builders) == list(bl.SUITE_SPECS[suite].horizons) == names
+    assert horizons == {name: task.horizon for name, task in table.items()} == dict(bl.SUITE_SPECS[suite].horizons)
+    assert all(TASKS[name] is builders[name] is table[name].build for name in names)
+    with open(bl.SUITE_SPECS[suite].data_file, encoding="utf-8") as f:
+      data = json.load(f)
+    assert sorted(list(data["tasks"]) + list(data["pending"])) == sorted(names), suite
+    assert {name: entry["horizon"] for name, entry in data["tasks"].items()} == {
+        name: horizons[name] for name in data["tasks"]}, suite
+
+
 # -- the sweep ----------------------------------------------------------------------------------------------------
 def test_sgd_sweep_on_quadratic_picks_the_analytic_best_rate():
   """GD on ``0.5 * c * ||x||^2`` scales the loss by ``(1 - lr * c)^2`` per step, so after any number of steps the

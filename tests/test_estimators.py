@@ -247,3 +247,26 @@ def test_bad_arguments():
     make_estimator("pes", fam, lopt, resample_every=0)
   with pytest.raises(TypeError, match="resample_every"):  # NRES fixes it (None)
     make_estimator("nres", fam, lopt, resample_every=2)
+
+
+def test_the_es_estimators_take_the_shared_arguments_declared_once():
+  """The ES arguments are declared once (`estimators._AntitheticES`); each estimator's signature lists its own
+  arguments (the length positionally, the rest by keyword) and then those, with the same defaults."""
+  import inspect
+  from metafam.outer_trainers import estimators
+  shared = {"sigma": 0.01, "loss_kind": "normalized_meta_loss", "clip_loss_diff": None, "stack_antithetic": True,
+            "perturbation": "full", "rank": 1}
+  own = {estimators.FullES: {"trajectory_length": 200, "loss_type": "avg"},
+         estimators.TruncatedES: {"unroll_length": 20}, estimators.PES: {"unroll_length": 20, "resample_every": 1},
+         estimators.NoiseReuseES: {"unroll_length": 20}}
+  for cls, arguments in own.items():
+    params = list(inspect.signature(cls).parameters.values())[1:]
+    assert {p.name: p.default for p in params} == {**arguments, **shared}, cls
+    assert [p.kind for p in params][1:] == [inspect.Parameter.KEYWORD_ONLY] * (len(params) - 1), cls
+  lopt, fam = PerCoordSGD(), single_task_to_family(FixedQuadratic())
+  est = make_estimator("nres", fam, lopt, num_tasks=2, unroll_length=3, sigma=0.2, clip_loss_diff=1.0,
+                       perturbation="low_rank", rank=2, stack_antithetic=False)
+  assert (est.resample_every, est.num_pairs, est.unroll_length, est.sigma, est.clip_loss_diff, est.rank) == (
+      None, 2, 3, 0.2, 1.0, 2)
+  with pytest.raises(TypeError):
+    make_estimator("pes", fam, lopt, sigmaa=0.1)

@@ -5,13 +5,13 @@
   that train fast on CPU. The conv and language-model tasks, several times slower to tune there, are left out
   (timings: docs/performance/inner-loop.md).
 * ``full``: every registered task.
-* ``heldout``: 17 tasks unlike meta-training's 8x8 Fashion-MNIST MLPs (`metafam.tasks.registry.HELDOUT_TASKS`):
+* ``heldout``: 17 tasks unlike meta-training's 8x8 Fashion-MNIST MLPs (`metafam.tasks.registry.HELDOUT_SUITE`):
   other widths (64-1024 units), depths (1-4 hidden layers), resolutions (16x16, 28x28), architectures (conv nets with
   and without LayerNorm, autoencoders, VAEs, an MLP-Mixer, a character LSTM and transformer), data (MNIST digits, Shakespeare) and
   batch sizes (32-256), each with its own horizon (`HORIZONS`, 200 to 2,000 steps). Its tuned baselines ship as a
   data file (`metafam.benchmark.baselines`), so evaluating an optimizer on it trains only that optimizer. It is the
   project's *development* suite: design choices, ablations and early stopping are chosen on it.
-* ``test``: 12 tasks at the sizes people train (`metafam.tasks.registry.TEST_TASKS`): the full Fashion-MNIST at
+* ``test``: 12 tasks at the sizes people train (`metafam.tasks.registry.TEST_SUITE`): the full Fashion-MNIST at
   28x28 (read from ``$METAFAM_FASHION_MNIST_DIR`` or Debian's ``dataset-fashion-mnist``) and the Shakespeare corpus,
   10^5 to 7x10^5 parameters (and a convex logistic regression), MLPs of 2, 3, 4 and 6 layers, a CNN, an autoencoder,
   a VAE, an LSTM and a transformer LM, horizons of 1,000 and 2,000 steps (`TEST_HORIZONS`). Nothing is tuned on it: a
@@ -24,44 +24,12 @@ from typing import Dict, List, Sequence, Tuple, Union
 
 from metafam._registry import lookup
 from metafam.tasks.base import Task
-from metafam.tasks.registry import TASKS, get_task
+from metafam.tasks.registry import HELDOUT_SUITE, TASKS, TEST_SUITE, get_task
 
-# The heldout suite's horizon (inner steps of one run) per task; the order is the baselines' generation order.
-HORIZONS: Dict[str, int] = {
-    "mnist_mlp_16x16_64_b32": 1000,
-    "fmnist_mlp_16x16_64_b32": 2000,
-    "mnist_mlp_16x16_128_b256": 200,
-    "mnist_vae_16x16_64_z8_b32": 512,
-    "fmnist_conv_16x16_8x16_b32": 200,
-    "shakespeare_char_lstm_32_t32_b32": 320,
-    "mnist_ae_28x28_64x16x64_b32": 200,
-    "shakespeare_char_transformer_1x32_t16_b32": 200,
-    "mnist_conv_16x16_8x16_layernorm_b32": 200,
-    "fmnist_mlp_28x28_32x32x32x32_b128": 320,
-    "fmnist_mlp_16x16_1024_b32": 200,
-    "fmnist_ae_16x16_128x32x128_b32": 320,
-    "fmnist_mlp_28x28_64x64_tanh_b32": 512,
-    "mnist_mlp_28x28_128x128x128_b32": 200,
-    "mnist_mlp_16x16_256x256_gelu_b64": 200,
-    "fmnist_vae_28x28_64_z8_b64": 200,
-    "mnist_mixer_16x16_p4_32x2_b64": 320,
-}
-
-# The test suite's horizon per task, in generation order (cheapest first, so a partial run covers the most tasks).
-TEST_HORIZONS: Dict[str, int] = {
-    "fmnist60k_logreg_28x28_b128": 2000,
-    "fmnist60k_mlp_28x28_128x128x128_b64": 1000,
-    "fmnist60k_mlp_28x28_128x128x128x128x128x128_tanh_b64": 1000,
-    "fmnist60k_ae_28x28_128x32x128_b64": 1000,
-    "fmnist60k_vae_28x28_128_z16_b64": 1000,
-    "fmnist60k_mlp_28x28_160x160x160x160_gelu_b64": 1000,
-    "fmnist60k_mlp_28x28_384x96_b32": 1000,
-    "fmnist60k_mlp_28x28_256x256_b128": 1000,
-    "fmnist60k_mlp_28x28_512x512_b32": 1000,
-    "fmnist60k_conv_28x28_16x32x64x128_b32": 1000,
-    "shakespeare_char_lstm_128_t32_b16": 1000,
-    "shakespeare_char_transformer_2x64_t32_b16": 1000,
-}
+# The heldout and test suites' horizons (inner steps of one run) per task, in generation order, read from the one
+# table of each suite's tasks (`metafam.tasks.registry.HELDOUT_SUITE`, `TEST_SUITE`): a task is added there.
+HORIZONS: Dict[str, int] = {name: task.horizon for name, task in HELDOUT_SUITE.items()}
+TEST_HORIZONS: Dict[str, int] = {name: task.horizon for name, task in TEST_SUITE.items()}
 
 SUITES: Dict[str, List[str]] = {
     "tiny": ["quadratic_10", "fmnist_mlp_8x8_32"],

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from metafam._checks import check_positive_int
+from metafam._pytree import static_field
 
 SPLITS = ("train", "inner_valid", "outer_valid", "test")
 
@@ -52,7 +53,7 @@ def check_batch(batch: Any, abstract_batch: Any, where: str = "batch") -> None:
                        f"but abstract_batch expects {np.dtype(want.dtype).name}{list(want.shape)}.")
 
 
-@functools.partial(jax.tree_util.register_dataclass, data_fields=["arrays"], meta_fields=["batch_size"])
+@jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class DeviceData:
   """A whole split on the device; `sample` draws a batch inside jitted code.
@@ -62,7 +63,7 @@ class DeviceData:
     batch_size: examples per batch (static).
   """
   arrays: Any
-  batch_size: int
+  batch_size: int = static_field()
 
   @property
   def num_examples(self) -> int:

@@ -6,7 +6,6 @@ the data paths and the keys).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import time
 from typing import Any, Dict, Optional, Sequence, Union
 
@@ -24,9 +23,7 @@ __all__ = ["EvalResult", "train_and_evaluate", "train_and_evaluate_vectorized", 
 
 
 # -- public API ---------------------------------------------------------------------------------------------------
-@functools.partial(jax.tree_util.register_dataclass,
-                   data_fields=["train_losses", "eval_steps", "eval_losses", "wall_time", "params", "model_state",
-                                "opt_state", "cfg"], meta_fields=[])
+@jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class EvalResult:
   """Curves of one run (or of N vmapped runs: curves and states gain a leading axis N, ``eval_steps`` does not).

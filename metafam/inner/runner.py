@@ -90,8 +90,7 @@ def as_keys(key: Optional[jax.Array], num: Optional[int] = None) -> jax.Array:
 
 
 # -- keys ---------------------------------------------------------------------------------------------------------
-@functools.partial(jax.tree_util.register_dataclass,
-                   data_fields=["cfg", "init", "opt", "train", "eval", "shared_train", "shared_eval"], meta_fields=[])
+@jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class RunKeys:
   """The typed keys of a run. Member fields are scalars (single run) or ``[M]`` (one per member).

@@ -59,8 +59,7 @@ RESETS = ("auto", "cond", "select")
 NONFINITE_CAUSES = ("loss", "gradient", "meta-loss", "updated params")
 
 
-@functools.partial(jax.tree_util.register_dataclass,
-                   data_fields=["cfg", "opt_state", "iteration", "length"], meta_fields=[])
+@jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class LaneState:
   """Per-lane inner state; every leaf has a leading ``num_tasks`` axis.
@@ -82,9 +81,7 @@ class LaneState:
     return self.iteration
 
 
-@functools.partial(jax.tree_util.register_dataclass,
-                   data_fields=["loss", "normalized_loss", "meta_loss", "normalized_meta_loss", "mask", "iteration",
-                                "is_new_trajectory", "is_done", "cfg", "nonfinite"], meta_fields=[])
+@jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class UnrollOutput:
   """Per-step outputs, each of shape ``[num_steps, num_tasks]``.
@@ -136,7 +133,9 @@ class TruncatedStep(DataPytree):
     schedule: the truncation schedule (default ``ConstantSchedule(50)``).
     random_initial_iteration: stagger lanes by starting each at a random iteration of its first trajectory.
     meta_loss_split: data for ``meta_loss``: "same_batch" (the step's training batch), a split name, or None to
-      skip it (then ``meta_loss`` repeats ``loss`` at no extra cost).
+      skip it (then ``meta_loss`` repeats ``loss`` at no extra cost). These three default to the bare step;
+      `metafam.outer_trainers.make_estimator`, and so every `metafam.runs.Recipe`, builds meta-training's: its
+      schedule, staggered lanes and ``"outer_valid"``.
     antithetic: the lanes form pairs that draw the same keys (same configs, inits, lengths and batches) and reset
       together (a non-finite step in either ends the trajectory of both), so they differ only through their theta.
       ``num_tasks`` must be even. Lanes ``2i`` and ``2i + 1`` are a pair (build per-lane thetas and read per-pair

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import functools
 from typing import Any, Dict, Optional
 
 import jax
@@ -44,8 +43,7 @@ NONFINITE_METRICS = ("nonfinite_loss", "nonfinite_gradient", "nonfinite_meta_los
 LOSS_KINDS = ("meta_loss", "normalized_meta_loss", "loss", "normalized_loss")
 
 
-@functools.partial(jax.tree_util.register_dataclass, data_fields=["grad", "meta_loss", "metrics", "unroll_info"],
-                   meta_fields=[])
+@jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class GradientEstimate:
   """One meta-gradient estimate.

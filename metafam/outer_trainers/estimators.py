@@ -17,6 +17,14 @@ returns the per-step outputs of the estimate's own unroll, with each step's task
 particles only (lane ``2i``, ``theta + eps_i``, of every pair ``i``: ``[num_steps, num_pairs]``), as the reference
 reports them. The option is static: with it off the traced program is the one without it.
 
+The ES estimators (`FullES`, `TruncatedES`, `PES`, `NoiseReuseES`) take the same keyword arguments ``sigma``,
+``loss_kind``, ``clip_loss_diff``, ``stack_antithetic``, ``perturbation`` and ``rank``, declared once on their common
+base (``**es_args`` in their source; their signatures list them); each adds its own, the length first.
+
+Defaults: ``unroll_length`` 20, ``sigma`` 0.01 and full noise are `metafam.runs.Recipe`'s; `FullES`'s
+``trajectory_length`` 200 is `make_estimator`'s constant trajectory length (see `Recipe`, "Defaults";
+tests/test_library_defaults.py pins both).
+
 The meta-loss of a truncation is the masked mean over its steps of the chosen per-step loss (``loss_kind``, default
 the task-normalized ``meta_loss`` of the updated params on the step's ``meta_loss_split``). ES scaling: see `base`.
 Non-finite steps (or pairs) are left out and counted in ``metrics["num_nonfinite"]``, their fraction in
@@ -29,7 +37,7 @@ them from its metrics instead).
 from __future__ import annotations
 
 import dataclasses
-import functools
+import inspect
 from typing import Any, NamedTuple, Optional
 
 import jax
@@ -79,16 +87,6 @@ class _OnTruncatedStep(GradientEstimator):
     self.clip_loss_diff = clip_loss_diff
     self.on_nonfinite = truncated_step.on_nonfinite
 
-  def _set_perturbation(self, sigma: float, perturbation: str, rank: int) -> None:
-    """Checks and stores the ES noise options (``sigma``, ``perturbation``, ``rank``; see `base`)."""
-    self.sigma = check_positive("sigma", sigma)
-    self._noise_rank = check_perturbation(perturbation, rank)
-    self.perturbation, self.rank = perturbation, rank
-
-  def _sample_eps(self, theta, key):
-    """``num_pairs`` perturbations of theta (low-rank factors for matrices with ``perturbation="low_rank"``)."""
-    return sample_perturbations(theta, key, self.num_pairs, self.sigma, self._noise_rank)
-
   @property
   def mesh(self):
     return self.step.mesh
@@ -109,7 +107,7 @@ class TruncatedBPTT(_OnTruncatedStep):
   name = "tbptt"
   nonfinite_unit = "lane-steps"
 
-  def __init__(self, truncated_step: TruncatedStep, unroll_length: int = 50,
+  def __init__(self, truncated_step: TruncatedStep, unroll_length: int = 20,
                loss_kind: str = "normalized_meta_loss"):
     super().__init__(truncated_step, loss_kind, None)
     self.unroll_length = check_positive("unroll_length", unroll_length, integer=True)
@@ -138,33 +136,76 @@ class TruncatedBPTT(_OnTruncatedStep):
     return GradientEstimate(grad, loss, metrics, unroll_info=info), lanes
 
 
-class FullES(_OnTruncatedStep):
+class _AntitheticES(_OnTruncatedStep):
+  """What every ES estimator here shares: ``truncated_step.num_tasks`` antithetic pairs on the step's paired layout
+  (`TruncatedStep.paired`) and the keyword arguments they all take, declared once here:
+
+  Args:
+    sigma: the standard deviation of the perturbations.
+    loss_kind: the per-step loss the meta-loss averages (`base.step_losses`).
+    clip_loss_diff: clip each pair's loss difference to ``[-c, c]`` (None: no clipping).
+    stack_antithetic: run both particles of a pair as one stacked batch (see `TruncatedStep.paired`).
+    perturbation, rank: "full" Gaussian noise, or "low_rank" rank-``rank`` noise on matrices (see `base`).
+
+  A subclass's ``__init__`` takes its own arguments and passes ``**es_args`` on; its signature (``help``,
+  `inspect.signature`, `metafam.outer_trainers.registry.estimator_arguments`) lists both.
+  """
+
+  def __init__(self, truncated_step: TruncatedStep, *, sigma: float = 0.01, loss_kind: str = "normalized_meta_loss",
+               clip_loss_diff: Optional[float] = None, stack_antithetic: bool = True, perturbation: str = "full",
+               rank: int = 1):
+    super().__init__(truncated_step, loss_kind, clip_loss_diff)
+    self.num_pairs = truncated_step.num_tasks
+    self.sigma = check_positive("sigma", sigma)
+    self._noise_rank = check_perturbation(perturbation, rank)
+    self.perturbation, self.rank = perturbation, rank
+    self.step = self._particle_step(truncated_step).paired(stack=stack_antithetic)
+
+  def __init_subclass__(cls, **kwargs):
+    super().__init_subclass__(**kwargs)
+    init = cls.__dict__.get("__init__")
+    params = list(inspect.signature(init).parameters.values()) if init is not None else []
+    if params and params[-1].kind is params[-1].VAR_KEYWORD and params[-1].name == "es_args":
+      # its own arguments, then the shared ones in place of ``**es_args``
+      own = params[:-1]
+      shared = [p for p in inspect.signature(_AntitheticES.__init__).parameters.values() if p.kind is p.KEYWORD_ONLY]
+      init.__signature__ = inspect.Signature(own + shared)
+
+  def _particle_step(self, truncated_step: TruncatedStep) -> TruncatedStep:
+    """The step the particles run on, before pairing (the given one; `FullES` changes it)."""
+    return truncated_step
+
+  def _sample_eps(self, theta, key):
+    """``num_pairs`` perturbations of theta (low-rank factors for matrices with ``perturbation="low_rank"``)."""
+    return sample_perturbations(theta, key, self.num_pairs, self.sigma, self._noise_rank)
+
+
+class FullES(_AntitheticES):
   """Antithetic ES over complete inner trajectories of ``trajectory_length`` steps from fresh task instances.
 
   ``loss_type``: "avg" (mean of the per-step meta-losses), "last" (the final step's), or "min" (their minimum).
   ``perturbation="low_rank", rank=r`` (every ES estimator here): matrix meta-parameters get rank-r noise, applied as
   shared weights plus per-lane factors (see `base`); the default "full" draws full Gaussian noise.
   A pair with any non-finite step is left out of the estimate and counted in ``metrics["num_nonfinite"]``.
-  Stateless: the worker state is ``{}``.
+  Stateless: the worker state is ``{}``. ``trajectory_length`` defaults to 200, `make_estimator`'s constant
+  trajectory length (the main job's); a `Recipe` passes its length when it is constant, and with a range of lengths
+  (its default, 100 to 2,000) leaves this default, as one length is all FullES runs.
   """
 
   name = "full_es"
   nonfinite_unit = "pairs"
 
-  def __init__(self, truncated_step: TruncatedStep, trajectory_length: int = 200, sigma: float = 0.01,
-               loss_type: str = "avg", loss_kind: str = "normalized_meta_loss",
-               clip_loss_diff: Optional[float] = None, stack_antithetic: bool = True, perturbation: str = "full",
-               rank: int = 1):
-    super().__init__(truncated_step, loss_kind, clip_loss_diff)
-    self.num_pairs = truncated_step.num_tasks
+  def __init__(self, truncated_step: TruncatedStep, trajectory_length: int = 200, *, loss_type: str = "avg",
+               **es_args: Any):
     self.trajectory_length = check_positive("trajectory_length", trajectory_length, integer=True)
-    self._set_perturbation(sigma, perturbation, rank)
     if loss_type not in FULL_ES_LOSS_TYPES:
       raise ValueError(f"loss_type must be one of {FULL_ES_LOSS_TYPES}, got {loss_type!r}.")
     self.loss_type = loss_type
+    super().__init__(truncated_step, **es_args)
+
+  def _particle_step(self, truncated_step: TruncatedStep) -> TruncatedStep:
     # Complete trajectories from fresh instances: no truncation schedule, no staggered starts.
-    self.step = truncated_step.replace(schedule=NeverEndingSchedule(), random_initial_iteration=False).paired(
-        stack=stack_antithetic)
+    return truncated_step.replace(schedule=NeverEndingSchedule(), random_initial_iteration=False)
 
   @property
   def inner_steps_per_estimate(self) -> int:
@@ -207,7 +248,7 @@ class FullES(_OnTruncatedStep):
     return jnp.min(losses, axis=0)
 
 
-class TruncatedES(_OnTruncatedStep):
+class TruncatedES(_AntitheticES):
   """Antithetic ES over one truncation, both particles starting from the shared unperturbed inner state (biased).
 
   After the estimate the unperturbed lanes advance ``unroll_length`` steps with theta itself (an extra
@@ -218,15 +259,10 @@ class TruncatedES(_OnTruncatedStep):
   nonfinite_unit = "pair-steps"
   _data_fields = ("step", "plain")
 
-  def __init__(self, truncated_step: TruncatedStep, unroll_length: int = 50, sigma: float = 0.01,
-               loss_kind: str = "normalized_meta_loss", clip_loss_diff: Optional[float] = None,
-               stack_antithetic: bool = True, perturbation: str = "full", rank: int = 1):
-    super().__init__(truncated_step, loss_kind, clip_loss_diff)
-    self.num_pairs = truncated_step.num_tasks
+  def __init__(self, truncated_step: TruncatedStep, unroll_length: int = 20, **es_args: Any):
     self.unroll_length = check_positive("unroll_length", unroll_length, integer=True)
-    self._set_perturbation(sigma, perturbation, rank)
+    super().__init__(truncated_step, **es_args)
     self.plain = truncated_step  # the unperturbed lanes
-    self.step = truncated_step.paired(stack=stack_antithetic)
 
   @property
   def inner_steps_per_estimate(self) -> int:
@@ -253,8 +289,7 @@ class TruncatedES(_OnTruncatedStep):
     return GradientEstimate(grad, mean_loss, metrics, unroll_info=info), lanes
 
 
-@functools.partial(jax.tree_util.register_dataclass, data_fields=["lanes", "accumulator", "eps", "age"],
-                   meta_fields=[])
+@jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class PESWorkerState:
   """PES worker state.
@@ -282,7 +317,7 @@ class PESWorkerState:
     return self.lanes
 
 
-class PES(_OnTruncatedStep):
+class PES(_AntitheticES):
   """Persistent evolution strategies (Vicol et al. 2021) with optional noise reuse (Li et al. 2023).
 
   Each antithetic pair keeps its own inner states (one per particle) across truncations. In a truncation the pair
@@ -301,18 +336,13 @@ class PES(_OnTruncatedStep):
   name = "pes"
   nonfinite_unit = "pair-steps"
 
-  def __init__(self, truncated_step: TruncatedStep, unroll_length: int = 50, sigma: float = 0.01,
-               resample_every: Optional[int] = 1, loss_kind: str = "normalized_meta_loss",
-               clip_loss_diff: Optional[float] = None, stack_antithetic: bool = True, perturbation: str = "full",
-               rank: int = 1):
-    super().__init__(truncated_step, loss_kind, clip_loss_diff)
-    self.num_pairs = truncated_step.num_tasks
+  def __init__(self, truncated_step: TruncatedStep, unroll_length: int = 20, *, resample_every: Optional[int] = 1,
+               **es_args: Any):
     self.unroll_length = check_positive("unroll_length", unroll_length, integer=True)
-    self._set_perturbation(sigma, perturbation, rank)
     if resample_every is not None:
       check_positive("resample_every", resample_every, integer=True)
     self.resample_every = resample_every
-    self.step = truncated_step.paired(stack=stack_antithetic)
+    super().__init__(truncated_step, **es_args)
 
   @property
   def inner_steps_per_estimate(self) -> int:
@@ -369,9 +399,5 @@ class NoiseReuseES(PES):
 
   name = "nres"
 
-  def __init__(self, truncated_step: TruncatedStep, unroll_length: int = 50, sigma: float = 0.01,
-               loss_kind: str = "normalized_meta_loss", clip_loss_diff: Optional[float] = None,
-               stack_antithetic: bool = True, perturbation: str = "full", rank: int = 1):
-    super().__init__(truncated_step, unroll_length=unroll_length, sigma=sigma, resample_every=None,
-                     loss_kind=loss_kind, clip_loss_diff=clip_loss_diff, stack_antithetic=stack_antithetic,
-                     perturbation=perturbation, rank=rank)
+  def __init__(self, truncated_step: TruncatedStep, unroll_length: int = 20, **es_args: Any):
+    super().__init__(truncated_step, unroll_length, resample_every=None, **es_args)

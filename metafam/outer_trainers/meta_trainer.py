@@ -21,7 +21,6 @@ with its closing report `metafam.runs.run`. None of them is imported here.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any, Optional, Sequence
 
 import jax
@@ -98,8 +97,7 @@ def mean_estimate(grads: Sequence[Any], losses: Sequence[Any], nonfinite: str = 
   return grad, meta_loss, bad_grad, skip
 
 
-@functools.partial(jax.tree_util.register_dataclass,
-                   data_fields=["theta", "opt_state", "worker_states", "key_data", "step"], meta_fields=[])
+@jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class MetaTrainState:
   """Everything a meta-training run needs to continue.
@@ -126,8 +124,9 @@ class MetaTrainer(DataPytree):
     estimators: one or more `GradientEstimator`s (their gradients are averaged).
     meta_optimizer: an optax transformation (or `optax.chain`) applied to the averaged gradient.
     clip_grad_norm: clip the averaged gradient to this global norm with `optax.clip_by_global_norm` before the
-      meta-optimizer (None: no clipping; the same as putting that clip first in a chain, without adding its empty
-      state to the checkpointed meta-optimizer state).
+      meta-optimizer (None, the default: no clipping; the same as putting that clip first in a chain, without
+      adding its empty state to the checkpointed meta-optimizer state). A `metafam.runs.Recipe` clips at 1.0 unless
+      it says otherwise: the policy is the recipe's, the trainer applies none of its own.
     nonfinite: what a meta-step does with a bad estimate (`NONFINITE_POLICIES`, see `mean_estimate`):
       ``"skip"`` (default): a meta-step in which some estimate had no finite step or pair (its ``meta_loss`` is NaN)
       or whose averaged gradient has non-finite entries leaves theta and the meta-optimizer state unchanged; its

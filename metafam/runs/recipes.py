@@ -59,6 +59,16 @@ class Recipe:
     meta_learning_rate, meta_lr_decay_steps, clip_grad_norm: the meta-optimizer (`meta_optimizer`; clip 0: none).
     num_steps: meta-steps of the run.
     description: what the recipe is for, in words.
+
+  Defaults: a recipe builds its estimators with `metafam.outer_trainers.make_estimator`, and the defaults the
+  library shares with it are the same: 8 pairs, truncations of 20 (every estimator's ``unroll_length``), ``sigma``
+  0.01, full noise of rank 1, the estimators' ``loss_kind`` and no loss-difference clipping, staggered lanes and the
+  ``outer_valid`` meta-loss (`make_estimator`'s). Three differ on purpose, and tests/test_library_defaults.py pins
+  them: ``trajectory_lengths`` (100, 2000), the generalist's range, where `make_estimator` (and `FullES`, which runs
+  one length) default to a constant 200, the main job's; ``clip_grad_norm`` 1.0, where `MetaTrainer` clips nothing
+  unless asked; and `TruncatedStep`'s own ``ConstantSchedule(50)``, unstaggered lanes and ``"same_batch"``
+  meta-loss, the bare inner loop's. The main job (`metafam.runs.recipe_flags.main_job`) changes only its truncation
+  (10), trajectory length (200), meta-steps (6000) and their decay.
   """
   name: str
   optimizer: str

@@ -6,9 +6,16 @@ families have their own registry, `metafam.taskfamilies.registry`.
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from metafam._registry import lookup
+
+
+class SuiteTask(NamedTuple):
+  """A task of a benchmark suite (`metafam.benchmark.suites`): its zero-argument constructor and its horizon, the
+  inner steps of one run."""
+  build: Callable[[], Any]
+  horizon: int
 
 
 def _image_mlp(hidden_sizes, image_size, activation="relu"):
@@ -60,9 +67,8 @@ def _transformer_lm(num_layers, model_size, num_heads):
   return build
 
 
-# -- the held-out benchmark suite's tasks (`metafam.benchmark.suites.HELDOUT`): other widths, depths, resolutions,
-# architectures, batch sizes and data (MNIST digits, text) than meta-training's 8x8 Fashion-MNIST MLPs; the batch
-# size is part of the name.
+# -- the held-out benchmark suite's tasks (`HELDOUT_SUITE`): other widths, depths, resolutions, architectures, batch
+# sizes and data (MNIST digits, text) than meta-training's 8x8 Fashion-MNIST MLPs; the batch size is part of the name.
 def _images(dataset, batch_size, image_size):
   from metafam.datasets.images import fashion_mnist_datasets, mnist_digits_datasets
   return {"fmnist": fashion_mnist_datasets, "mnist": mnist_digits_datasets}[dataset](batch_size, image_size)
@@ -132,25 +138,34 @@ def _heldout_lm(kind, size, batch_size, sequence_length, num_layers=1, num_heads
   return build
 
 
-HELDOUT_TASKS: Dict[str, Callable] = {
-    "mnist_mlp_16x16_64_b32": _heldout_mlp("mnist", 16, (64,), 32),  # 17,098 params
-    "fmnist_mlp_16x16_64_b32": _heldout_mlp("fmnist", 16, (64,), 32),  # 17,098 params
-    "mnist_mlp_16x16_128_b256": _heldout_mlp("mnist", 16, (128,), 256),  # 34,186 params
-    "fmnist_mlp_16x16_1024_b32": _heldout_mlp("fmnist", 16, (1024,), 32),  # 273,418 params
-    "mnist_mlp_28x28_128x128x128_b32": _heldout_mlp("mnist", 28, (128, 128, 128), 32),  # 134,794 params
-    "fmnist_mlp_28x28_32x32x32x32_b128": _heldout_mlp("fmnist", 28, (32, 32, 32, 32), 128),  # 28,618 params
-    "fmnist_mlp_28x28_64x64_tanh_b32": _heldout_mlp("fmnist", 28, (64, 64), 32, "tanh"),  # 55,050 params
-    "mnist_mlp_16x16_256x256_gelu_b64": _heldout_mlp("mnist", 16, (256, 256), 64, "gelu"),  # 134,154 params
-    "fmnist_ae_16x16_128x32x128_b32": _heldout_ae("fmnist", 16, (128, 32, 128), 32),  # 74,272 params
-    "mnist_ae_28x28_64x16x64_b32": _heldout_ae("mnist", 28, (64, 16, 64), 32),  # 103,328 params
-    "mnist_vae_16x16_64_z8_b32": _heldout_vae("mnist", 16, 64, 8, 32),  # 34,704 params
-    "fmnist_vae_28x28_64_z8_b64": _heldout_vae("fmnist", 28, 64, 8, 64),  # 102,816 params
-    "fmnist_conv_16x16_8x16_b32": _heldout_conv("fmnist", 16, (8, 16), 32),  # 1,418 params
-    "mnist_conv_16x16_8x16_layernorm_b32": _heldout_conv("mnist", 16, (8, 16), 32, norm="layer_norm"),  # 1,466 params
-    "mnist_mixer_16x16_p4_32x2_b64": _heldout_mixer("mnist", 16, 4, 32, 2, 64),  # 11,722 params
-    "shakespeare_char_lstm_32_t32_b32": _heldout_lm("lstm", 32, 32, 32),  # 9,996 params
-    "shakespeare_char_transformer_1x32_t16_b32": _heldout_lm("transformer", 32, 32, 16),  # 18,220 params
+# The heldout suite (`metafam.benchmark.suites`, "heldout"): name -> constructor and horizon (inner steps of one
+# run), in the baselines' generation order. The one list of the suite's tasks: the suite, its horizons and its
+# baselines (`metafam.benchmark.baselines`) are read from it, so a task is added here and nowhere else.
+HELDOUT_SUITE: Dict[str, SuiteTask] = {
+    "mnist_mlp_16x16_64_b32": SuiteTask(_heldout_mlp("mnist", 16, (64,), 32), 1000),  # 17,098 params
+    "fmnist_mlp_16x16_64_b32": SuiteTask(_heldout_mlp("fmnist", 16, (64,), 32), 2000),  # 17,098 params
+    "mnist_mlp_16x16_128_b256": SuiteTask(_heldout_mlp("mnist", 16, (128,), 256), 200),  # 34,186 params
+    "mnist_vae_16x16_64_z8_b32": SuiteTask(_heldout_vae("mnist", 16, 64, 8, 32), 512),  # 34,704 params
+    "fmnist_conv_16x16_8x16_b32": SuiteTask(_heldout_conv("fmnist", 16, (8, 16), 32), 200),  # 1,418 params
+    "shakespeare_char_lstm_32_t32_b32": SuiteTask(_heldout_lm("lstm", 32, 32, 32), 320),  # 9,996 params
+    "mnist_ae_28x28_64x16x64_b32": SuiteTask(_heldout_ae("mnist", 28, (64, 16, 64), 32), 200),  # 103,328 params
+    "shakespeare_char_transformer_1x32_t16_b32": SuiteTask(  # 18,220 params
+        _heldout_lm("transformer", 32, 32, 16), 200),
+    "mnist_conv_16x16_8x16_layernorm_b32": SuiteTask(  # 1,466 params
+        _heldout_conv("mnist", 16, (8, 16), 32, norm="layer_norm"), 200),
+    "fmnist_mlp_28x28_32x32x32x32_b128": SuiteTask(  # 28,618 params
+        _heldout_mlp("fmnist", 28, (32, 32, 32, 32), 128), 320),
+    "fmnist_mlp_16x16_1024_b32": SuiteTask(_heldout_mlp("fmnist", 16, (1024,), 32), 200),  # 273,418 params
+    "fmnist_ae_16x16_128x32x128_b32": SuiteTask(_heldout_ae("fmnist", 16, (128, 32, 128), 32), 320),  # 74,272 params
+    "fmnist_mlp_28x28_64x64_tanh_b32": SuiteTask(  # 55,050 params
+        _heldout_mlp("fmnist", 28, (64, 64), 32, "tanh"), 512),
+    "mnist_mlp_28x28_128x128x128_b32": SuiteTask(_heldout_mlp("mnist", 28, (128, 128, 128), 32), 200),  # 134,794 params
+    "mnist_mlp_16x16_256x256_gelu_b64": SuiteTask(  # 134,154 params
+        _heldout_mlp("mnist", 16, (256, 256), 64, "gelu"), 200),
+    "fmnist_vae_28x28_64_z8_b64": SuiteTask(_heldout_vae("fmnist", 28, 64, 8, 64), 200),  # 102,816 params
+    "mnist_mixer_16x16_p4_32x2_b64": SuiteTask(_heldout_mixer("mnist", 16, 4, 32, 2, 64), 320),  # 11,722 params
 }
+HELDOUT_TASKS: Dict[str, Callable] = {name: task.build for name, task in HELDOUT_SUITE.items()}
 
 
 def _quadratic(dim):
@@ -160,9 +175,9 @@ def _quadratic(dim):
   return build
 
 
-# -- the test suite's tasks (`metafam.benchmark.suites.TEST_HORIZONS`): evaluated once per shipped optimizer, never
-# tuned on. Full-size data at the sizes people train: the whole Fashion-MNIST (60,000 training images at 28x28, read
-# from ``$METAFAM_FASHION_MNIST_DIR`` or Debian's ``dataset-fashion-mnist`` package; nothing ships it) and the embedded
+# -- the test suite's tasks (`TEST_SUITE`): evaluated once per shipped optimizer, never tuned on. Full-size data at
+# the sizes people train: the whole Fashion-MNIST (60,000 training images at 28x28, read from
+# ``$METAFAM_FASHION_MNIST_DIR`` or Debian's ``dataset-fashion-mnist`` package; nothing ships it) and the embedded
 # Shakespeare corpus; 10^5-10^6 parameters except the convex model.
 def _full_fmnist(batch_size):
   from metafam.datasets.images import fashion_mnist_datasets
@@ -207,20 +222,26 @@ def _test_vae(hidden_size, latent_size, batch_size):
   return build
 
 
-TEST_TASKS: Dict[str, Callable] = {
-    "fmnist60k_mlp_28x28_256x256_b128": _test_mlp((256, 256), 128),  # 269,322 params
-    "fmnist60k_mlp_28x28_512x512_b32": _test_mlp((512, 512), 32),  # 669,706 params
-    "fmnist60k_mlp_28x28_384x96_b32": _test_mlp((384, 96), 32),  # 339,370 params
-    "fmnist60k_mlp_28x28_128x128x128_b64": _test_mlp((128, 128, 128), 64),  # 134,794 params
-    "fmnist60k_mlp_28x28_160x160x160x160_gelu_b64": _test_mlp((160, 160, 160, 160), 64, "gelu"),  # 204,490 params
-    "fmnist60k_mlp_28x28_128x128x128x128x128x128_tanh_b64": _test_mlp((128,) * 6, 64, "tanh"),  # 184,330 params
-    "fmnist60k_logreg_28x28_b128": _test_mlp((), 128),  # 7,850 params
-    "fmnist60k_conv_28x28_16x32x64x128_b32": _test_conv((16, 32, 64, 128), 32),  # 98,442 params
-    "fmnist60k_ae_28x28_128x32x128_b64": _test_ae((128, 32, 128), 64),  # 209,968 params
-    "fmnist60k_vae_28x28_128_z16_b64": _test_vae(128, 16, 64),  # 207,920 params
-    "shakespeare_char_lstm_128_t32_b16": _heldout_lm("lstm", 128, 16, 32),  # 113,484 params
-    "shakespeare_char_transformer_2x64_t32_b16": _heldout_lm("transformer", 64, 16, 32, 2, 4),  # 111,948 params
+# The test suite (`metafam.benchmark.suites`, "test"): name -> constructor and horizon, in generation order (cheapest
+# first, so a partial run covers the most tasks). The one list of the suite's tasks, as `HELDOUT_SUITE` is for heldout.
+TEST_SUITE: Dict[str, SuiteTask] = {
+    "fmnist60k_logreg_28x28_b128": SuiteTask(_test_mlp((), 128), 2000),  # 7,850 params
+    "fmnist60k_mlp_28x28_128x128x128_b64": SuiteTask(_test_mlp((128, 128, 128), 64), 1000),  # 134,794 params
+    "fmnist60k_mlp_28x28_128x128x128x128x128x128_tanh_b64": SuiteTask(  # 184,330 params
+        _test_mlp((128,) * 6, 64, "tanh"), 1000),
+    "fmnist60k_ae_28x28_128x32x128_b64": SuiteTask(_test_ae((128, 32, 128), 64), 1000),  # 209,968 params
+    "fmnist60k_vae_28x28_128_z16_b64": SuiteTask(_test_vae(128, 16, 64), 1000),  # 207,920 params
+    "fmnist60k_mlp_28x28_160x160x160x160_gelu_b64": SuiteTask(  # 204,490 params
+        _test_mlp((160, 160, 160, 160), 64, "gelu"), 1000),
+    "fmnist60k_mlp_28x28_384x96_b32": SuiteTask(_test_mlp((384, 96), 32), 1000),  # 339,370 params
+    "fmnist60k_mlp_28x28_256x256_b128": SuiteTask(_test_mlp((256, 256), 128), 1000),  # 269,322 params
+    "fmnist60k_mlp_28x28_512x512_b32": SuiteTask(_test_mlp((512, 512), 32), 1000),  # 669,706 params
+    "fmnist60k_conv_28x28_16x32x64x128_b32": SuiteTask(_test_conv((16, 32, 64, 128), 32), 1000),  # 98,442 params
+    "shakespeare_char_lstm_128_t32_b16": SuiteTask(_heldout_lm("lstm", 128, 16, 32), 1000),  # 113,484 params
+    "shakespeare_char_transformer_2x64_t32_b16": SuiteTask(  # 111,948 params
+        _heldout_lm("transformer", 64, 16, 32, 2, 4), 1000),
 }
+TEST_TASKS: Dict[str, Callable] = {name: task.build for name, task in TEST_SUITE.items()}
 
 
 TASKS: Dict[str, Callable] = {

@@ -19,7 +19,6 @@ the fraction. A loss that is not a scalar is refused with its shape when the fir
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import math
 from typing import Any, Dict, List, Optional, Sequence
@@ -40,8 +39,7 @@ from metafam.training.callbacks import Callback, monitored_value
 logger = logging.getLogger(__name__)
 
 
-@functools.partial(jax.tree_util.register_dataclass, data_fields=["train_losses", "eval_steps", "eval_losses"],
-                   meta_fields=[])
+@jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class History:
   """What a training run recorded. Ensembles of M members add a leading axis M to the losses.
@@ -66,10 +64,7 @@ class History:
     return self.eval_losses[split]
 
 
-@functools.partial(jax.tree_util.register_dataclass,
-                   data_fields=["params", "model_state", "final_params", "opt_state", "history", "best_step",
-                                "best_loss", "stopped_step", "nonfinite_fraction", "first_nonfinite_step"],
-                   meta_fields=[])
+@jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class TrainResult:
   """The outcome of `Trainer.fit`.

@@ -19,7 +19,6 @@ as stored; the loaders of meta-parameters (`metafam.benchmark.load_theta`) refus
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 import re
 import time
@@ -27,6 +26,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar,
 
 import jax
 
+from metafam._pytree import static_field
 from metafam.compat import flax_msgpack as _flax
 from metafam.runs import checkpoint as _checkpoint
 
@@ -40,18 +40,17 @@ FutureMapping = Any
 T = TypeVar("T")
 
 
-@functools.partial(jax.tree_util.register_dataclass, data_fields=["params", "step"], meta_fields=["gen_id"])
+@jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class ParameterCheckpoint:
   """What the reference writes out for using a learned optimizer: its ``params`` (theta), a ``gen_id`` string and
   the outer ``step`` (`checkpoints.save_state` stores ``gen_id`` and ``step`` in the file's metadata)."""
   params: Any
-  gen_id: str
+  gen_id: str = static_field()
   step: int
 
 
-@functools.partial(jax.tree_util.register_dataclass,
-                   data_fields=["gradient_learner_state", "elapsed_time", "total_inner_steps"], meta_fields=[])
+@jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class OptCheckpoint:
   """What the reference writes out for resuming meta-training: the `GradientLearnerState` and two counters."""

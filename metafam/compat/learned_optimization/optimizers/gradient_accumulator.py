@@ -9,7 +9,6 @@ reference, the wrapper's model state is whatever the last ``update`` was given.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any, Optional
 
 import jax
@@ -20,9 +19,7 @@ from metafam.compat.learned_optimization.optimizers import base
 __all__ = ["GradientAccumulator", "GradientAccumulatorState"]
 
 
-@functools.partial(jax.tree_util.register_dataclass,
-                   data_fields=["grad_accum", "loss_accum", "inner_opt_state", "iteration", "model_state"],
-                   meta_fields=[])
+@jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class GradientAccumulatorState:
   grad_accum: Any

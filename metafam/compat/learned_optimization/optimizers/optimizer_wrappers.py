@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any, Callable
 
 import jax
@@ -42,7 +41,7 @@ class WeightDecayWrapper(base.WrappedOptimizer):
     return self.opt.update(opt_state, grads, model_state=model_state, loss=loss, **kwargs)
 
 
-@functools.partial(jax.tree_util.register_dataclass, data_fields=["iteration", "inner_opt_state"], meta_fields=[])
+@jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class ExtendTimeState:
   iteration: jax.Array

@@ -30,45 +30,44 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from metafam._pytree import static_field
+
 __all__ = ["LogFeature", "DoNotFeaturize", "CFGObject", "CFGNamed", "object_from_config", "serialize_cfg",
            "deserialize_cfg", "flatten_cfg", "hash_trick", "pad", "featurize_value", "featurize_cfg_path",
            "featurize", "featurize_many"]
 
 
-def _pytree(data, meta=()):
-  def register(cls):
-    return jax.tree_util.register_dataclass(dataclasses.dataclass(frozen=True)(cls), data_fields=list(data),
-                                            meta_fields=list(meta))
-  return register
-
-
-@_pytree(["value"])
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
 class LogFeature:
   """A value featurized as its logarithm (`object_from_config` passes the value itself)."""
   value: Any
 
 
-@_pytree(["value"], ["feature_types"])
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
 class DoNotFeaturize:
   """A value left out of the features when the feature type is one of ``feature_types``."""
   value: Any
-  feature_types: Sequence[str]
+  feature_types: Sequence[str] = static_field()
 
 
-@_pytree(["kwargs"], ["obj"])
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
 class CFGObject:
   """A call: the callable named ``obj`` with keyword arguments ``kwargs`` (configurations allowed)."""
-  obj: str
+  obj: str = static_field()
   kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
   def __repr__(self) -> str:
     return f"CFGObject(obj='{self.obj}', kwargs={self.kwargs})"
 
 
-@_pytree(["values"], ["name"])
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
 class CFGNamed:
   """Named values: the name is a path segment of the features; nothing is called."""
-  name: str
+  name: str = static_field()
   values: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
   def __repr__(self) -> str:
