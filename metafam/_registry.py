@@ -1,4 +1,5 @@
-"""The lookup every name table of metafam uses, so an unknown name reads the same everywhere.
+"""The lookup every name table of metafam uses, so an unknown name reads the same everywhere, and the ``name`` of
+the objects those tables hold.
 
     value = lookup(TASKS, "nope", "task")   # UnknownNameError: unknown task 'nope'; valid names: a, b, ...
 """
@@ -26,3 +27,15 @@ def lookup(table: Mapping[str, Any], name: Any, what: str) -> Any:
     return table[name]
   except (KeyError, TypeError):  # TypeError: an unhashable name
     raise UnknownNameError(unknown_name_message(table, name, what)) from None
+
+
+class Named:
+  """A settable ``name`` that defaults to the class's name (tasks and task families)."""
+
+  @property
+  def name(self) -> str:
+    return getattr(self, "_name", None) or type(self).__name__
+
+  @name.setter
+  def name(self, value: str) -> None:
+    self._name = value

@@ -144,6 +144,20 @@ def map_leaves(fn, params: Any, *trees: Any, num_outputs: int) -> Tuple[Any, ...
 
 
 # -- MLP -------------------------------------------------------------------------------------------------------
+class PerElementMLP:
+  """The sizes of a per-element MLP learned optimizer, from what the class defines: ``num_leaf_features`` (its
+  per-element inputs), ``time_scales`` (one training-progress feature each) and ``hidden_sizes``."""
+
+  @property
+  def num_features(self) -> int:
+    """Every input of the MLP: the per-element features, then one per time scale."""
+    return self.num_leaf_features + len(self.time_scales)
+
+  @property
+  def num_layers(self) -> int:
+    return len(self.hidden_sizes) + 1
+
+
 def init_mlp(key: jax.Array, sizes: Sequence[int], out_scale: float, pathway: Optional[int] = None) -> dict:
   """ReLU MLP weights ``{"w{i}": f32[fan_in, fan_out], "b{i}": f32[fan_out]}`` for layer sizes ``sizes``.
 

@@ -107,7 +107,7 @@ Accumulators = Union[FactoredAccumulators, VectorAccumulators]
 DEFAULT_DECAYS = (0.9, 0.99, 0.999)
 
 
-class AdafacMLPLOpt(LearnedOptimizer):
+class AdafacMLPLOpt(F.PerElementMLP, LearnedOptimizer):
   """Per-parameter MLP with momenta and factored second moments; see the module docstring.
 
   Args:
@@ -159,14 +159,6 @@ class AdafacMLPLOpt(LearnedOptimizer):
   @property
   def num_leaf_features(self) -> int:
     return 2 + 5 * len(self.decays) + int(self.orthogonal_momentum)
-
-  @property
-  def num_features(self) -> int:
-    return self.num_leaf_features + len(self.time_scales)
-
-  @property
-  def num_layers(self) -> int:
-    return len(self.hidden_sizes) + 1
 
   @property
   def momentum_index(self) -> int:

@@ -55,7 +55,7 @@ def time_features(iteration: jax.Array, time_scales: Sequence[float] = DEFAULT_T
   return jnp.tanh(t / jnp.asarray(time_scales, jnp.float32) - 1.0)
 
 
-class MLPLOpt(LearnedOptimizer):
+class MLPLOpt(F.PerElementMLP, LearnedOptimizer):
   """Per-parameter MLP learned optimizer; see the module docstring for the features and the update.
 
   Args:
@@ -102,14 +102,6 @@ class MLPLOpt(LearnedOptimizer):
   def num_leaf_features(self) -> int:
     """Per-element features: gradient, parameter, one per momentum."""
     return 2 + len(self.decays)
-
-  @property
-  def num_features(self) -> int:
-    return self.num_leaf_features + len(self.time_scales)
-
-  @property
-  def num_layers(self) -> int:
-    return len(self.hidden_sizes) + 1
 
   @property
   def direction_feature(self) -> int:

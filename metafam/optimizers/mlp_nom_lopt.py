@@ -39,7 +39,7 @@ from metafam.optimizers.mlp_lopt import DEFAULT_TIME_SCALES, rms_normalize, time
 DEFAULT_DECAYS = (0.9, 0.99, 0.999)
 
 
-class MLPNomLOpt(LearnedOptimizer):
+class MLPNomLOpt(F.PerElementMLP, LearnedOptimizer):
   """Adam plus a learned per-parameter correction; see the module docstring.
 
   Args:
@@ -83,14 +83,6 @@ class MLPNomLOpt(LearnedOptimizer):
   @property
   def num_leaf_features(self) -> int:
     return 4 + len(self.decays)
-
-  @property
-  def num_features(self) -> int:
-    return self.num_leaf_features + len(self.time_scales)
-
-  @property
-  def num_layers(self) -> int:
-    return len(self.hidden_sizes) + 1
 
   def init(self, key: jax.Array) -> dict:
     sizes = (self.num_features,) + self.hidden_sizes + (3,)

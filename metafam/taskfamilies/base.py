@@ -14,25 +14,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from metafam._registry import Named
 from metafam.datasets.base import dtype_of
 from metafam.tasks.base import Task, check_array_leaves
 
 
-class TaskFamily:
+class TaskFamily(Named):
   """Base class: subclasses implement `sample` and `task_fn` and may set ``self.datasets`` in ``__init__``."""
 
   datasets = None
 
   def __init__(self):
     pass
-
-  @property
-  def name(self) -> str:
-    return getattr(self, "_name", None) or type(self).__name__
-
-  @name.setter
-  def name(self, value: str) -> None:
-    self._name = value
 
   def sample(self, key: jax.Array) -> Any:
     """A config pytree of arrays with key-independent shapes and dtypes."""

@@ -18,6 +18,8 @@ from typing import Any, Mapping, Optional, Tuple
 import jax
 import numpy as np
 
+from metafam._registry import Named
+
 Params = Any
 ModelState = Any
 Batch = Any
@@ -26,7 +28,7 @@ Aux = Mapping[str, jax.Array]
 _LOSS_VARIANTS = ("loss_with_state_and_aux", "loss_with_state", "loss_and_aux", "loss")
 
 
-class Task:
+class Task(Named):
   """A pure problem: ``init(key) -> params`` and ``loss(params, key, batch) -> scalar``.
 
   Attributes:
@@ -36,14 +38,6 @@ class Task:
   """
 
   datasets = None
-
-  @property
-  def name(self) -> str:
-    return getattr(self, "_name", None) or type(self).__name__
-
-  @name.setter
-  def name(self, value: str) -> None:
-    self._name = value
 
   # -- which methods did the subclass write? -------------------------------------------------------------------
   def _overrides(self, method: str) -> bool:
