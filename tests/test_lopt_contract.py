@@ -34,6 +34,7 @@ def test_goldens_are_small_and_cover_every_case():
     assert f"{name}/params" in goldens.files and f"{name}/training" in goldens.files
 
 
+@pytest.mark.slow  # about 3 minutes: every optimizer compiled as in production (the conformance below is quick)
 def test_bit_identical_to_the_goldens():
   """In a child process with JAX's default config and production XLA flags (the goldens' conditions)."""
   run_production("lopt_goldens.py", "--check", timeout=1200)
