@@ -124,10 +124,10 @@ SUITE_SPECS: Dict[str, SuiteSpec] = {
     "heldout": SuiteSpec("heldout", HORIZONS, ("adam", "adamw", "nadamw", "sgd_nesterov", "rmsprop", "lion",
                                                "adafactor", "muon", "schedule_free_adamw", "ademamix"), DATA_FILE,
                          COMMAND),
-    "test": SuiteSpec("test", TEST_HORIZONS, ("adam", "adamw", "nadamw", "muon"),
+    "test": SuiteSpec("test", TEST_HORIZONS, ("adam", "adamw", "nadamw", "muon", "schedule_free_adamw", "ademamix"),
                       os.path.join(os.path.dirname(__file__), "data", "test_baselines.json"),
                       "python benchmarks/heldout_baselines.py --suite test --shard_dir test_shards",
-                      eval_examples=TEST_EVAL_EXAMPLES, in_progress=("schedule_free_adamw", "ademamix")),
+                      eval_examples=TEST_EVAL_EXAMPLES),
 }
 
 
