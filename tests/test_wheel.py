@@ -126,7 +126,7 @@ def test_installed_wheel_runs_list_and_a_short_meta_training(dist, tmp_path):
   with open(work / "out" / "metrics.jsonl") as f:
     assert sum(1 for _ in f) >= 10
   # The shipped pretrained weights and recipe are read from the installed package.
-  code = ("import jax.numpy as jnp, metafam.pretrained as p; from metafam.outer_trainers import load_recipe; "
+  code = ("import jax.numpy as jnp, metafam.pretrained as p; from metafam.runs import load_recipe; "
           "tx = p.optax_transform('generalist_v1', 1e-2); w = {'w': jnp.ones((3, 2))}; "
           "u, _ = tx.update(w, tx.init(w), w); print(float(jnp.sqrt(jnp.mean(u['w'] ** 2))), "
           "len(load_recipe('generalist').families), "
