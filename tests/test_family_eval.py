@@ -82,7 +82,8 @@ def test_cached_programs_do_not_keep_a_learned_optimizer_alive(sweep):
   lopt, key = LearnableSGD(0.05), jax.random.key(3)
   first = sweep.evaluate(lopt, lopt.init(None), key)
   np.testing.assert_allclose(instance_curves(sweep, lopt, lopt.init(None), key).mean(axis=1), first, rtol=1e-6)
-  assert sweep._program(lopt, sweep.split, 1, False) is sweep._program(lopt, sweep.split, 1, False)
+  n = sweep.num_steps
+  assert sweep._program(lopt, sweep.split, 1, False, n) is sweep._program(lopt, sweep.split, 1, False, n)
   ref, live = weakref.ref(lopt), len(sweep._programs)
   del lopt
   gc.collect()

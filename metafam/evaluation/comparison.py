@@ -63,6 +63,10 @@ def smooth_curves(curves: np.ndarray, window: int) -> np.ndarray:
   return np.where(nbad > 0, np.inf, total / count)
 
 
+def _adam_label(lr: float) -> str:
+  return f"Adam (tuned lr={lr:.2g})"
+
+
 def _finite_mean(x: np.ndarray) -> float:
   return float(np.mean(x)) if np.all(np.isfinite(x)) else float("nan")
 
@@ -111,7 +115,7 @@ class HeldOutComparison:
 
   @property
   def adam_label(self) -> str:
-    return f"Adam (tuned lr={self.adam_lr:.2g})"
+    return _adam_label(self.adam_lr)
 
   @property
   def learned(self) -> Dict[str, SuiteEvaluation]:
@@ -242,8 +246,7 @@ def compare_with_tuned_adam(evaluator_or_family: Any, learned_opt: Any, thetas: 
   tuned = ev.tune_adam(key)
   adam_theta = dict(ev.adam.init(None), log_lr=jnp.log(jnp.float32(tuned["best_lr"])))
   adam_curves = ev.instance_curves(ev.adam, adam_theta, key)  # the program tune_adam's curve came from
-  reference = FamilyEvaluator(ev.family, ev.num_tasks, REFERENCE_FACTOR * ev.num_steps, split=ev.split,
-                              devices=ev.devices).instance_curves(ev.adam, adam_theta, key)
+  reference = ev.instance_curves(ev.adam, adam_theta, key, num_steps=REFERENCE_FACTOR * ev.num_steps)
   raw = {str(name): ev.instance_curves(learned_opt, theta, key) for name, theta in thetas.items()}
   return score_comparison(getattr(ev.family, "name", type(ev.family).__name__), adam_curves, reference, raw,
                           adam_lr=float(tuned["best_lr"]),
@@ -268,7 +271,7 @@ def score_comparison(family: str, adam_curves: np.ndarray, reference: np.ndarray
   if num_steps < 1 or bad or reference.shape != (REFERENCE_FACTOR * num_steps, num_tasks):
     raise ValueError(f"curves must be [num_steps, num_tasks] like Adam's {adam_curves.shape} (not: {bad}) and the "
                      f"reference [{REFERENCE_FACTOR} * num_steps, num_tasks], got {reference.shape}.")
-  adam_label = f"Adam (tuned lr={adam_lr:.2g})"
+  adam_label = _adam_label(adam_lr)
   scored = {name: smooth_curves(c, smoothing).T for name, c in {**raw, adam_label: adam_curves}.items()}
   steps = np.arange(1, num_steps + 1)
   entry = {"horizon": num_steps, "eval_steps": steps,

@@ -7,12 +7,13 @@ gives the same instances and batches, so curves of different optimizers are dire
 
 from __future__ import annotations
 
-from typing import Any, Dict, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from metafam._checks import check_positive_int
 from metafam._identity import IdentityCache, held_weakly
 from metafam.evaluation import tuning
 from metafam.inner import sharding
@@ -75,28 +76,32 @@ class FamilyEvaluator:
     self.adam = LearnableAdam()  # the Adam that tune_adam tunes (reusing it reuses its compiled programs)
     self._programs = IdentityCache()
 
-  def _program(self, learned_opt, split: str, groups: int, theta_is_batched: bool):
+  def _program(self, learned_opt, split: str, groups: int, theta_is_batched: bool, num_steps: int):
     def build():
       step = TruncatedStep(self.family, _WeakLearnedOpt(learned_opt), groups * self.num_tasks,
-                           ConstantSchedule(self.num_steps), meta_loss_split=split, lane_groups=groups, donate=False,
+                           ConstantSchedule(num_steps), meta_loss_split=split, lane_groups=groups, donate=False,
                            devices=self.devices, is_training=False)
-      num_steps = self.num_steps
       # The step is an argument (a pytree of its device data), so the data are program inputs, not constants.
       return step, jax.jit(lambda step, theta, key: _curves(step, theta, key, num_steps, theta_is_batched))
-    return self._programs.get(learned_opt, (split, groups, theta_is_batched), build)
+    return self._programs.get(learned_opt, (split, groups, theta_is_batched, num_steps), build)
 
-  def _run(self, learned_opt: Any, theta: Any, key: jax.Array) -> jax.Array:
-    step, fn = self._program(learned_opt, self.split, 1, False)
+  def _run(self, learned_opt: Any, theta: Any, key: jax.Array, num_steps: Optional[int] = None) -> jax.Array:
+    step, fn = self._program(learned_opt, self.split, 1, False, self.num_steps if num_steps is None else num_steps)
     return fn(step, step.place_theta(theta), sharding.place(key, self.mesh, lane_major=False))
 
   def evaluate(self, learned_opt: Any, theta: Any, key: jax.Array) -> np.ndarray:
     """``[num_steps]``: the mean over instances of the normalized ``split`` loss after each step."""
     return np.asarray(jnp.mean(self._run(learned_opt, theta, key), axis=1))
 
-  def instance_curves(self, learned_opt: Any, theta: Any, key: jax.Array) -> np.ndarray:
+  def instance_curves(self, learned_opt: Any, theta: Any, key: jax.Array,
+                      num_steps: Optional[int] = None) -> np.ndarray:
     """``f64[num_steps, num_tasks]``: per-instance normalized ``split`` loss after each step (inf where a step went
-    non-finite); `evaluate` is their mean over instances (same program, instances and batches)."""
-    return np.asarray(self._run(learned_opt, theta, key), np.float64)
+    non-finite); `evaluate` is their mean over instances (same program, instances and batches). ``num_steps``: train
+    that many steps instead of the evaluator's (the same instances; a longer run's first steps draw the same keys),
+    compiled once per length like the evaluator's own programs."""
+    if num_steps is not None:
+      check_positive_int("num_steps", num_steps)
+    return np.asarray(self._run(learned_opt, theta, key, num_steps), np.float64)
 
   def tune_adam(self, key: jax.Array) -> Dict[str, Any]:
     """Adam with each of ``adam_lrs`` on the same instances (one vmapped program over lrs x instances).
@@ -117,7 +122,7 @@ class FamilyEvaluator:
       # One lane group per lr: lane j * n + i sees the instance and batches of lane i in `evaluate`.
       theta = jax.tree.map(lambda x: jnp.broadcast_to(x, (len(lrs) * n,) + jnp.shape(x)), base)
       theta = dict(theta, log_lr=jnp.repeat(jnp.log(jnp.asarray(lrs, jnp.float32)), n))
-      step, fn = self._program(self.adam, self.select_split, len(lrs), True)
+      step, fn = self._program(self.adam, self.select_split, len(lrs), True, self.num_steps)
       curves = fn(step, step.place_theta(theta, theta_is_batched=True),
                   sharding.place(key, self.mesh, lane_major=False))
       curves = np.asarray(curves).reshape(self.num_steps, len(lrs), n).transpose(1, 2, 0)  # [L, instances, T]
