@@ -349,6 +349,56 @@ def test_zero_schedule_and_no_residual_are_muon_exactly():
     jax.tree.map(np.testing.assert_array_equal, a, b)
 
 
+@pytest.mark.parametrize("horizon", [16, 137, 200, 320, 512, 1000, 2000])
+def test_warmup_cosine_is_the_baselines_schedule(horizon):
+  """`warmup_cosine` with a traced horizon is the shipped baselines' multiplier (optax's schedule, Python-number
+  horizon) at every update of a run and past it, to 2 ulps of 1 (XLA compiles optax's division by a constant
+  differently); a wrong warmup length or decay is off by more than 1e-3 at some update."""
+  from metafam.benchmark import baselines
+  from metafam.optimizers import muon_lopt
+  assert muon_lopt.WARMUP_FRACTION == baselines.WARMUP_FRACTION
+  counts = jnp.arange(0, 2 * horizon + 1, dtype=jnp.int32)
+  ref = np.asarray(jax.jit(lambda c: baselines.unit_schedule(c, 1.0, horizon))(counts))
+  ours = np.asarray(jax.jit(muon_lopt.warmup_cosine)(counts, jnp.float32(horizon)))
+  np.testing.assert_allclose(ours, ref, rtol=0, atol=2.5e-7)
+  assert ours[0] == 0.0 and np.all(ours[horizon:] < 1e-6) and ours.max() == pytest.approx(1.0)
+
+
+def test_warmup_cosine_base_at_the_initial_theta_is_muon_with_the_baselines_schedule():
+  """``base_schedule="warmup_cosine"`` with a zero learned schedule is ``optax.contrib.muon`` at the shipped
+  baselines' warmup+cosine rate, update for update (the tolerance of the Muon test above); the knots then multiply
+  it exactly as they multiply the constant rule."""
+  from metafam.benchmark import baselines
+  rng = np.random.default_rng(14)
+  params = _params(rng)
+  horizon = 20
+  grads = _grads(rng, params, horizon)
+  lopt = MuonResidualLOpt(step_mult=LR, residual="none", schedule_knots=5, base_schedule="warmup_cosine",
+                          learn_fan_exponents=False, conv_kernels="matrix")
+  assert lopt.uses_horizon and "warmup+cosine base" in lopt.name
+  theta = lopt.init(jax.random.key(0))
+  ours = _run_optax(lopt.as_optax(theta, num_steps=horizon), params, grads)
+  ref = _run_optax(optax.contrib.muon(lambda c: LR * baselines.unit_schedule(c, 1.0, horizon),
+                                      muon_weight_dimension_numbers=muon_dimension_numbers("matrix")), params, grads)
+  for step, (a, b) in enumerate(zip(ours, ref)):
+    for k in params:
+      scale = float(np.max(np.abs(np.asarray(b[k]))))
+      np.testing.assert_allclose(np.asarray(a[k]), np.asarray(b[k]), rtol=1e-4, atol=1e-4 * scale,
+                                 err_msg=f"{k} {step}")
+  assert all(float(jnp.max(jnp.abs(u))) == 0.0 for u in jax.tree.leaves(ours[0]))  # warmup starts at 0
+  # knots on top: the same runs, each update times exp(s(t / T))
+  knots = jnp.asarray(np.log([2.0, 1.0, 0.5, 0.5, 0.25]), jnp.float32)
+  scaled = _run_optax(lopt.as_optax(dict(theta, log_schedule=knots), num_steps=horizon), params, grads)
+  for t in (3, 10, 17):
+    factor = np.exp(np.interp(t / horizon, np.linspace(0, 1, 5), np.asarray(knots, np.float64)))
+    for k in params:
+      np.testing.assert_allclose(np.asarray(scaled[t][k]), factor * np.asarray(ours[t][k]), rtol=2e-6, atol=1e-8)
+  with pytest.raises(ValueError, match="base_schedule must be one of"):
+    MuonResidualLOpt(base_schedule="cosine")
+  with pytest.raises(ValueError, match="pass num_steps="):
+    MuonResidualLOpt(base_schedule="warmup_cosine").as_optax(MuonResidualLOpt().init(jax.random.key(0)))
+
+
 def test_a_schedule_without_the_run_length_is_refused():
   lopt = MuonResidualLOpt(schedule_knots=2)
   theta = lopt.init(jax.random.key(0))

@@ -103,6 +103,10 @@ def test_the_generalist_recipe_mixes_families_unlike_the_heldout_tasks():
     (dict(optimizer_kwargs={"colour": 1}), "Recipe.optimizer_kwargs \\{'colour': 1\\} for adafac_muon_rms_lopt: .*colour"),
     (dict(optimizer_kwargs={"step_mult": 0.1}), "give step_mult as Recipe.step_mult"),
     (dict(optimizer_kwargs=[1]), "Recipe.optimizer_kwargs must be a mapping"),
+    (dict(estimator_kwargs={"sigma": 0.1}), "Recipe.estimator_kwargs: sigma is set by the recipe's own fields"),
+    (dict(estimator="full_es", estimator_kwargs={"trajectory_length": 9}), "trajectory_length is set by the recipe"),
+    (dict(estimator_kwargs={"loss_type": "tail"}), "estimator nres takes no 'loss_type'; it takes clip_loss_diff, "),
+    (dict(estimator_kwargs=[1]), "Recipe.estimator_kwargs must be a mapping"),
 ])
 def test_bad_recipes_name_what_is_wrong(tmp_path, changes, message):
   with pytest.raises(ValueError, match=message):
@@ -120,6 +124,18 @@ def test_optimizer_kwargs_reach_the_learned_optimizer_and_the_identity_only_when
   assert spread.identity(0)["recipe"]["optimizer_kwargs"] == {"lr_spread": 3.0}
   assert spread.identity(0) != plain.identity(0)
   assert Recipe.from_dict(json.loads(json.dumps(spread.to_dict()))) == spread
+
+
+def test_estimator_kwargs_reach_the_estimator_and_the_identity_only_when_given(tmp_path):
+  plain = load_recipe(write_recipe(tmp_path / "a.json", estimator="full_es", trajectory_lengths=[30, 30]))
+  tail = load_recipe(write_recipe(tmp_path / "b.json", estimator="full_es", trajectory_lengths=[30, 30],
+                                  estimator_kwargs={"loss_type": "tail", "tail_fraction": 0.2}))
+  assert "estimator_kwargs" not in plain.identity(0)["recipe"]  # as before the field existed: old runs resume
+  assert tail.identity(0)["recipe"]["estimator_kwargs"] == {"loss_type": "tail", "tail_fraction": 0.2}
+  for est in tail.build_estimators(tail.build_learned_optimizer()):  # one per family
+    assert (est.loss_type, est.tail_steps, est.trajectory_length) == ("tail", 6, 30)
+  assert {est.loss_type for est in plain.build_estimators(plain.build_learned_optimizer())} == {"avg"}
+  assert Recipe.from_dict(json.loads(json.dumps(tail.to_dict()))) == tail
 
 
 def test_unknown_recipe_and_bad_json(tmp_path):

@@ -69,6 +69,26 @@ from metafam.optimizers.mlp_lopt import rms_normalize
 
 RESIDUALS = ("after", "before", "none")
 
+BASE_SCHEDULES = ("constant", "warmup_cosine")
+WARMUP_FRACTION = 0.05  # the shipped baselines' warmup (metafam.benchmark.baselines; tests/test_muon_lopt.py pins it)
+
+
+def warmup_cosine(count: jax.Array, horizon: jax.Array, warmup_fraction: float = WARMUP_FRACTION) -> jax.Array:
+  """The shipped baselines' warmup+cosine multiplier at update ``count`` of a run of ``horizon`` updates: linear
+  from 0 over ``w = max(1, round(warmup_fraction * horizon))`` updates, then cosine decay to 0 at ``horizon``.
+
+  ``optax.warmup_cosine_decay_schedule(0, 1, w, horizon, 0)(count)`` (what `metafam.benchmark.baselines.unit_schedule`
+  calls), term for term, but for a traced ``horizon`` (each lane's trajectory length): optax needs ``w`` and the
+  horizon as Python numbers. The two agree to 2 ulps (a compiled division by a constant rounds differently).
+  """
+  horizon = jnp.asarray(horizon, jnp.float32)
+  warmup = jnp.maximum(1.0, jnp.round(jnp.float32(warmup_fraction) * horizon))
+  count = jnp.asarray(count, jnp.float32)
+  rising = 1.0 - (1.0 - jnp.clip(count, 0.0, warmup) / warmup)
+  decay_steps = horizon - warmup
+  falling = 0.5 * (1.0 + jnp.cos(jnp.pi * jnp.minimum(count - warmup, decay_steps) / decay_steps))
+  return jnp.where(count < warmup, rising, falling)
+
 
 CONV_KERNELS = ("adam", "matrix")
 
@@ -153,6 +173,10 @@ class MuonResidualLOpt(LearnedOptimizer):
     learn_fan_exponents: False keeps a matrix's fan exponents at ``(-fan_in_power, 0)`` instead of learning them
       (theta then has no ``shape_power``): the width rule stays Muon's shape scale (times ``fan_in_power``'s), the
       one that transfers to widths meta-training never saw.
+    base_schedule: "constant" (the step is ``step_mult``) or "warmup_cosine": the step is also multiplied by the
+      shipped baselines' warmup+cosine schedule over the run (`warmup_cosine`; 5% linear warmup, cosine to 0), so
+      that at the initial theta the optimizer is Muon with warmup+cosine, the best single-setting rule of the dev
+      suite, and a learned schedule (``schedule_knots``) is a residual on it. Needs the run's length, as the knots do.
   """
 
   low_rank_weights = True  # its 2-D meta-parameters are read by F.mlp_columns / F.mlp_bias0 only
@@ -166,7 +190,7 @@ class MuonResidualLOpt(LearnedOptimizer):
                beta: float = 0.95, adam_b1: float = 0.9, adam_b2: float = 0.999, eps: float = 1e-8,
                fan_in_power: float = 0.0, base_fan_in: int = 64, norm_eps: float = 1e-12, lr_spread: float = 1.0,
                orthogonalization: str = "auto", center_residual: bool = True, conv_kernels: str = "adam",
-               schedule_knots: int = 0, learn_fan_exponents: bool = True):
+               schedule_knots: int = 0, learn_fan_exponents: bool = True, base_schedule: str = "constant"):
     self.hidden_sizes = F.check_sizes("hidden_sizes", hidden_sizes)
     self.residual = check_choice("residual", residual, RESIDUALS)
     self.step_mult = step_mult if callable(step_mult) else F.check_positive_float("step_mult", step_mult)
@@ -187,14 +211,16 @@ class MuonResidualLOpt(LearnedOptimizer):
     if not isinstance(learn_fan_exponents, bool):
       raise ValueError(f"learn_fan_exponents must be True or False, got {learn_fan_exponents!r}.")
     self.learn_fan_exponents = learn_fan_exponents
+    self.base_schedule = check_choice("base_schedule", base_schedule, BASE_SCHEDULES)
     if self.schedule_knots == 1:
       raise ValueError("schedule_knots must be 0 (no schedule) or >= 2 (a knot at the start and one at the end), "
                        "got 1.")
 
   @property
   def uses_horizon(self) -> bool:
-    """Whether the step depends on the run's length (``schedule_knots``): init then needs ``num_steps``."""
-    return self.schedule_knots > 0
+    """Whether the step depends on the run's length (``schedule_knots``, ``base_schedule``): init then needs
+    ``num_steps``."""
+    return self.schedule_knots > 0 or self.base_schedule != "constant"
 
   @property
   def name(self) -> str:
@@ -213,6 +239,8 @@ class MuonResidualLOpt(LearnedOptimizer):
       options += f", {self.schedule_knots}-knot schedule"
     if not self.learn_fan_exponents:
       options += ", fixed fan exponents"
+    if self.base_schedule != "constant":
+      options += f", {self.base_schedule.replace('_', '+')} base"
     if self.residual == "none":  # no MLP: no widths to name
       return f"MuonResidualLOpt({options[2:]})"
     return f"MuonResidualLOpt({'x'.join(map(str, self.hidden_sizes))}{options})"
@@ -252,6 +280,10 @@ class MuonResidualLOpt(LearnedOptimizer):
     (the contract, `metafam.optimizers.contract`, subtracts the step); ``horizon``: the run's number of
     updates, for the learned schedule (``schedule_knots``) only."""
     scale = self.step_scale(count)
+    if self.uses_horizon and horizon is None:
+      raise ValueError(f"{self.name} reads the run's length: leaf_step needs horizon= (the run's number of updates).")
+    if self.base_schedule == "warmup_cosine":
+      scale = scale * warmup_cosine(count, horizon)
     if self.schedule_knots:
       scale = scale * jnp.exp(self.log_schedule(theta, count, horizon))
 
@@ -302,8 +334,6 @@ class MuonResidualLOpt(LearnedOptimizer):
   def log_schedule(self, theta: dict, count: jax.Array, horizon: jax.Array) -> jax.Array:
     """The learned log step multiplier at update ``count`` of ``horizon``: ``theta["log_schedule"]`` interpolated
     linearly at ``count / horizon`` (clipped to [0, 1]) between knots evenly spaced in [0, 1]."""
-    if horizon is None:
-      raise ValueError(f"{self.name} has a learned schedule: leaf_step needs horizon= (the run's number of updates).")
     fraction = jnp.clip(jnp.asarray(count, jnp.float32) / jnp.asarray(horizon, jnp.float32), 0.0, 1.0)
     knots = jnp.linspace(0.0, 1.0, self.schedule_knots, dtype=jnp.float32)
     return jnp.interp(fraction, knots, theta["log_schedule"])

@@ -43,7 +43,7 @@ from typing import Any, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from metafam._checks import check_positive
+from metafam._checks import check_number, check_positive
 from metafam.inner import pairs
 from metafam.inner.schedules import NeverEndingSchedule
 from metafam.inner.truncated_step import LaneState, TruncatedStep
@@ -51,7 +51,7 @@ from metafam.outer_trainers.base import (GradientEstimate, GradientEstimator, ch
                                          dense_perturbations, nonfinite_metrics, sample_perturbations, step_losses,
                                          weighted_noise_sum, zero_nonfinite, zero_perturbations)
 
-FULL_ES_LOSS_TYPES = ("avg", "last", "min")
+FULL_ES_LOSS_TYPES = ("avg", "last", "min", "tail")
 _NEVER_RESAMPLED = 2 ** 30
 
 
@@ -183,7 +183,9 @@ class _AntitheticES(_OnTruncatedStep):
 class FullES(_AntitheticES):
   """Antithetic ES over complete inner trajectories of ``trajectory_length`` steps from fresh task instances.
 
-  ``loss_type``: "avg" (mean of the per-step meta-losses), "last" (the final step's), or "min" (their minimum).
+  ``loss_type``: "avg" (mean of the per-step meta-losses), "last" (the final step's), "min" (their minimum) or
+  "tail" (the mean over the last ``tail_fraction`` of the steps, at least one: where training ends, with less batch
+  noise than "last"; the objective of a learned schedule that should anneal).
   ``perturbation="low_rank", rank=r`` (every ES estimator here): matrix meta-parameters get rank-r noise, applied as
   shared weights plus per-lane factors (see `base`); the default "full" draws full Gaussian noise.
   A pair with any non-finite step is left out of the estimate and counted in ``metrics["num_nonfinite"]``.
@@ -196,11 +198,12 @@ class FullES(_AntitheticES):
   nonfinite_unit = "pairs"
 
   def __init__(self, truncated_step: TruncatedStep, trajectory_length: int = 200, *, loss_type: str = "avg",
-               **es_args: Any):
+               tail_fraction: float = 0.1, **es_args: Any):
     self.trajectory_length = check_positive("trajectory_length", trajectory_length, integer=True)
     if loss_type not in FULL_ES_LOSS_TYPES:
       raise ValueError(f"loss_type must be one of {FULL_ES_LOSS_TYPES}, got {loss_type!r}.")
     self.loss_type = loss_type
+    self.tail_fraction = float(check_number("tail_fraction", tail_fraction, low=0.0, low_open=True, high=1.0))
     super().__init__(truncated_step, **es_args)
 
   def _particle_step(self, truncated_step: TruncatedStep) -> TruncatedStep:
@@ -210,6 +213,11 @@ class FullES(_AntitheticES):
   @property
   def inner_steps_per_estimate(self) -> int:
     return 2 * self.num_pairs * self.trajectory_length
+
+  @property
+  def tail_steps(self) -> int:
+    """The steps ``loss_type="tail"`` averages: the last ``round(tail_fraction * trajectory_length)``, at least 1."""
+    return max(1, int(round(self.tail_fraction * self.trajectory_length)))
 
   def init_worker_state(self, theta, key):
     return {}
@@ -245,6 +253,8 @@ class FullES(_AntitheticES):
       return jnp.mean(losses, axis=0)
     if self.loss_type == "last":
       return losses[-1]
+    if self.loss_type == "tail":
+      return jnp.mean(losses[-self.tail_steps:], axis=0)
     return jnp.min(losses, axis=0)
 
 

@@ -47,6 +47,9 @@ class Recipe:
       optimizer without one (or its library default).
     optimizer_kwargs: other constructor arguments of the learned optimizer (JSON values), e.g. ``{"lr_spread":
       3.16}`` for `MuonResidualLOpt`; part of the run's identity when not empty.
+    estimator_kwargs: other keyword arguments of the estimator (JSON values; the ones `estimator_arguments` lists
+      besides those the fields above set), e.g. ``{"loss_type": "tail", "tail_fraction": 0.1}`` for "full_es";
+      part of the run's identity when not empty.
     families: the mixture, one `FamilySpec` each (at least one).
     estimator: a registered estimator name ("nres", "pes", ...).
     num_pairs: antithetic pairs (lanes for "tbptt") per family.
@@ -87,6 +90,7 @@ class Recipe:
   num_steps: int = 1000
   description: str = ""
   optimizer_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  estimator_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
   def __post_init__(self):
     from metafam.inner.schedules import LogUniformSchedule
@@ -114,6 +118,7 @@ class Recipe:
         raise ValueError(f"Recipe.step_mult: optimizer {self.optimizer} has no step_mult; it applies to "
                          f"{', '.join(n for n in sorted(LEARNED_OPTIMIZERS) if takes_step_mult(n))}.")
     self._check_optimizer_kwargs()
+    self._check_estimator_kwargs()
     if self.perturbation not in PERTURBATIONS:
       raise ValueError(f"Recipe.perturbation must be one of {PERTURBATIONS}, got {self.perturbation!r}.")
     check_positive_int("Recipe.perturbation_rank", self.perturbation_rank)
@@ -143,6 +148,30 @@ class Recipe:
       raise ValueError(f"Recipe.optimizer_kwargs {kwargs} for {self.optimizer}: {e}") from None
     object.__setattr__(self, "optimizer_kwargs", kwargs)
 
+  def _check_estimator_kwargs(self):
+    from metafam.outer_trainers.registry import estimator_arguments
+    kwargs = self.estimator_kwargs
+    if not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
+      raise ValueError(f"Recipe.estimator_kwargs must be a mapping of argument names to values, got {kwargs!r}.")
+    try:
+      kwargs = json.loads(json.dumps(dict(kwargs)))
+    except (TypeError, ValueError):
+      raise ValueError(f"Recipe.estimator_kwargs must hold JSON values, got {self.estimator_kwargs!r}.") from None
+    own = set(self._estimator_values()) | {"trajectory_length"}
+    accepted = sorted(set(estimator_arguments(self.estimator)) - own)
+    for name in kwargs:
+      if name in own:
+        raise ValueError(f"Recipe.estimator_kwargs: {name} is set by the recipe's own fields; give it there.")
+      if name not in accepted:
+        raise ValueError(f"Recipe.estimator_kwargs: estimator {self.estimator} takes no {name!r}; it takes "
+                         f"{', '.join(accepted) or 'nothing more'}.")
+    object.__setattr__(self, "estimator_kwargs", kwargs)
+
+  def _estimator_values(self) -> Dict[str, Any]:
+    """The estimator arguments the recipe's own fields set (those the estimator takes are passed)."""
+    return dict(unroll_length=self.unroll_length, sigma=self.sigma, perturbation=self.perturbation,
+                rank=self.perturbation_rank)
+
   # -- data ---------------------------------------------------------------------------------------------------
   def to_dict(self) -> Dict[str, Any]:
     out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -167,8 +196,9 @@ class Recipe:
     """What identifies a run of this recipe with ``seed`` (resuming with anything else is refused): the recipe less
     its name, description and length (a run may be continued to more meta-steps), as JSON data."""
     recipe = {k: v for k, v in self.to_dict().items() if k not in ("name", "description", "num_steps")}
-    if not recipe["optimizer_kwargs"]:  # the identity of runs of recipes from before the field
-      del recipe["optimizer_kwargs"]
+    for field in ("optimizer_kwargs", "estimator_kwargs"):
+      if not recipe[field]:  # the identity of runs of recipes from before the field
+        del recipe[field]
     if recipe["perturbation"] == "full":
       recipe["perturbation_rank"] = None  # meaningless for full noise
     return json.loads(json.dumps({"recipe": recipe, "seed": int(seed)}))
@@ -198,13 +228,12 @@ class Recipe:
   def build_estimators(self, lopt, devices: Any = None, families: Optional[list] = None) -> list:
     """One estimator per family, in the order of ``families`` (built from the specs unless given)."""
     from metafam.outer_trainers.registry import estimator_arguments, make_estimator
-    values = dict(unroll_length=self.unroll_length, sigma=self.sigma, perturbation=self.perturbation,
-                  rank=self.perturbation_rank)
+    values = self._estimator_values()
     low, high = self.trajectory_lengths
     if low == high:  # full_es trains whole trajectories of this length (with a range: its own default)
       values["trajectory_length"] = low
     accepted = estimator_arguments(self.estimator)
-    kwargs = {k: v for k, v in values.items() if k in accepted}
+    kwargs = {**{k: v for k, v in values.items() if k in accepted}, **self.estimator_kwargs}
     families = [spec.build() for spec in self.families] if families is None else families
     return [make_estimator(self.estimator, family, lopt, num_tasks=self.num_pairs, schedule=self.schedule(),
                            devices=devices, **kwargs) for family in families]
