@@ -430,6 +430,25 @@ def test_truncated_step_tells_each_lane_the_updates_it_will_make():
     assert np.all(horizon >= 1) and (np.any(np.asarray(lanes.iteration) > 0) == offset)
 
 
+def test_full_es_tells_each_particle_its_trajectory_length():
+  """FullES trains complete trajectories of ``trajectory_length`` steps, and a schedule over the run reads that
+  length (it once read the never-ending schedule's 2**31 - 1, which froze the schedule at its first knot)."""
+  from metafam.outer_trainers.registry import make_estimator
+  from metafam.inner import pairs
+  from metafam.taskfamilies.image_mlp import ImageMLPFamily
+  family = ImageMLPFamily((4,), image_size=8, batch_size=8)
+  lopt = MuonResidualLOpt(residual="none", schedule_knots=3, base_schedule="warmup_cosine")
+  theta = lopt.init(jax.random.key(0))
+  est = make_estimator("full_es", family, lopt, num_tasks=2, trajectory_length=7)
+  thetas = pairs.antithetic_thetas(theta, est._sample_eps(theta, jax.random.key(1)))
+  lanes = est.step.init_fn(thetas, jax.random.key(2), theta_is_batched=True)
+  np.testing.assert_array_equal(np.asarray(lanes.opt_state.opt_state["horizon"]), 7.0)
+  _, out = est.step.unroll_fn(thetas, lanes, jax.random.split(jax.random.key(3), 7), theta_is_batched=True)
+  assert np.all(np.asarray(out.mask) > 0)  # every step of the trajectory counts, the last one included
+  e, _ = est.estimate(theta, {}, jax.random.key(4))
+  assert np.isfinite(float(e.meta_loss))
+
+
 @pytest.mark.parametrize("fan_in_power", [0.0, 0.5])
 def test_fixed_fan_exponents_are_the_learned_ones_at_init_and_not_meta_parameters(fan_in_power):
   rng = np.random.default_rng(13)

@@ -21,7 +21,7 @@ and the measured outcomes.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence, Tuple
+from typing import Any, Optional, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -109,12 +109,16 @@ def with_log_gain_offsets(theta: Any, offsets: Sequence[float], index: int = 0) 
 
 def objective_by_theta(family: TaskFamily, lopt: Any, thetas: Any, schedule: Any, key: jax.Array,
                        num_tasks: int = 32, max_length: int = None, is_training: bool = True,
-                       num_lengths: int = 4096, per_instance: bool = False) -> np.ndarray:
+                       num_lengths: int = 4096, per_instance: bool = False,
+                       tail_fraction: Optional[float] = None) -> np.ndarray:
   """``f64[K]``: the meta-objective the truncated estimators follow, at each of ``K`` stacked ``thetas``.
 
   That objective is the per-step mean of the normalized meta-loss over a lane's timeline: a trajectory of length
   ``L ~ schedule`` contributes its ``L`` steps, so it is ``E[sum_{t < L} loss_t] / E[L]``, with ``loss_t`` the
-  normalized meta-loss after step ``t`` averaged over instances. Every theta trains the same ``num_tasks`` fresh
+  normalized meta-loss after step ``t`` averaged over instances. With ``tail_fraction`` it is instead `FullES`'s
+  ``loss_type="tail"`` objective: the mean of ``loss_t`` over the last ``max(1, round(tail_fraction *
+  max_length))`` steps of a ``max_length``-step run (``schedule`` then only sets the default length). Every theta
+  trains the same ``num_tasks`` fresh
   instances (the same keys) for ``max_length`` steps (default: the schedule's ``high`` or ``length``), with
   ``opt_fn(theta, is_training)`` (``is_training=True``: as the estimators train, e.g. with ``lr_spread``); the
   expectation over lengths uses ``num_lengths`` draws of ``schedule``. A theta whose run went non-finite scores inf.
@@ -137,10 +141,23 @@ def objective_by_theta(family: TaskFamily, lopt: Any, thetas: Any, schedule: Any
     return jnp.where(out.mask > 0, out.normalized_meta_loss, jnp.inf)
 
   c = np.asarray(curves(lanes_theta), np.float64).reshape(max_length, num_thetas, num_tasks)
+  if tail_fraction is not None:
+    per = c[-max(1, int(round(tail_fraction * max_length))):].mean(axis=0)
+    return per if per_instance else per.mean(axis=1)
   lengths = np.asarray(jax.vmap(schedule.sample)(jax.random.split(k_len, num_lengths)))
   cumulative = np.cumsum(c, axis=0)  # [T, K, num_tasks]
   per = cumulative[lengths - 1].mean(axis=0) / lengths.mean()
   return per if per_instance else per.mean(axis=1)
+
+
+def with_schedules(theta: Any, knots: Sequence[Sequence[float]]) -> Any:
+  """``theta`` stacked ``len(knots)`` times along a new leading axis, copy ``j`` with ``log_schedule = knots[j]``
+  (`MuonResidualLOpt`'s learned schedule): the batched thetas of a sweep over schedules."""
+  knots = jnp.asarray(knots, jnp.float32)
+  stacked = jax.tree.map(lambda x: jnp.broadcast_to(x, (len(knots),) + jnp.shape(x)), theta)
+  if knots.ndim != 2 or knots.shape[1] != jnp.shape(theta["log_schedule"])[0]:
+    raise ValueError(f"knots must be [K, {jnp.shape(theta['log_schedule'])[0]}], got shape {knots.shape}.")
+  return dict(stacked, log_schedule=knots)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -45,7 +45,7 @@ import jax.numpy as jnp
 
 from metafam._checks import check_number, check_positive
 from metafam.inner import pairs
-from metafam.inner.schedules import NeverEndingSchedule
+from metafam.inner.schedules import ConstantSchedule
 from metafam.inner.truncated_step import LaneState, TruncatedStep
 from metafam.outer_trainers.base import (GradientEstimate, GradientEstimator, check_loss_kind, check_perturbation,
                                          dense_perturbations, nonfinite_metrics, sample_perturbations, step_losses,
@@ -207,8 +207,10 @@ class FullES(_AntitheticES):
     super().__init__(truncated_step, **es_args)
 
   def _particle_step(self, truncated_step: TruncatedStep) -> TruncatedStep:
-    # Complete trajectories from fresh instances: no truncation schedule, no staggered starts.
-    return truncated_step.replace(schedule=NeverEndingSchedule(), random_initial_iteration=False)
+    # Complete trajectories of trajectory_length steps from fresh instances, no staggered starts. The schedule is
+    # that length, so an optimizer that reads the run's length (a learned schedule, a training-fraction feature) is
+    # told it; the unroll stops at the trajectory's last step (flagged is_done, its loss valid), before any reset.
+    return truncated_step.replace(schedule=ConstantSchedule(self.trajectory_length), random_initial_iteration=False)
 
   @property
   def inner_steps_per_estimate(self) -> int:
