@@ -12,6 +12,9 @@ and the measured outcomes.
   * `sweep_log_gain` (on `objective_by_theta`): the known answer for the step gain, found independently by a sweep
     of constant rates over the same family, trajectory-length distribution and meta-objective; `matrix_log_gain`
     reads the learned one.
+  * `schedule_problem`: the known answer for a schedule under a final-loss objective (FullES ``loss_type="tail"``):
+    the best constant rate by that sweep, then the best two-knot schedule over the run by a grid sweep (on the noisy
+    quadratic it anneals); a recipe's estimator must get there from the flat start.
   * `noise_drift_test` (with `adam_gradients`, `adam_first_moment`, `run_recorded`): whether a meta-parameter that
     cannot affect the loss drifted, or was estimated, beyond what its noise explains.
   * `residual_slopes`, `without_feature`: which features a learned residual reads, and the ablation that shows it
@@ -187,6 +190,67 @@ def sweep_log_gain(family: TaskFamily, lopt: Any, theta: Any, schedule: Any, key
     if a > 0:
       best = float(np.clip(-b / (2 * a), x0, x2))
   return GainSweep(offsets, tuple(float(v) for v in obj), best)
+
+
+@dataclasses.dataclass(frozen=True)
+class ScheduleProblem:
+  """`schedule_problem`'s answer: the family, the optimizer at the best constant rate with a flat two-knot schedule,
+  and the sweep of schedules.
+
+  Attributes:
+    family, learned_opt, horizon, tail_fraction: the problem (``learned_opt`` at ``best_constant_rate``, its
+      ``log_schedule`` (start, end) of the run 0 at init: the flat start).
+    best_constant_rate: the constant rate that minimizes the objective (`sweep_log_gain`, refined).
+    knots: ``f64[K, 2]``, the swept (start, end) log multipliers; ``objective``: ``f64[K]`` at each.
+  """
+  family: Any
+  learned_opt: Any
+  horizon: int
+  tail_fraction: float
+  best_constant_rate: float
+  knots: np.ndarray
+  objective: np.ndarray
+
+  @property
+  def best_knots(self) -> np.ndarray:
+    return self.knots[int(np.argmin(self.objective))]
+
+  def score(self, thetas: Any, key: jax.Array, num_tasks: int = 32) -> np.ndarray:
+    """``f64[K, num_tasks]``: the objective of ``K`` stacked thetas on ``num_tasks`` instances from ``key`` (the
+    same for every theta: paired)."""
+    return objective_by_theta(self.family, self.learned_opt, thetas, ConstantSchedule(self.horizon), key,
+                              num_tasks=num_tasks, per_instance=True, tail_fraction=self.tail_fraction)
+
+
+def schedule_problem(recipe: Any, horizon: int = 200, tail_fraction: float = 0.1, key: jax.Array = None,
+                     num_tasks: int = 16, probe_rate: float = 0.3,
+                     start_knots: Sequence[float] = tuple(np.linspace(-1.5, 1.5, 7)),
+                     end_knots: Sequence[float] = tuple(np.linspace(-4.0, 1.0, 11))) -> ScheduleProblem:
+  """The planted schedule under a final-loss objective, with its known answer.
+
+  `MatrixQuadraticFamily((8, 8), noise_std=0.5, target_std=0)`: Muon's fixed-size steps leave ``W`` jittering at a
+  floor the rate sets, so the loss where training ends is lowest for a rate that starts large and anneals. The
+  optimizer is ``recipe``'s (`MuonResidualLOpt` with ``lr_spread`` and the other options it sets) with
+  ``residual="none"``, a constant base and two learned knots (start, end; 0 at init). The objective is the one
+  `FullES` estimates with ``loss_type="tail"``: the mean normalized loss over the last ``tail_fraction`` of
+  ``horizon``-step runs, trained as meta-training trains (``is_training``). Known answer, by sweeps of that
+  objective on ``num_tasks`` instances: the best constant rate (from ``probe_rate``, log offsets -4 to +1), then,
+  at that rate, every (start, end) pair of the grids.
+  """
+  key = jax.random.key(0) if key is None else key
+  k_rate, k_grid = jax.random.split(key)
+  family = MatrixQuadraticFamily((8, 8), noise_std=0.5, target_std=0.0)
+  kwargs = {**recipe.optimizer_kwargs, "residual": "none", "schedule_knots": 2, "base_schedule": "constant"}
+  schedule = ConstantSchedule(horizon)
+  probe = recipe.replace(step_mult=float(probe_rate), optimizer_kwargs=kwargs).build_learned_optimizer()
+  sweep = sweep_log_gain(family, probe, probe.init(jax.random.key(0)), schedule, k_rate,
+                         offsets=np.linspace(-4, 1, 21), num_tasks=num_tasks, tail_fraction=tail_fraction)
+  rate = float(probe_rate * np.exp(sweep.best))
+  lopt = recipe.replace(step_mult=rate, optimizer_kwargs=kwargs).build_learned_optimizer()
+  knots = np.asarray([(a, b) for a in start_knots for b in end_knots], np.float64)
+  objective = objective_by_theta(family, lopt, with_schedules(lopt.init(jax.random.key(0)), knots), schedule, k_grid,
+                                 num_tasks=num_tasks, tail_fraction=tail_fraction)
+  return ScheduleProblem(family, lopt, horizon, tail_fraction, rate, knots, np.asarray(objective, np.float64))
 
 
 def adam_gradients(mu_history: np.ndarray, b1: float = 0.9) -> np.ndarray:
