@@ -224,8 +224,8 @@ class ScheduleProblem:
 
 def schedule_problem(recipe: Any, horizon: int = 200, tail_fraction: float = 0.1, key: jax.Array = None,
                      num_tasks: int = 16, probe_rate: float = 0.3,
-                     start_knots: Sequence[float] = tuple(np.linspace(-1.5, 1.5, 7)),
-                     end_knots: Sequence[float] = tuple(np.linspace(-4.0, 1.0, 11))) -> ScheduleProblem:
+                     start_knots: Sequence[float] = tuple(np.linspace(-1.0, 3.0, 9)),
+                     end_knots: Sequence[float] = tuple(np.linspace(-5.0, 1.0, 13))) -> ScheduleProblem:
   """The planted schedule under a final-loss objective, with its known answer.
 
   `MatrixQuadraticFamily((8, 8), noise_std=0.5, target_std=0)`: Muon's fixed-size steps leave ``W`` jittering at a
