@@ -284,12 +284,12 @@ def test_the_es_estimators_take_the_shared_arguments_declared_once():
   """The ES arguments are declared once (`estimators._AntitheticES`); each estimator's signature lists its own
   arguments (the length positionally, the rest by keyword) and then those, with the same defaults."""
   import inspect
-  from metafam.outer_trainers import estimators
+  from metafam.outer_trainers import estimators, pes
   shared = {"sigma": 0.01, "loss_kind": "normalized_meta_loss", "clip_loss_diff": None, "stack_antithetic": True,
             "perturbation": "full", "rank": 1}
   own = {estimators.FullES: {"trajectory_length": 200, "loss_type": "avg", "tail_fraction": 0.1},
-         estimators.TruncatedES: {"unroll_length": 20}, estimators.PES: {"unroll_length": 20, "resample_every": 1},
-         estimators.NoiseReuseES: {"unroll_length": 20}}
+         estimators.TruncatedES: {"unroll_length": 20}, pes.PES: {"unroll_length": 20, "resample_every": 1},
+         pes.NoiseReuseES: {"unroll_length": 20}}
   for cls, arguments in own.items():
     params = list(inspect.signature(cls).parameters.values())[1:]
     assert {p.name: p.default for p in params} == {**arguments, **shared}, cls

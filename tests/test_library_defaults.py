@@ -13,7 +13,7 @@ import optax
 from metafam.inner import ConstantSchedule, LogUniformSchedule, TruncatedStep
 from metafam.optimizers.registry import get_learned_optimizer
 from metafam.outer_trainers import MetaTrainer, make_estimator
-from metafam.outer_trainers.estimators import PES, FullES, NoiseReuseES, TruncatedBPTT, TruncatedES
+from metafam.outer_trainers import PES, FullES, NoiseReuseES, TruncatedBPTT, TruncatedES
 from metafam.runs.recipe_flags import MAIN_JOB_FAMILY, main_job
 from metafam.runs.recipes import Recipe
 from metafam.taskfamilies.registry import get_family

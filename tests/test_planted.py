@@ -16,7 +16,7 @@ import pytest
 from metafam import MetaTrainer
 from metafam.benchmark import planted
 from metafam.inner.truncated_step import TruncatedStep
-from metafam.outer_trainers.estimators import NoiseReuseES
+from metafam.outer_trainers import NoiseReuseES
 from metafam.outer_trainers.meta_trainer import meta_learning_rate_schedule, meta_optimizer
 from metafam.runs.recipes import load_recipe
 

@@ -3,7 +3,8 @@
 loop and its files are `metafam.runs`."""
 
 from metafam.outer_trainers.base import GradientEstimate, GradientEstimator
-from metafam.outer_trainers.estimators import PES, FullES, NoiseReuseES, PESWorkerState, TruncatedBPTT, TruncatedES
+from metafam.outer_trainers.estimators import FullES, TruncatedBPTT, TruncatedES
+from metafam.outer_trainers.pes import PES, NoiseReuseES, PESWorkerState
 from metafam.outer_trainers.meta_trainer import MetaTrainer, MetaTrainState, meta_optimizer
 from metafam.outer_trainers.registry import ESTIMATORS, get_estimator, list_estimators, make_estimator
 

@@ -23,7 +23,8 @@ from metafam._registry import lookup
 from metafam.inner.schedules import ConstantSchedule
 from metafam.inner.truncated_step import TruncatedStep
 from metafam.outer_trainers.base import GradientEstimator
-from metafam.outer_trainers.estimators import PES, FullES, NoiseReuseES, TruncatedBPTT, TruncatedES
+from metafam.outer_trainers.estimators import FullES, TruncatedBPTT, TruncatedES
+from metafam.outer_trainers.pes import PES, NoiseReuseES
 
 ESTIMATORS: Dict[str, Type[GradientEstimator]] = {
     "tbptt": TruncatedBPTT, "full_es": FullES, "truncated_es": TruncatedES, "pes": PES, "nres": NoiseReuseES}

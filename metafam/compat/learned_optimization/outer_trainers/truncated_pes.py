@@ -21,7 +21,7 @@ from typing import Any, Optional
 import jax
 
 from metafam.compat.learned_optimization.outer_trainers import _adapter, gradient_learner
-from metafam.outer_trainers import estimators as _estimators
+from metafam.outer_trainers import pes as _pes
 
 __all__ = ["TruncatedPES", "TruncatedPESPMAP", "PESWorkerState", "vec_key_split", "PRNGKey", "MetaParams",
            "TruncatedUnrollState"]
@@ -30,11 +30,11 @@ PRNGKey = jax.Array
 MetaParams = Any
 TruncatedUnrollState = Any
 # The worker state of `TruncatedPES`: metafam's (lanes, accumulator, ...).
-PESWorkerState = _estimators.PESWorkerState
+PESWorkerState = _pes.PESWorkerState
 vec_key_split = _adapter.vec_key_split
 
 
-class TruncatedPES(_adapter.LOEstimatorFace, _estimators.PES):
+class TruncatedPES(_adapter.LOEstimatorFace, _pes.PES):
 
   def __init__(self, truncated_step: Any, trunc_length: int = 10, std: float = 0.01, steps_per_jit: int = 10,
                stack_antithetic_samples: bool = False, sign_delta_loss_scalar: Optional[float] = None,
