@@ -94,6 +94,12 @@ class FullES(_adapter.LOEstimatorFace, _estimators.FullES):
     self.recompute_samples, self.recompute_split = recompute_samples, recompute_split
     self._recompute = recompute
 
+  def _particle_step(self, truncated_step: Any) -> Any:
+    # The reference runs FullES's trajectories on the never-ending schedule its truncated step was given: no step
+    # is done, and an optimizer that reads the run's length is told that one (metafam's FullES tells it the
+    # trajectory's length instead).
+    return truncated_step.replace(schedule=NeverEndingSchedule(), random_initial_iteration=False)
+
   def _recomputed_losses(self, thetas, lanes, key):
     """``f32[2N]``: each lane's mean loss at its final params over ``recompute_samples`` shared batches."""
     step = self.step
