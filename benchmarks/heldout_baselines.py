@@ -14,12 +14,12 @@ from __future__ import annotations
 import argparse
 import time
 
-from metafam.benchmark import baselines
+from metafam.benchmark import baseline_files
 
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--suite", default="heldout", choices=sorted(baselines.SUITE_SPECS),
+  parser.add_argument("--suite", default="heldout", choices=sorted(baseline_files.SUITE_SPECS),
                       help="the suite whose baselines are generated")
   parser.add_argument("--shard_dir", default=None, help="where the shards go (default <suite>_shards)")
   parser.add_argument("--tasks", default="", help="comma-separated task names of the suite (default: all)")
@@ -33,11 +33,11 @@ def main() -> None:
   shard_dir = args.shard_dir or f"{args.suite}_shards"
   if not args.collect_only:
     try:
-      baselines.generate(shard_dir, [t for t in args.tasks.split(",") if t] or None, suite=args.suite,
-                         shards=[o for o in args.shards.split(",") if o] or None)
+      baseline_files.generate(shard_dir, [t for t in args.tasks.split(",") if t] or None, suite=args.suite,
+                              shards=[o for o in args.shards.split(",") if o] or None)
     except ValueError as e:
       parser.error(str(e))
-  data = baselines.collect(shard_dir, args.out, suite=args.suite)
+  data = baseline_files.collect(shard_dir, args.out, suite=args.suite)
   print(f"{len(data['tasks'])} tasks complete, {len(data['pending'])} pending; "
         f"{time.perf_counter() - start:.0f} s")
 

@@ -106,8 +106,8 @@ def main():
     p.error(f"--kwargs must be a JSON object of constructor arguments, e.g. '{{\"lr_spread\": 3.0}}'; got "
             f"{args.kwargs!r}")
   if args.single_rate_baselines:
-    from metafam.benchmark import baselines  # pylint: disable=import-outside-toplevel
-    valid = list(baselines.suite_spec(args.suite).optimizers)
+    from metafam.benchmark import baseline_files  # pylint: disable=import-outside-toplevel
+    valid = list(baseline_files.suite_spec(args.suite).optimizers)
     bad = [b for b in args.single_rate_baselines if b not in valid]
     if bad:
       p.error(f"--single_rate_baselines: {bad} are not baselines of the {args.suite} suite; valid: {valid}")

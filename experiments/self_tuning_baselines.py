@@ -4,7 +4,7 @@
     python experiments/self_tuning_baselines.py --train [--tasks a,b] [--optimizers adam,muon] [--cache_dir DIR]
 
 Without ``--train`` it prints, per baseline of the heldout (development) suite, the single (schedule, rate) with
-the lowest geometric-mean regret over the suite's 17 tasks (`metafam.benchmark.self_tuning.best_single_rate`, from
+the lowest geometric-mean regret over the suite's 17 tasks (`metafam.benchmark.single_rate.best_single_rate`, from
 the selection scores the shipped sweeps hold), the number of tasks whose tuned rate is within one grid step (half a
 decade) of it, and the number of tasks where its curves are not the shipped ones (its tuned setting differs), which
 ``--train`` must train.
@@ -24,10 +24,11 @@ import os
 import sys
 import time
 
-from metafam.benchmark import baselines as bl
+from metafam.benchmark import baseline_files as bf
 from metafam.benchmark import heldout
 from metafam.benchmark import report
 from metafam.benchmark import self_tuning as st
+from metafam.benchmark import single_rate as sr
 from metafam.evaluation.scores import LOSS_GAIN_IQM
 
 DEFAULT_OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "self_tuning_baselines.md")
@@ -52,7 +53,7 @@ def main(argv=None):
   parser.add_argument("--out", default=DEFAULT_OUT, help="the Markdown file --train writes")
   args = parser.parse_args(argv)
   data = heldout.load_normalizers(suite="heldout")
-  everyone = list(bl.suite_spec("heldout").optimizers)
+  everyone = list(bf.suite_spec("heldout").optimizers)
   optimizers = [o for o in args.optimizers.split(",") if o] or everyone
   tasks = [t for t in args.tasks.split(",") if t] or list(data["tasks"])
   bad = [o for o in optimizers if o not in everyone]
@@ -61,8 +62,8 @@ def main(argv=None):
   bad = [t for t in tasks if t not in data["tasks"]]
   if bad:
     parser.error(f"--tasks: {bad} are not heldout tasks; valid: {list(data['tasks'])}")
-  choices = {o: st.best_single_rate(data, o) for o in optimizers}
-  table = markdown(st.CHOICE_HEADERS, st.choice_rows(choices))
+  choices = {o: sr.best_single_rate(data, o) for o in optimizers}
+  table = markdown(sr.CHOICE_HEADERS, sr.choice_rows(choices))
   print(table, flush=True)
   if not args.train:
     return 0

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from metafam.benchmark import baselines as bl
+from metafam.benchmark import baseline_files as bf
 from metafam.tasks.registry import get_task
 
 
@@ -39,7 +39,7 @@ def per_example_losses(task, params, arrays, batch_size):
 
 def measure(name: str, steps, suite: str):
   task = get_task(name)
-  spec = bl.suite_spec(suite)
+  spec = bf.suite_spec(suite)
   steps = steps or spec.horizons[name]
   train = task.datasets.device_data("train")
   init = task.init(jax.random.key(0))
@@ -74,13 +74,13 @@ def measure(name: str, steps, suite: str):
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--suite", default="test", choices=sorted(bl.SUITE_SPECS))
+  parser.add_argument("--suite", default="test", choices=sorted(bf.SUITE_SPECS))
   parser.add_argument("--tasks", default="", help="comma-separated task names (default: the whole suite)")
   parser.add_argument("--steps", type=int, default=None, help="Adam steps before measuring (default: the horizon)")
   args = parser.parse_args()
   if args.steps is not None and args.steps < 1:
     parser.error(f"--steps must be a positive integer, got {args.steps}")
-  names = [t for t in args.tasks.split(",") if t] or list(bl.suite_spec(args.suite).horizons)
+  names = [t for t in args.tasks.split(",") if t] or list(bf.suite_spec(args.suite).horizons)
   print("| task | Adam steps | one run (s) | test examples | mean test loss | examples per point | standard error "
         "| relative | paired standard error | loss difference to resolve | whole-split eval (s) |")
   print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")

@@ -12,6 +12,7 @@ import pytest
 
 from metafam.benchmark import (SUITES, aggregate, format_table, get_suite, iqm, learned_optimizer, median,
                                resolve_tasks, running_min, score, select_best, speedup_over_baseline)
+from metafam.benchmark import baseline_files as bf
 from metafam.benchmark import baselines as bl
 from metafam.evaluation import train_and_evaluate_vectorized
 from metafam.optimizers.learned import LearnableAdam, LearnableSGD
@@ -43,16 +44,16 @@ def test_the_heldout_and_test_suites_come_from_one_table_each_and_the_shipped_ba
   horizons, in generation order): the registry's tasks, the suite, its horizons and its `SuiteSpec` are read from
   them, and the shipped baselines file covers exactly those tasks at those horizons."""
   import json
-  from metafam.benchmark import baselines as bl
+  from metafam.benchmark import baseline_files as bf
   from metafam.benchmark.suites import HORIZONS, TEST_HORIZONS
   from metafam.tasks.registry import HELDOUT_SUITE, HELDOUT_TASKS, TEST_SUITE, TEST_TASKS
   for suite, table, horizons, builders in (("heldout", HELDOUT_SUITE, HORIZONS, HELDOUT_TASKS),
                                            ("test", TEST_SUITE, TEST_HORIZONS, TEST_TASKS)):
     names = list(table)
-    assert SUITES[suite] == list(horizons) == list(builders) == list(bl.SUITE_SPECS[suite].horizons) == names
-    assert horizons == {name: task.horizon for name, task in table.items()} == dict(bl.SUITE_SPECS[suite].horizons)
+    assert SUITES[suite] == list(horizons) == list(builders) == list(bf.SUITE_SPECS[suite].horizons) == names
+    assert horizons == {name: task.horizon for name, task in table.items()} == dict(bf.SUITE_SPECS[suite].horizons)
     assert all(TASKS[name] is builders[name] is table[name].build for name in names)
-    with open(bl.SUITE_SPECS[suite].data_file, encoding="utf-8") as f:
+    with open(bf.SUITE_SPECS[suite].data_file, encoding="utf-8") as f:
       data = json.load(f)
     assert sorted(list(data["tasks"]) + list(data["pending"])) == sorted(names), suite
     assert {name: entry["horizon"] for name, entry in data["tasks"].items()} == {
@@ -219,7 +220,7 @@ def tiny_report(tmp_path_factory):
 
 def test_score_on_the_tiny_suite(tiny_report):
   r, cache = tiny_report
-  assert r.suite == bl.CUSTOM and list(r.rows) == ["adam", "lsgd"] and r.candidate == "lsgd"
+  assert r.suite == bf.CUSTOM and list(r.rows) == ["adam", "lsgd"] and r.candidate == "lsgd"
   for name, e in r.rows.items():
     assert [s.task for s in e.scores] == ["quadratic_10", "fmnist_mlp_8x8_32"]
     for s in e.scores:

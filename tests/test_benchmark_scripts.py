@@ -150,11 +150,11 @@ def test_heldout_baselines_collects_shards(tmp_path, monkeypatch, capsys):
 
 
 def test_heldout_baselines_rejects_bad_shards(tmp_path, monkeypatch, capsys):
-  from metafam.benchmark import baselines
+  from metafam.benchmark import baseline_files
   task = "fmnist60k_logreg_28x28_b128"
   for shards, message in (("sgd", "not shards of the test suite"), ("adam_reference", "needs the adam shard")):
     with pytest.raises(ValueError, match=message):
-      baselines.generate(str(tmp_path / "shards"), [task], progress=False, suite="test", shards=shards.split(","))
+      baseline_files.generate(str(tmp_path / "shards"), [task], progress=False, suite="test", shards=shards.split(","))
     code, _ = run_script("benchmarks/heldout_baselines.py", ["--suite", "test", "--shard_dir", tmp_path / "shards",
                                                              "--tasks", task, "--shards", shards], monkeypatch, capsys)
     assert code == 2

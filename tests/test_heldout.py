@@ -12,6 +12,7 @@ import optax
 import pytest
 
 from metafam import cli
+from metafam.benchmark import baseline_files as bf
 from metafam.benchmark import baselines as bl
 from metafam.benchmark import heldout
 from metafam.benchmark import report
@@ -195,7 +196,7 @@ def test_every_heldout_task_is_vmappable_and_deterministic_per_seed(name):
 # -- the shipped normalizer file ---------------------------------------------------------------------------------
 def test_normalizer_file_is_versioned_and_every_choice_is_interior_and_finite():
   data = heldout.load_normalizers()
-  assert data["format_version"] == bl.FORMAT_VERSION and data["command"] == bl.COMMAND
+  assert data["format_version"] == bf.FORMAT_VERSION and data["command"] == bf.COMMAND
   assert {"metafam", "jax", "optax"} <= set(data["versions"])
   assert sorted(list(data["tasks"]) + data["pending"]) == sorted(HORIZONS)
   for task, e in data["tasks"].items():

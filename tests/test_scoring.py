@@ -12,7 +12,7 @@ import optax
 import pytest
 
 from metafam import cli
-from metafam.benchmark import baselines as bl
+from metafam.benchmark import baseline_files as bf
 from metafam.benchmark import heldout, resolve_candidate, schedule_factory, score
 from metafam.evaluation import scores as engine
 from metafam.benchmark.candidates import CANDIDATE_SUFFIX, at_schedule
@@ -171,7 +171,7 @@ def test_a_custom_suite_trains_the_candidate_exactly_as_a_shipped_one():
   evaluation points and batches give the same curves, bit for bit."""
   tx = optax.adam(1e-3)
   shipped = heldout.evaluate_suite(tx, tasks=[TASK], name="adam-1e-3", progress=False)
-  custom = score(tx, suite=[TASK], horizon=bl.suite_spec("heldout").horizons[TASK], baselines=(), name="adam-1e-3",
+  custom = score(tx, suite=[TASK], horizon=bf.suite_spec("heldout").horizons[TASK], baselines=(), name="adam-1e-3",
                  progress=False)
   np.testing.assert_array_equal(shipped.curves[TASK][1], custom.evaluation.curves[TASK][1])
 

@@ -213,12 +213,12 @@ def test_heldout_learned_scores_a_pretrained_optimizer_on_the_test_suite(tmp_pat
   """The documented test-suite run (`--suite test --confirm_test --lane_chunk 1`), on a stand-in test suite of one
   data-free task whose baselines the test generates: refused without --confirm_test before any work, then scored,
   cached, and written as a report that records the split."""
-  from metafam.benchmark import baselines as bl
-  spec = bl.SuiteSpec("test", {"quadratic_10": 16}, ("adam", "muon"), str(tmp_path / "test_baselines.json"),
+  from metafam.benchmark import baseline_files as bf
+  spec = bf.SuiteSpec("test", {"quadratic_10": 16}, ("adam", "muon"), str(tmp_path / "test_baselines.json"),
                       "regenerate it", eval_examples=64)
-  monkeypatch.setitem(bl.SUITE_SPECS, "test", spec)
-  bl.generate(str(tmp_path / "shards"), suite="test", progress=False)
-  bl.collect(str(tmp_path / "shards"), spec.data_file, suite="test")
+  monkeypatch.setitem(bf.SUITE_SPECS, "test", spec)
+  bf.generate(str(tmp_path / "shards"), suite="test", progress=False)
+  bf.collect(str(tmp_path / "shards"), spec.data_file, suite="test")
   args = ["--pretrained", "generalist_v1", "--tune_step", "--grid_halfwidth", 1, "--schedules", "constant",
           "--suite", "test", "--lane_chunk", 1, "--cache_dir", tmp_path / "cache", "--out", tmp_path / "report"]
   path = os.path.join(ROOT, "experiments/heldout_learned.py")

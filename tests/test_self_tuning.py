@@ -1,14 +1,17 @@
-"""The self-tuning score (`metafam.benchmark.self_tuning`): the best single setting on synthetic sweeps with known
-answers, its input checks, on the shipped dev data, and the curves at a setting on a tiny real suite."""
+"""The self-tuning score (`metafam.benchmark.self_tuning`): the best single setting (`single_rate`) on synthetic
+sweeps with known answers, its input checks, on the shipped dev data, and the curves at a setting on a tiny real
+suite."""
 
 import math
 
 import numpy as np
 import pytest
 
+from metafam.benchmark import baseline_files as bf
 from metafam.benchmark import baselines as bl
 from metafam.benchmark import heldout
 from metafam.benchmark import self_tuning as st
+from metafam.benchmark import single_rate as sr
 
 RATES = (1e-3, 1e-2, 1e-1)
 
@@ -35,7 +38,7 @@ def test_hand_computation_geometric_mean():
   # regrets (score / the task's best): rate 1e-3 -> (1, 4): geometric mean 2 (arithmetic 2.5); 1e-2 -> (2.2, 2.2):
   # 2.2 (2.2); 1e-1 -> (10, 1): sqrt(10). The geometric mean picks 1e-3 where the arithmetic mean would pick 1e-2.
   data = sweep_data({"a": [1.0, 2.2, 10.0], "b": [4.0, 2.2, 1.0]})
-  c = st.best_single_rate(data, "adam")
+  c = sr.best_single_rate(data, "adam")
   assert (c.schedule, c.learning_rate) == ("constant", 1e-3)
   assert c.regret == pytest.approx(2.0)
   assert c.task_regrets == pytest.approx({"a": 1.0, "b": 4.0})
@@ -46,8 +49,8 @@ def test_hand_computation_geometric_mean():
 def test_scale_of_a_task_does_not_change_the_choice():
   rng = np.random.default_rng(0)
   scores = {f"t{i}": list(rng.uniform(0.5, 2.0, size=3)) for i in range(5)}
-  base = st.best_single_rate(sweep_data(scores), "adam")
-  scaled = st.best_single_rate(sweep_data({t: [v * 10.0 ** i for v in s] for i, (t, s) in enumerate(scores.items())}),
+  base = sr.best_single_rate(sweep_data(scores), "adam")
+  scaled = sr.best_single_rate(sweep_data({t: [v * 10.0 ** i for v in s] for i, (t, s) in enumerate(scores.items())}),
                                "adam")
   assert (scaled.schedule, scaled.learning_rate) == (base.schedule, base.learning_rate)
   assert scaled.regret == pytest.approx(base.regret)
@@ -56,7 +59,7 @@ def test_scale_of_a_task_does_not_change_the_choice():
 def test_a_setting_best_on_every_task_is_chosen_with_regret_one():
   data = sweep_data({t: {"constant": [3.0 + i, 2.0 + i, 5.0 + i], "warmup_cosine": [2.5 + i, 1.0 + i, 4.0 + i]}
                      for i, t in enumerate(["a", "b", "c"])})
-  c = st.best_single_rate(data, "adam")
+  c = sr.best_single_rate(data, "adam")
   assert (c.schedule, c.learning_rate) == ("warmup_cosine", 1e-2)
   assert c.regret == pytest.approx(1.0)
   assert c.retrained() == [] and c.within_steps(0) == ["a", "b", "c"]
@@ -64,42 +67,42 @@ def test_a_setting_best_on_every_task_is_chosen_with_regret_one():
 
 def test_ties_go_to_constant_then_the_smaller_rate():
   data = sweep_data({"a": [1.0, 1.0, 2.0], "b": [2.0, 2.0, 1.0]})
-  assert st.best_single_rate(data, "adam").learning_rate == 1e-3
+  assert sr.best_single_rate(data, "adam").learning_rate == 1e-3
   # the same regrets on permuted tasks are a tie too (1e-3: regrets 1, 1.5, 3; 1e-2: 1.5, 3, 1)
   data = sweep_data({"a": [1.0, 1.5, 9.0], "b": [1.5, 3.0, 1.0], "c": [3.0, 1.0, 9.0]})
-  assert st.best_single_rate(data, "adam", rates=[1e-3, 1e-2]).learning_rate == 1e-3
-  assert st.best_single_rate(data, "adam", rates=[1e-2, 1e-3]).learning_rate == 1e-3
+  assert sr.best_single_rate(data, "adam", rates=[1e-3, 1e-2]).learning_rate == 1e-3
+  assert sr.best_single_rate(data, "adam", rates=[1e-2, 1e-3]).learning_rate == 1e-3
   data = sweep_data({"a": {"constant": [2.0, 1.0, 3.0], "warmup_cosine": [1.0, 3.0, 3.0]}})
-  c = st.best_single_rate(data, "adam")
+  c = sr.best_single_rate(data, "adam")
   assert (c.schedule, c.learning_rate) == ("constant", 1e-2)
 
 
 def test_a_setting_that_diverged_on_one_task_is_never_chosen():
   data = sweep_data({"a": [1.0, 1.5, None], "b": [1.2, 1.4, 1.0], "c": [5.0, 1.3, 1.0]})
-  c = st.best_single_rate(data, "adam")
+  c = sr.best_single_rate(data, "adam")
   assert c.learning_rate == 1e-2
   assert math.isinf(c.candidates[2][2])
   nowhere = sweep_data({"a": [None, 1.0, None], "b": [1.0, None, None]})  # no rate trains both tasks
   with pytest.raises(ValueError, match="no setting of 'adam' .* trained every task"):
-    st.best_single_rate(nowhere, "adam")
+    sr.best_single_rate(nowhere, "adam")
 
 
 def test_rates_swept_on_every_task_and_a_missing_rate():
   rates = {"b": (1e-3, 1e-2, 1e-1, 10 ** -0.5, 1.0)}  # b's grid was extended at its top
   data = sweep_data({"a": [2.0, 1.0, 3.0], "b": [5.0, 4.0, 3.0, 2.0, 1.0]}, rates)
-  c = st.best_single_rate(data, "adam")
+  c = sr.best_single_rate(data, "adam")
   assert [r for _, r, _ in c.candidates] == list(RATES)
-  assert st.best_single_rate(data, "adam", rates=[1e-2, 1e-1]).learning_rate == 1e-2
+  assert sr.best_single_rate(data, "adam", rates=[1e-2, 1e-1]).learning_rate == 1e-2
   with pytest.raises(ValueError, match=r"rates: \[1\.0\] not in the sweep of 'adam' on task 'a'"):
-    st.best_single_rate(data, "adam", rates=[1e-2, 1.0])
+    sr.best_single_rate(data, "adam", rates=[1e-2, 1.0])
   # a rate an ulp away (another machine's grid) is the same rate
-  assert st.best_single_rate(data, "adam", rates=[0.010000000000000002]).learning_rate == 1e-2
+  assert sr.best_single_rate(data, "adam", rates=[0.010000000000000002]).learning_rate == 1e-2
 
 
 def test_within_steps_counts_half_decades():
   data = sweep_data({"a": [1.0, 2.0, 3.0], "b": [2.0, 1.1, 3.0], "c": [3.0, 9.0, 1.0]},
                     {"c": (1e-3, 10 ** -1.5, 1e-1)})
-  c = st.best_single_rate(data, "adam", rates=[1e-3, 1e-1])
+  c = sr.best_single_rate(data, "adam", rates=[1e-3, 1e-1])
   assert c.learning_rate == 1e-3  # regrets (1, 2 / 1.1, 3) against (3, 3 / 1.1, 1)
   assert c.tuned == {"a": ("constant", 1e-3), "b": ("constant", 1e-2), "c": ("constant", 1e-1)}
   assert c.within_steps(1) == ["a"] and c.within_steps(2) == ["a", "b"] and c.within_steps(4) == ["a", "b", "c"]
@@ -109,17 +112,17 @@ def test_within_steps_counts_half_decades():
 
 
 @pytest.mark.parametrize("call, match", [
-    (lambda d: st.best_single_rate(d, "lion"), "optimizer 'lion' is not a baseline of task 'a'"),
-    (lambda d: st.best_single_rate(d, "adam", tasks=["a", "z"]), "tasks must be distinct tasks"),
-    (lambda d: st.best_single_rate(d, "adam", tasks="a"), "tasks must be a sequence"),
-    (lambda d: st.best_single_rate(d, "adam", schedules=["warmup_cosine"]), "schedules must be a non-empty subset"),
-    (lambda d: st.best_single_rate(d, "adam", rates=[]), "rates must be a non-empty"),
-    (lambda d: st.best_single_rate(d, "adam", rates=[-1e-2]), "rates must be a non-empty"),
-    (lambda d: st.best_single_rate({"tasks": {}}, "adam"), "data must be a suite's baselines dict"),
-    (lambda d: st.best_single_rate(sweep_data({"a": [1.0, 2.0, 3.0]}, suite="test"), "adam"),
+    (lambda d: sr.best_single_rate(d, "lion"), "optimizer 'lion' is not a baseline of task 'a'"),
+    (lambda d: sr.best_single_rate(d, "adam", tasks=["a", "z"]), "tasks must be distinct tasks"),
+    (lambda d: sr.best_single_rate(d, "adam", tasks="a"), "tasks must be a sequence"),
+    (lambda d: sr.best_single_rate(d, "adam", schedules=["warmup_cosine"]), "schedules must be a non-empty subset"),
+    (lambda d: sr.best_single_rate(d, "adam", rates=[]), "rates must be a non-empty"),
+    (lambda d: sr.best_single_rate(d, "adam", rates=[-1e-2]), "rates must be a non-empty"),
+    (lambda d: sr.best_single_rate({"tasks": {}}, "adam"), "data must be a suite's baselines dict"),
+    (lambda d: sr.best_single_rate(sweep_data({"a": [1.0, 2.0, 3.0]}, suite="test"), "adam"),
      "data: the single rate is chosen on the development suite"),
-    (lambda d: st.best_single_rate(sweep_data({"a": [0.0, 2.0, 3.0]}), "adam"), "data: the best score"),
-    (lambda d: st.best_single_rate(sweep_data({"a": [1.0, 2.0]}), "adam"), "data: .* one score per swept rate"),
+    (lambda d: sr.best_single_rate(sweep_data({"a": [0.0, 2.0, 3.0]}), "adam"), "data: the best score"),
+    (lambda d: sr.best_single_rate(sweep_data({"a": [1.0, 2.0]}), "adam"), "data: .* one score per swept rate"),
 ])
 def test_bad_input_is_a_value_error_naming_the_argument(call, match):
   data = sweep_data({"a": [1.0, 2.0, 3.0], "b": [2.0, 1.0, 3.0]})
@@ -132,23 +135,23 @@ def test_a_task_where_everything_diverged_is_an_error():
   data["tasks"]["b"] = {"baselines": {"adam": {"learning_rates": list(RATES), "scores": {"constant": [None] * 3},
                                                "schedule": "constant", "learning_rate": float("nan")}}}
   with pytest.raises(ValueError, match="every setting of 'adam' diverged on task 'b'"):
-    st.best_single_rate(data, "adam")
+    sr.best_single_rate(data, "adam")
 
 
 # -- the shipped development data ---------------------------------------------------------------------------------
 def test_shipped_dev_choices():
   data = heldout.load_normalizers()
-  choices = {o: st.best_single_rate(data, o) for o in bl.suite_spec("heldout").optimizers}
+  choices = {o: sr.best_single_rate(data, o) for o in bf.suite_spec("heldout").optimizers}
   for o, c in choices.items():
     assert c.regret >= 1.0 and np.isfinite(c.regret), o
     assert c.regret == min(m for _, _, m in c.candidates), o
     assert any(math.isclose(c.learning_rate, r) for r in bl.grid(o)), o
     assert len(c.tuned) == len(data["tasks"])
   assert choices["adam"].learning_rate == pytest.approx(1e-2)  # the docs' table (docs/guide/evaluation.md)
-  rows = st.choice_rows(choices)
+  rows = sr.choice_rows(choices)
   assert [r[0] for r in rows] == list(choices) and rows[0][4] == "17 / 17"
   with pytest.raises(ValueError, match="data: the single rate is chosen on the development suite"):
-    st.best_single_rate(heldout.load_normalizers(suite="test"), "adam")
+    sr.best_single_rate(heldout.load_normalizers(suite="test"), "adam")
 
 
 def test_baseline_curves_json_round_trip():

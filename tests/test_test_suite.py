@@ -9,11 +9,13 @@ import numpy as np
 import optax
 import pytest
 
+from metafam.benchmark import baseline_files as bf
 from metafam.benchmark import baselines as bl
 from metafam.benchmark import heldout
 from metafam.benchmark import report
 from metafam.benchmark.suites import HORIZONS, TEST_HORIZONS
 from metafam.datasets import images
+from metafam.io import write_json
 from metafam.tasks.registry import get_task
 
 CONVEX = {"fmnist60k_logreg_28x28_b128"}
@@ -54,11 +56,11 @@ def test_eval_batches_cover_the_stated_examples(tmp_path, monkeypatch):
     write_idx(str(tmp_path / f"{part}-images-idx3-ubyte.gz"), np.zeros((n, 28, 28), np.uint8))
     write_idx(str(tmp_path / f"{part}-labels-idx1-ubyte.gz"), np.zeros(n, np.uint8))
   monkeypatch.setenv(images.FASHION_MNIST_ENV, str(tmp_path))
-  spec = bl.suite_spec("test")
-  assert spec.eval_batches(get_task("fmnist60k_mlp_28x28_256x256_b128")) == bl.TEST_EVAL_EXAMPLES // 128
-  assert spec.eval_batches(get_task("fmnist60k_mlp_28x28_384x96_b32")) == bl.TEST_EVAL_EXAMPLES // 32
-  assert spec.eval_batches(get_task("shakespeare_char_lstm_128_t32_b16")) == bl.TEST_EVAL_EXAMPLES // 16
-  assert bl.suite_spec("heldout").eval_batches(get_task("fmnist_mlp_16x16_64_b32")) == bl.EVAL_BATCHES
+  spec = bf.suite_spec("test")
+  assert spec.eval_batches(get_task("fmnist60k_mlp_28x28_256x256_b128")) == bf.TEST_EVAL_EXAMPLES // 128
+  assert spec.eval_batches(get_task("fmnist60k_mlp_28x28_384x96_b32")) == bf.TEST_EVAL_EXAMPLES // 32
+  assert spec.eval_batches(get_task("shakespeare_char_lstm_128_t32_b16")) == bf.TEST_EVAL_EXAMPLES // 16
+  assert bf.suite_spec("heldout").eval_batches(get_task("fmnist_mlp_16x16_64_b32")) == bl.EVAL_BATCHES
   assert spec.optimizers[0] == bl.REFERENCE and {"adam", "adamw", "nadamw", "muon"} <= set(spec.optimizers)
 
 
@@ -79,25 +81,25 @@ def test_normalizer_file_of_another_suite_or_missing_is_refused(tmp_path):
   with pytest.raises(heldout.NormalizerFileError, match="--suite test --shard_dir test_shards"):
     heldout.load_normalizers(str(tmp_path / "missing.json"), suite="test")
   with pytest.raises(heldout.NormalizerFileError, match="holds the 'heldout' suite, not 'test'"):
-    heldout.load_normalizers(bl.DATA_FILE, suite="test")
+    heldout.load_normalizers(bf.DATA_FILE, suite="test")
 
 
 # -- the pipeline end to end on a stand-in suite of one data-free task ----------------------------------------------
 @pytest.fixture
 def tiny_suite(monkeypatch):
-  spec = bl.SuiteSpec("test", {"quadratic_10": 16}, ("adam", "muon"), "unused.json", "regenerate it", eval_examples=64)
-  monkeypatch.setitem(bl.SUITE_SPECS, "test", spec)
+  spec = bf.SuiteSpec("test", {"quadratic_10": 16}, ("adam", "muon"), "unused.json", "regenerate it", eval_examples=64)
+  monkeypatch.setitem(bf.SUITE_SPECS, "test", spec)
   return spec
 
 
 def test_generate_collect_and_score_a_suite(tiny_suite, tmp_path):
   shards = str(tmp_path / "shards")
-  written = bl.generate(shards, suite="test", progress=False)
+  written = bf.generate(shards, suite="test", progress=False)
   assert sorted(os.path.relpath(p, shards) for p in written) == sorted(
       os.path.join("quadratic_10", f"{o}.json") for o in ("adam", "muon", "adam_reference"))
-  assert bl.generate(shards, suite="test", progress=False) == []  # resumable: nothing left to do
+  assert bf.generate(shards, suite="test", progress=False) == []  # resumable: nothing left to do
   path = str(tmp_path / "test_baselines.json")
-  data = bl.collect(shards, path, suite="test")
+  data = bf.collect(shards, path, suite="test")
   assert data["suite"] == "test" and data["pending"] == [] and data["procedure"]["eval_examples"] == 64
   assert data["tasks"]["quadratic_10"]["eval_batches"] == 1 and set(data["procedure"]["grids_low"]) == {"adam", "muon"}
   loaded = heldout.load_normalizers(path, suite="test")
@@ -124,29 +126,29 @@ def test_generate_collect_and_score_a_suite(tiny_suite, tmp_path):
 
 def test_generate_splits_a_task_between_processes(tiny_suite, tmp_path, monkeypatch):
   shards = str(tmp_path / "shards")
-  written = bl.generate(shards, suite="test", progress=False, shards=["muon"])  # one process takes Muon only
+  written = bf.generate(shards, suite="test", progress=False, shards=["muon"])  # one process takes Muon only
   assert [os.path.relpath(p, shards) for p in written] == [os.path.join("quadratic_10", "muon.json")]
   tune, tuned = bl.tune_baseline, []
 
   def tune_and_race(task, opt, *args, **kwargs):  # while adam is tuned, another process writes the reference
     tuned.append(opt)
     record = tune(task, opt, *args, **kwargs)
-    bl.write_json(bl.shard_path(shards, "quadratic_10", "adam_reference"), {"written by": "another process"})
+    write_json(bf.shard_path(shards, "quadratic_10", "adam_reference"), {"written by": "another process"})
     return record
   monkeypatch.setattr(bl, "tune_baseline", tune_and_race)
-  written = bl.generate(shards, suite="test", progress=False)  # the rest: adam, then adam_reference
+  written = bf.generate(shards, suite="test", progress=False)  # the rest: adam, then adam_reference
   assert tuned == ["adam"] and [os.path.relpath(p, shards) for p in written] == [os.path.join("quadratic_10",
                                                                                                "adam.json")]
-  with open(bl.shard_path(shards, "quadratic_10", "adam_reference")) as f:
+  with open(bf.shard_path(shards, "quadratic_10", "adam_reference")) as f:
     assert json.load(f) == {"written by": "another process"}  # found at its turn, not computed again
 
 
 def test_shipped_test_baselines_cover_the_suite():
   data = heldout.load_normalizers(suite="test")
-  assert data["suite"] == "test" and data["procedure"]["eval_examples"] == bl.TEST_EVAL_EXAMPLES
+  assert data["suite"] == "test" and data["procedure"]["eval_examples"] == bf.TEST_EVAL_EXAMPLES
   assert sorted(list(data["tasks"]) + list(data["pending"])) == sorted(TEST_HORIZONS)
   for name, entry in data["tasks"].items():
-    assert entry["horizon"] == TEST_HORIZONS[name] and set(entry["baselines"]) == set(bl.SUITE_SPECS["test"].optimizers)
+    assert entry["horizon"] == TEST_HORIZONS[name] and set(entry["baselines"]) == set(bf.SUITE_SPECS["test"].optimizers)
     for opt, b in entry["baselines"].items():
       assert not b["at_edge"] and np.isfinite(b["learning_rate"]), (name, opt)  # the tuned rate is interior
       assert np.all(np.isfinite(b["test_curves"])), (name, opt)

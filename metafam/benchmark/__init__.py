@@ -6,7 +6,9 @@
 * normalized losses, speedup over tuned Adam, median / IQM with bootstrap confidence intervals: they live in
   `metafam.evaluation.metrics`, the lower layer, and the most used are exported here.
 * `report`: the reports of a suite evaluation: aligned terminal tables, CSV, the JSON record and the figures.
-* `baselines`: the tuned baselines of the ``heldout`` and ``test`` suites (procedure, shards, the shipped files).
+* `baselines`: the tuning procedure of every tuned baseline (rate grid x schedules x seeds per task, Adam's
+  reference run); `baseline_files`: what each suite's shipped baselines are made of (`SuiteSpec`), their shards, the
+  shipped files of ``heldout`` and ``test``, and `custom_data` for any tasks.
 * `scoring`: `score`, the one scoring path: a candidate and the shipped baselines of ``heldout`` or ``test`` in one
   pool under either ruleset (external: tuned per task; self-tuning: one setting per suite), as a `SuiteReport`
   whose headline is the profile score (AlgoPerf's B over time ratios to the pool's fastest).
@@ -14,6 +16,8 @@
   named transformation, a learned optimizer), resolved and checked before any training.
 * `heldout`: `evaluate_suite` (one candidate's runs on ``heldout`` or ``test``, scored by the one engine,
   `metafam.evaluation.scores`), cached runs, tables and report files.
+* `self_tuning`: the self-tuning score (each baseline at one setting for a whole suite: its curves and scores);
+  `single_rate`: that setting, the lowest geometric-mean regret over the development suite's sweeps.
 * `paired`: paired comparisons of two optimizers on the same (task, seed) runs: `probability_of_improvement` and
   the paired bootstrap `difference` of an aggregate (IQM by default).
 * `planted` (``from metafam.benchmark import planted``): planted problems whose meta-training answer is known (a

@@ -33,6 +33,7 @@ import numpy as np
 import optax
 
 from metafam._checks import check_positive_int
+from metafam.benchmark import baseline_files as bf
 from metafam.benchmark import baselines as bl
 from metafam.benchmark import suite_cache
 from metafam.evaluation.metrics import normalize
@@ -53,8 +54,9 @@ def suite_data(data: Optional[Mapping[str, Any]], suite: str) -> Mapping[str, An
   """``data``, a suite's baselines (`load_normalizers`' layout; None: the shipped ones of ``suite``), checked to be
   ``suite``'s (a ValueError naming both suites otherwise; data without a ``suite`` field is the heldout suite's)."""
   if data is None:
-    if suite == bl.CUSTOM:
-      raise ValueError(f"the {bl.CUSTOM!r} suite's baselines are made by baselines.custom_data; pass them as data.")
+    if suite == bf.CUSTOM:
+      raise ValueError(f"the {bf.CUSTOM!r} suite's baselines are made by baseline_files.custom_data; pass them as "
+                       "data.")
     return load_normalizers(suite=suite)
   if data.get("suite", "heldout") != suite:
     raise ValueError(f"data holds the {data.get('suite', 'heldout')!r} suite's baselines, not {suite!r}'s.")
@@ -64,7 +66,7 @@ def suite_data(data: Optional[Mapping[str, Any]], suite: str) -> Mapping[str, An
 def load_normalizers(path: Optional[str] = None, suite: str = "heldout") -> Dict[str, Any]:
   """The shipped baselines of ``suite`` (JSON; nothing in it is executed; ``path`` overrides the shipped file),
   checked for the format version and structure."""
-  spec = bl.suite_spec(suite)
+  spec = bf.suite_spec(suite)
   path = spec.data_file if path is None else os.fspath(path)
   try:
     with open(path, encoding="utf-8") as f:
@@ -73,10 +75,10 @@ def load_normalizers(path: Optional[str] = None, suite: str = "heldout") -> Dict
     raise NormalizerFileError(f"no normalizer file at {path!r}; regenerate it with `{spec.command}`.") from None
   except (OSError, ValueError) as e:
     raise NormalizerFileError(f"normalizer file {path!r} cannot be read as JSON ({e}).") from None
-  if not isinstance(data, dict) or data.get("format_version") != bl.FORMAT_VERSION:
+  if not isinstance(data, dict) or data.get("format_version") != bf.FORMAT_VERSION:
     got = data.get("format_version") if isinstance(data, dict) else type(data).__name__
     raise NormalizerFileError(f"normalizer file {path!r} has format version {got!r}; this metafam reads "
-                              f"version {bl.FORMAT_VERSION}.")
+                              f"version {bf.FORMAT_VERSION}.")
   if data.get("suite", "heldout") != suite:
     raise NormalizerFileError(f"normalizer file {path!r} holds the {data.get('suite')!r} suite, not {suite!r}.")
   for name, entry in data.get("tasks", {}).items():
@@ -92,7 +94,7 @@ def baseline_evaluations(data: Optional[Mapping[str, Any]] = None) -> Dict[str, 
   data = load_normalizers() if data is None else data
   suite = data.get("suite", "heldout")
   out = {}
-  for opt in bl.spec_of(suite, data).all_optimizers:  # a baseline still in progress: on the tasks that have it
+  for opt in bf.spec_of(suite, data).all_optimizers:  # a baseline still in progress: on the tasks that have it
     scores, curves = [], {}
     for task, entry in data["tasks"].items():
       if opt not in entry["baselines"]:
@@ -136,7 +138,7 @@ def check_suite_choice(suite: str, confirm_test: Any, *, flags: bool = False,
   """Raises ValueError unless ``suite`` is a suite of `metafam.benchmark.suites` and ``confirm_test`` is True exactly
   when it is ``"test"`` (the suite scored once per shipped optimizer, never used for design choices). Cheap: callers
   check before any work. ``flags``: name the arguments as the command line's ``--suite`` and ``--confirm_test``."""
-  bl.spec_of(suite, data)
+  bf.spec_of(suite, data)
   name, test, yes = (("--confirm_test", "--suite test", "add --confirm_test") if flags else
                      ("confirm_test", "suite='test'", "pass confirm_test=True to run it"))
   if suite == "test" and confirm_test is not True:
@@ -179,7 +181,7 @@ def evaluate_suite(candidate: Candidate, *, tasks: Optional[Sequence[str]] = Non
       evaluation is refused with an error naming it, never overwritten.
     cache_identity: JSON-able facts about the candidate that its label does not pin down (e.g. the constructor
       arguments and checkpoint of a factory built around a learned optimizer); part of each cached task's identity.
-    task_objects: ``{name: Task}`` for tasks that are not registered (a custom suite's, `baselines.custom_data`).
+    task_objects: ``{name: Task}`` for tasks that are not registered (a custom suite's, `baseline_files.custom_data`).
     fixed_setting: run a factory at its one given setting on every task (one rate in ``learning_rates``, one
       schedule; the grid is never extended): the self-tuning ruleset's candidate.
     lane_chunk: the candidate's lanes (rates x seeds) update in blocks of this many (`Runner`'s ``lane_chunk``: 1
@@ -191,7 +193,7 @@ def evaluate_suite(candidate: Candidate, *, tasks: Optional[Sequence[str]] = Non
   from metafam.tasks.registry import get_task
   check_suite_choice(suite, confirm_test, data=data)
   data = suite_data(data, suite)
-  spec = bl.spec_of(suite, data)
+  spec = bf.spec_of(suite, data)
   from metafam.benchmark.candidates import resolve
   resolved = resolve(candidate, name, baselines=spec.all_optimizers)
   label, tuned = resolved.name, resolved.tuned

@@ -12,7 +12,7 @@ The two rulesets are AlgoPerf's:
 * ``"external"`` (per-task tuning): every baseline at its shipped per-task tuned setting; the candidate tuned the
   same way when it is a factory (`metafam.benchmark.candidates`), else as it is.
 * ``"self_tuning"``: one setting for the whole suite. A shipped baseline runs at its best single setting over the
-  development suite (`metafam.benchmark.self_tuning.best_single_rate`, the same choice for the dev and test suites),
+  development suite (`metafam.benchmark.single_rate.best_single_rate`, the same choice for the dev and test suites),
   a pretrained optimizer at its default rate with a constant schedule, any other factory at ``learning_rate`` and
   the one entry of ``schedules``; a whole transformation, `Optimizer` or learned optimizer as it is.
 
@@ -30,6 +30,7 @@ import dataclasses
 import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from metafam.benchmark import baseline_files as bf
 from metafam.benchmark import baselines as bl
 from metafam.benchmark import heldout, report
 from metafam.evaluation.scores import SuiteEvaluation, suite_evaluation
@@ -112,7 +113,7 @@ def score(candidate: Any = None, *, suite: Any = "heldout", ruleset: str = "exte
   ``suite``: ``"heldout"`` or ``"test"`` (shipped baselines), or any other tasks: a suite of
   `metafam.benchmark.suites` (``"tiny"``, ``"small"``, ``"full"``), a registered task name, a `Task`, or a list of
   names and Tasks. Their baselines (``baselines``, default ``("adam",)``; empty: none) are made first by the shipped
-  suites' procedure at ``horizon`` steps (`metafam.benchmark.baselines.custom_data`, kept in
+  suites' procedure at ``horizon`` steps (`metafam.benchmark.baseline_files.custom_data`, kept in
   ``<cache_dir>/baselines``, ``num_seeds`` seeds, default `metafam.benchmark.baselines.NUM_SEEDS`), then the
   candidate is scored against them exactly as on a shipped suite; only the external ruleset applies there.
 
@@ -128,11 +129,11 @@ def score(candidate: Any = None, *, suite: Any = "heldout", ruleset: str = "exte
   task_objects = None
   if data is None:  # a custom suite: its baselines first, by the shipped procedure
     task_objects = dict(tasks)
-    data = bl.custom_data(tasks, horizon, ("adam",) if baselines is None else baselines, progress=progress,
+    data = bf.custom_data(tasks, horizon, ("adam",) if baselines is None else baselines, progress=progress,
                           num_seeds=bl.NUM_SEEDS if num_seeds is None else num_seeds,
                           shard_dir=None if cache_dir is None else os.path.join(cache_dir, "baselines"))
-    suite, tasks = bl.CUSTOM, [n for n, _ in tasks]
-  spec = bl.spec_of(suite, data)
+    suite, tasks = bf.CUSTOM, [n for n, _ in tasks]
+  spec = bf.spec_of(suite, data)
   rows: Dict[str, SuiteEvaluation] = {}
   settings: Dict[str, str] = {}
   if ruleset == "external":
@@ -181,14 +182,14 @@ def check(candidate: Any = None, *, suite: str = "heldout", ruleset: str = "exte
   from metafam._checks import check_number, check_positive_int
   from metafam.benchmark.candidates import resolve
   ruleset = check_ruleset(ruleset)
-  shipped = isinstance(suite, str) and suite in bl.SUITE_SPECS
+  shipped = isinstance(suite, str) and suite in bf.SUITE_SPECS
   if shipped:
     heldout.check_suite_choice(suite, confirm_test)
     if horizon is not None or baselines is not None or num_seeds is not None:
       raise ValueError(f"the {suite} suite fixes its horizons, seeds and baselines: drop horizon, num_seeds and "
                        "baselines.")
     data = heldout.suite_data(data, suite)
-    spec = bl.suite_spec(suite)
+    spec = bf.suite_spec(suite)
     tasks = list(data["tasks"]) if tasks is None else list(tasks)
     unknown = [t for t in tasks if t not in data["tasks"]]
     if unknown or not tasks:
@@ -214,7 +215,7 @@ def check(candidate: Any = None, *, suite: str = "heldout", ruleset: str = "exte
     if unknown:
       raise ValueError(f"baselines {unknown} have no rate grid; valid: {', '.join(sorted(bl.GRIDS))}.")
     tasks = resolve_tasks(suite)
-    spec = bl.SuiteSpec(bl.CUSTOM, {}, tuple(baselines or ()), "", "")
+    spec = bf.SuiteSpec(bf.CUSTOM, {}, tuple(baselines or ()), "", "")
   if schedules is not None:
     schedules = tuple(schedules)
     bad = [x for x in schedules if x not in bl.SCHEDULES]
@@ -251,8 +252,8 @@ def _one_setting(candidate: Any, learning_rate: Optional[float], schedules: Opti
   """`evaluate_suite` arguments that run a factory at one setting: a shipped baseline's best single dev setting, a
   pretrained optimizer's default rate, or ``learning_rate`` with the one schedule given."""
   if isinstance(candidate, str) and candidate in bl.GRIDS and learning_rate is None:
-    from metafam.benchmark import self_tuning
-    choice = self_tuning.best_single_rate(heldout.load_normalizers(suite="heldout"), candidate)
+    from metafam.benchmark import single_rate
+    choice = single_rate.best_single_rate(heldout.load_normalizers(suite="heldout"), candidate)
     return {"learning_rates": [choice.learning_rate], "schedules": [choice.schedule], "fixed_setting": True}
   setting = _self_tuning_setting(candidate, learning_rate, schedules)
   return {"learning_rates": [setting["learning_rate"]], "schedules": [setting["schedule"]], "fixed_setting": True}

@@ -30,7 +30,8 @@ import jax
 import numpy as np
 
 from metafam.io import atomic_write
-from metafam.runs.checkpoint import CheckpointError, _extension_dtype
+from metafam.runs.checkpoint import CheckpointError
+from metafam.runs.checkpoint_leaves import extension_dtype
 
 MAX_CHUNK_BYTES = 2 ** 30  # flax splits arrays above this size
 _CHUNKED = "__msgpack_chunked_array__"
@@ -110,7 +111,7 @@ def restore(like: Any, state_dict: Any, where: str = "") -> Any:
 
 # -- bytes ----------------------------------------------------------------------------------------------------------
 def _array_dtype(name: str) -> np.dtype:
-  ext = _extension_dtype(name)
+  ext = extension_dtype(name)
   if ext is not None:
     return ext
   try:
@@ -189,7 +190,7 @@ def _ext_default(x: Any) -> Any:
 
 
 def _check_array(x: np.ndarray) -> np.ndarray:
-  if x.dtype.kind not in "biufc" and _extension_dtype(x.dtype.name) is None:
+  if x.dtype.kind not in "biufc" and extension_dtype(x.dtype.name) is None:
     raise ValueError(f"cannot write an array of dtype {x.dtype} (numeric dtypes only).")
   if x.nbytes > MAX_CHUNK_BYTES:
     chunk = max(1, MAX_CHUNK_BYTES // x.dtype.itemsize)

@@ -1,7 +1,8 @@
 """NaN-safe masking of lanes in reverse mode: a masked step sends exact zeros back, never ``0 * NaN``.
 
-Used by `metafam.inner.TruncatedStep` around the theta-free pieces of a step that can go non-finite from finite
-inputs (the train loss with its gradient, and the meta-loss); see `cut_unless_finite`.
+Used by `metafam.inner.TruncatedStep` (its step of every lane, `metafam.inner.lane_step.step_lanes`) around the
+theta-free pieces of a step that can go non-finite from finite inputs (the train loss with its gradient, and the
+meta-loss); see `cut_unless_finite`.
 """
 
 from __future__ import annotations

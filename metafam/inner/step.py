@@ -1,10 +1,10 @@
 """The one single-lane inner step: batch, loss and gradient, optimizer update, meta-loss, finiteness.
 
-Every inner-training engine composes these pure pieces: `metafam.inner.TruncatedStep` maps them over lanes (with
-NaN-safe masking around `loss_and_grad` and `meta_loss`), and `metafam.inner.runner.Runner` (fixed-length training
-with evaluation points, used by `train_and_evaluate`, the learning-rate sweeps and the benchmark) runs `train_step`
-in its scans. A step with key ``k`` draws its randomness from `split_step_key`; both engines make many steps' draws
-at once before their loops (`scan_with_draws`).
+Every inner-training engine composes these pure pieces: `metafam.inner.TruncatedStep` maps them over lanes
+(`metafam.inner.lane_step`, with NaN-safe masking around `loss_and_grad` and `meta_loss`), and
+`metafam.inner.runner.Runner` (fixed-length training with evaluation points, used by `train_and_evaluate`, the
+learning-rate sweeps and the benchmark) runs `train_step` in its scans. A step with key ``k`` draws its randomness
+from `split_step_key`; both engines make many steps' draws at once before their loops (`scan_with_draws`).
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from metafam._checks import check_positive
 from metafam._pytree import DataPytree
 from metafam.optimizers import low_rank
 from metafam.inner import sharding
-from metafam.inner.truncated_step import NONFINITE_CAUSES, UnrollOutput
+from metafam.inner.lane_step import NONFINITE_CAUSES, UnrollOutput
 from metafam.nonfinite import percent, report
 
 # The metrics counting each cause of a masked step (`UnrollOutput.nonfinite`), in the order of NONFINITE_CAUSES.
@@ -56,7 +56,7 @@ class GradientEstimate:
       fraction of the estimate's steps, pair-steps or pairs) and `NONFINITE_METRICS` (the lane-steps masked for
       each cause, both particles counted).
     unroll_info: None, unless the estimate was asked for it (``estimate(..., with_unroll_info=True)``): the
-      per-step outputs of the estimate's unroll, a `metafam.inner.truncated_step.UnrollOutput` of
+      per-step outputs of the estimate's unroll, a `metafam.inner.lane_step.UnrollOutput` of
       ``[num_steps, num_lanes]`` arrays with ``cfg`` filled (which lanes: see each estimator).
   """
   grad: Any

@@ -12,7 +12,8 @@ Format ``metafam-checkpoint-v2``: one ``.npz`` file (a zip of ``.npy`` arrays, n
   ``leaves[i]`` is ``{"dtype", "shape"}`` of leaf ``i`` (``"impl"`` too for typed PRNG keys).
 * ``leaf_<i>``: leaf ``i``. numpy's own dtypes (bool, ints, floats, complex) are stored as they are; ml_dtypes
   (bfloat16, float8, int4, ...) as the unsigned int of the same width, viewed back by their recorded name; typed
-  PRNG key arrays as ``jax.random.key_data``, rebuilt with ``jax.random.wrap_key_data`` and the recorded impl.
+  PRNG key arrays as ``jax.random.key_data``, rebuilt with ``jax.random.wrap_key_data`` and the recorded impl
+  (`metafam.runs.checkpoint_leaves`).
 
 Nothing in a file names code to run: class names are only compared, never imported. ``load(path, like=template)``
 rebuilds the caller's own pytree type after checking that structure, shapes and dtypes match the template
@@ -33,22 +34,17 @@ import dataclasses
 import io
 import json
 import os
-import re
 from typing import Any, Dict, List, Optional, Tuple
 
 import jax
-import jax.numpy as jnp
-import ml_dtypes
 import numpy as np
 
 from metafam.io import atomic_write
+from metafam.runs.checkpoint_leaves import decode_leaf, describe_spec, encode_leaf, extension_dtype, leaf_spec
 
 FORMAT = "metafam-checkpoint-v2"
 HEADER = "metafam_header"
 _LEAF = "leaf_{}"
-_NATIVE = {np.dtype(t).name: np.dtype(t) for t in (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8,
-                                                     np.uint16, np.uint32, np.uint64, np.float16, np.float32,
-                                                     np.float64, np.complex64, np.complex128)}
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 _PICKLE_SUFFIXES = (".pkl", ".pickle")
 
@@ -89,10 +85,6 @@ def _read_magic(path: str) -> bytes:
 
 
 # -- describing a pytree --------------------------------------------------------------------------------------------
-def _is_key(x: Any) -> bool:
-  return hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
-
-
 def _entry(k: Any) -> Any:
   """The JSON name of one key-path entry: a dict key, a sequence index, or a field name."""
   for attr in ("key", "idx", "name"):
@@ -176,77 +168,18 @@ def _first_difference(got: Dict[str, Any], want: Dict[str, Any], path: str = "")
   return None
 
 
-def _spec(x: Any) -> Dict[str, Any]:
-  """``{"dtype", "shape"}`` of a leaf (array, ShapeDtypeStruct or scalar) as the header records it."""
-  if not hasattr(x, "dtype") or not hasattr(x, "shape"):
-    x = np.asarray(x)
-  return {"dtype": str(x.dtype) if _is_key(x) else np.dtype(x.dtype).name, "shape": [int(d) for d in x.shape]}
-
-
-def _describe_spec(spec: Dict[str, Any]) -> str:
-  return f"{spec['dtype']}{spec['shape']}"
-
-
-# -- leaves ---------------------------------------------------------------------------------------------------------
-def _extension_dtype(name: str) -> Optional[np.dtype]:
-  """An ml_dtypes dtype (bfloat16, float8_*, int4, ...) by name; None for anything else."""
-  if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
-    return None
-  scalar = getattr(ml_dtypes, name, None)
-  if not isinstance(scalar, type) or not issubclass(scalar, np.generic):
-    return None
-  dtype = np.dtype(scalar)
-  return dtype if dtype.kind == "V" and not dtype.hasobject else None
-
-
-def _encode_leaf(path: str, x: Any) -> Tuple[Dict[str, Any], np.ndarray]:
-  """``(spec, stored array)`` of one leaf."""
-  if _is_key(x):
-    return dict(_spec(x), impl=str(jax.random.key_impl(x))), np.asarray(jax.random.key_data(x))
-  arr = np.asarray(x)
-  name = arr.dtype.name
-  if name in _NATIVE:
-    arr = arr.astype(_NATIVE[name], copy=False)  # native byte order
-    return _spec(arr), arr
-  if _extension_dtype(name) == arr.dtype:
-    return _spec(arr), np.asarray(arr, order="C").view(np.dtype(f"u{arr.dtype.itemsize}"))
-  raise CheckpointError(f"cannot checkpoint leaf {path or '(root)'}: dtype {arr.dtype} ({type(x).__name__}) is not "
-                        "a numeric array type.")
-
-
-def _decode_leaf(spec: Dict[str, Any], stored: np.ndarray) -> Any:
-  """The leaf from its stored array; raises ValueError if they do not agree."""
-  shape = tuple(spec["shape"])
-  if "impl" in spec:
-    if stored.dtype != np.uint32 or stored.shape[:len(shape)] != shape:
-      raise ValueError(f"key data {stored.dtype}{list(stored.shape)} does not fit keys of shape {list(shape)}")
-    key = jax.random.wrap_key_data(jnp.asarray(stored), impl=spec["impl"])
-    if str(key.dtype) != spec["dtype"]:
-      raise ValueError(f"key impl {spec['impl']!r} gives {key.dtype}, recorded {spec['dtype']}")
-    return key
-  dtype = _NATIVE.get(spec["dtype"])
-  if dtype is None:
-    dtype = _extension_dtype(spec["dtype"])
-    if dtype is None:
-      raise ValueError(f"unknown dtype {spec['dtype']!r}")
-    want_stored = np.dtype(f"u{dtype.itemsize}")
-  else:
-    want_stored = dtype
-  if stored.dtype != want_stored or stored.shape != shape:
-    raise ValueError(f"stored {stored.dtype}{list(stored.shape)} does not match the header's "
-                     f"{spec['dtype']}{list(shape)}")
-  return stored if dtype == want_stored else stored.view(dtype)
-
-
 # -- the file -------------------------------------------------------------------------------------------------------
 def save(path: str, tree: Any, metadata: Optional[Dict[str, Any]] = None) -> None:
   """Writes ``tree`` (leaves gathered to host) and JSON ``metadata`` to ``path`` atomically (format above)."""
   structure, leaves = _flatten(tree)
   specs, arrays = [], {}
   for i, (leaf_path, leaf) in enumerate(leaves):
-    spec, arr = _encode_leaf(leaf_path, leaf)
-    specs.append(spec)
-    arrays[_LEAF.format(i)] = arr
+    encoded = encode_leaf(leaf)
+    if encoded is None:
+      raise CheckpointError(f"cannot checkpoint leaf {leaf_path or '(root)'}: dtype {np.asarray(leaf).dtype} "
+                            f"({type(leaf).__name__}) is not a numeric array type.")
+    specs.append(encoded[0])
+    arrays[_LEAF.format(i)] = encoded[1]
   try:
     text = json.dumps({"format": FORMAT, "metadata": dict(metadata or {}), "structure": structure,
                        "leaves": specs}, sort_keys=True)
@@ -325,7 +258,7 @@ def _read(path: str, with_leaves: bool) -> Tuple[Header, List[Any]]:
       expected = {HEADER} | {_LEAF.format(i) for i in range(len(header.leaves))}
       if names != expected:
         raise ValueError(f"members {sorted(names - expected)[:3]} unexpected, {sorted(expected - names)[:3]} missing")
-      leaves = [_decode_leaf(spec, npz[_LEAF.format(i)]) for i, spec in enumerate(header.leaves)] if with_leaves \
+      leaves = [decode_leaf(spec, npz[_LEAF.format(i)]) for i, spec in enumerate(header.leaves)] if with_leaves \
           else []
   except CheckpointError as e:
     raise CheckpointError(f"{path} {e}") from None
@@ -377,7 +310,7 @@ def check_finite(tree: Any, path: str, what: str = "meta-parameters") -> None:
   """
   for key_path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
     arr = np.asarray(leaf)
-    if arr.dtype.kind in "fc" or _extension_dtype(arr.dtype.name) is not None:
+    if arr.dtype.kind in "fc" or extension_dtype(arr.dtype.name) is not None:
       values = arr.astype(np.float64) if arr.dtype.kind not in "fc" else arr
       bad = ~np.isfinite(values)
       if bad.any():
@@ -403,8 +336,8 @@ def load(path: str, like: Any = None) -> Tuple[Any, Dict[str, Any]]:
   if diff:
     raise CheckpointError(f"{path} holds a tree of a different structure: {diff}.")
   for leaf_path, got, (_, w) in zip(_leaf_paths(header.structure), header.leaves, want_leaves):
-    expected = _spec(w)
+    expected = leaf_spec(w)
     if got["dtype"] != expected["dtype"] or got["shape"] != expected["shape"]:
-      raise CheckpointError(f"checkpoint leaf {leaf_path or '(root)'} is {_describe_spec(got)}, expected "
-                            f"{_describe_spec(expected)} ({path}).")
+      raise CheckpointError(f"checkpoint leaf {leaf_path or '(root)'} is {describe_spec(got)}, expected "
+                            f"{describe_spec(expected)} ({path}).")
   return jax.tree.unflatten(jax.tree.structure(like), leaves), header.metadata
