@@ -1,7 +1,7 @@
 """Suite-wide test settings.
 
 Compiling vmapped random initializers on CPU is several times faster with ``jax_threefry_partitionable=False``
-(measured in tests/test_task_suite.py: `check_family` of the four conv/AE/LM families 86 s -> 35 s of CPU time).
+(measured in tests/tasks/test_task_suite.py: `check_family` of the four conv/AE/LM families 86 s -> 35 s of CPU time).
 No test pins random numbers, so the suite uses the faster setting; the library itself never changes JAX's config.
 
 The suite also keeps the command line's persistent compilation cache off, and asks for two CPU devices (before JAX
@@ -12,7 +12,7 @@ Most of a test's time is XLA compiling programs that then run a few steps, and m
 optimizing the machine code. The suite therefore compiles with LLVM's cheap settings and with XLA's older (elemental)
 emitter for fused loops instead of its MLIR fusion emitters (`TEST_XLA_FLAGS`, also inherited by the command-line and
 multi-process tests' child processes): the same programs, the same operations and results up to rounding, at a
-fraction of the compile time. The LLVM settings took one `tests/test_inner.py` case from 41 s to 17 s of CPU time;
+fraction of the compile time. The LLVM settings took one `tests/inner/test_inner.py` case from 41 s to 17 s of CPU time;
 the emitter flag then took three of the heaviest tests (zoo PES with `hyper_v2`, zoo finite difference with
 `rnn_mlp_lopt`, that `test_inner.py` case) from 53 s to 32 s of CPU time. XLA aborts on a flag it does not know, and
 jaxlib 0.11.2 and later no longer know the emitter flag (their CPU backend has only the fusion emitters), so the flags
@@ -43,7 +43,7 @@ TEST_XLA_FLAGS = ("--xla_backend_optimization_level=0 --xla_llvm_disable_expensi
                   "--xla_cpu_use_fusion_emitters=false")
 CACHE_MIN_COMPILE_SECONDS = 0.5  # programs that compile faster are not worth a disk round trip
 # What XLA_FLAGS held before this file: for a child process that must compile exactly as production does (a test that
-# compares with numbers the library shipped, e.g. tests/test_heldout.py's rerun of a baseline sweep).
+# compares with numbers the library shipped, e.g. tests/benchmark/test_heldout.py's rerun of a baseline sweep).
 os.environ.setdefault("METAFAM_TEST_PRODUCTION_XLA_FLAGS", os.environ.get("XLA_FLAGS", ""))
 # Only the flags the running XLA accepts (it aborts the process on an unknown one; newer ones retire flags), probed
 # once per run by a child process (tests/xla_flags.py): the workers and child processes inherit the answer.

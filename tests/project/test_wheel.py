@@ -25,7 +25,7 @@ import pytest
 
 import metafam
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # What the source tree has that a build must not see (it builds in a copy, so the checkout gets no build/ or
 # *.egg-info and parallel test workers do not collide).
 _IGNORE_ANYWHERE = shutil.ignore_patterns(".git", ".ci-venv", "site", "build", "dist", "*.egg-info", "__pycache__",

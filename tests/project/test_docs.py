@@ -13,15 +13,16 @@ import pytest
 from markdown_blocks import code_blocks
 from test_public_api import PACKAGES as PUBLIC  # the public faces, whose __all__ names must resolve
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DOCS = os.path.join(ROOT, "docs")
 PAGES = sorted(os.path.relpath(p, DOCS) for p in glob.glob(os.path.join(DOCS, "**", "*.md"), recursive=True))
 RUNNABLE = [page for page in PAGES if code_blocks(os.path.join(DOCS, page), "python")]
 
 
 # The heaviest pages run with `-m slow` (in CI): the two tutorials' library paths are the scoring path's and the
-# meta-training loop's, tested in tests/test_benchmark.py and tests/test_meta_trainer.py; the your-model guide's
-# adapters, arrays and families are tested in tests/test_model_adapters.py and tests/test_array_datasets.py.
+# meta-training loop's, tested in tests/benchmark/test_benchmark.py and tests/outer_trainers/test_meta_trainer.py; the
+# your-model guide's adapters, arrays and families are tested in tests/tasks/test_model_adapters.py and
+# tests/datasets/test_array_datasets.py.
 SLOW_CASES = {("test_page_python_blocks_run", f"{page}.md")
               for page in ("tutorials/benchmarking-optax", "tutorials/learned-optimizer-optax", "guide/your-model")}
 

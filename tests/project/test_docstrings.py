@@ -14,7 +14,7 @@ import tokenize
 
 import pytest
 
-PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "metafam"
+PACKAGE = pathlib.Path(__file__).resolve().parent.parent.parent / "metafam"
 SKIPPED = ("compat",)
 
 _NUMBER = r"\d[\d,]*(?:\.\d+)?"
@@ -89,7 +89,7 @@ def test_no_measurements_in_library_docstrings(path):
   assert not hits, "\n".join(
       f"metafam/{rel}:{line}: {kind} {match!r} in: {text}" for line, kind, match, text in hits) + (
       "\nmove the measurement to docs/performance/ (or docs/results/) and link the page, or add the line to ALLOWED "
-      "in tests/test_docstrings.py with the reason it is not a measurement")
+      "in tests/project/test_docstrings.py with the reason it is not a measurement")
 
 
 @pytest.mark.parametrize("text, kind", [

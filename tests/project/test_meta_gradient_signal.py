@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _SPEC = importlib.util.spec_from_file_location("meta_gradient_signal",
                                                os.path.join(ROOT, "experiments", "meta_gradient_signal.py"))
 mgs = importlib.util.module_from_spec(_SPEC)

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PACKAGES = ["metafam", "metafam.datasets", "metafam.tasks", "metafam.taskfamilies", "metafam.optimizers",
             "metafam.inner", "metafam.outer_trainers", "metafam.runs", "metafam.evaluation", "metafam.benchmark", "metafam.training", "metafam.pretrained", "metafam.distributed",
             "metafam.io", "metafam.resources"]

@@ -7,7 +7,7 @@ import re
 
 import xla_flags
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SUBSET = "tests/newest_jax_subset.txt"
 
 REAL = "--xla_backend_optimization_level=0"  # known to every XLA the package allows
@@ -58,7 +58,7 @@ def test_the_newest_jax_subset_lists_test_files_and_ci_runs_it():
   assert lines and len(set(lines)) == len(lines)
   for line in lines:
     assert re.fullmatch(r"tests/(\w+/)*test_\w+\.py", line) and os.path.isfile(os.path.join(ROOT, line)), line
-  assert "tests/test_jax_versions.py" in lines
+  assert "tests/project/test_jax_versions.py" in lines
   with open(os.path.join(ROOT, ".ci", "run"), encoding="utf-8") as f:
     ci = f.read()
   assert f"python -m pytest -q @{SUBSET}" in ci  # the README command's options

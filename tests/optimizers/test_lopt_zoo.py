@@ -289,8 +289,8 @@ def test_estimator_list_covers_every_estimator_class():
 
 # PES runs the truncated step with per-lane antithetic theta and an accumulator across resets, and the test adds
 # `jax.grad` through an unroll with per-lane theta: the default suite runs that for every entry. Theta shared by the
-# lanes is in `test_vmap_over_lanes_equals_separate_runs` and `tests/test_estimator_conformance.py`; the other
-# estimators (TruncatedBPTT's shared theta under `jax.grad` among them) run for every entry in the slow suite.
+# lanes is in `test_vmap_over_lanes_equals_separate_runs` and `tests/outer_trainers/test_estimator_conformance.py`; the
+# other estimators (TruncatedBPTT's shared theta under `jax.grad` among them) run for every entry in the slow suite.
 REPRESENTATIVE = ("PES",)
 OTHERS = tuple(cls.__name__ for cls in ESTIMATORS if cls.__name__ not in REPRESENTATIVE)
 # The estimators' path through `TruncatedStep` with per-lane theta does not depend on the optimizer beyond what

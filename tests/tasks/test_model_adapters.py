@@ -21,7 +21,7 @@ from metafam.optimizers import Adam
 from metafam.taskfamilies import FunctionFamily, check_family, single_task_to_family
 from metafam.tasks import FunctionTask, Task, equinox_task, linen_task, nnx_task, non_array_leaf
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KEY = jax.random.key(0)
 X = jax.random.normal(jax.random.key(1), (16, 4))
 BATCH = {"x": X, "y": jnp.sin(X[:, :1]) + 0.5 * X[:, 1:2]}

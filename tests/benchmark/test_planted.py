@@ -20,7 +20,8 @@ from metafam.outer_trainers.estimators import NoiseReuseES
 from metafam.outer_trainers.meta_trainer import meta_learning_rate_schedule, meta_optimizer
 from metafam.runs.recipes import load_recipe
 
-RECIPE = load_recipe(os.path.join(os.path.dirname(__file__), "..", "experiments", "generalist_v2", "recipe_c.json"))
+RECIPE = load_recipe(os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "generalist_v2",
+                                  "recipe_c.json"))
 SHAPE = (8, 8)
 FACTOR = 4.0  # how far the step is planted off the best rate, each way
 TOLERANCE = np.log(1.5)  # the "within a factor 1.5"
@@ -234,7 +235,8 @@ def test_planted_schedule_is_learned():
 
 
 # -- 5. a planted annealing schedule is recovered from a flat start, under a final-loss objective --------------------
-V3_RECIPE = load_recipe(os.path.join(os.path.dirname(__file__), "..", "experiments", "generalist_v3", "recipe_a.json"))
+V3_RECIPE = load_recipe(os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "generalist_v3",
+                                     "recipe_a.json"))
 ANNEAL_STEPS = 300
 
 

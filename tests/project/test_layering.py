@@ -4,7 +4,7 @@ the learned_optimization compatibility layer has no import cycles, counting impo
 import ast
 import os
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _modules(package_dir):

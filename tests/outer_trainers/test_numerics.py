@@ -36,9 +36,9 @@ from metafam.tasks.base import Task
 from metafam.optimizers.registry import LEARNED_OPTIMIZERS
 
 
-# MLPLOpt's meta-gradient through dead units is also checked against differences in tests/test_lopt_zoo.py (float64);
-# LearnableAdam's case stays in the default suite as the float32 regression test of sqrt'(0). The NaN-lane TBPTT case
-# on the train loss masks exactly as the case on a held-out split, which stays.
+# MLPLOpt's meta-gradient through dead units is also checked against differences in tests/optimizers/test_lopt_zoo.py
+# (float64); LearnableAdam's case stays in the default suite as the float32 regression test of sqrt'(0). The NaN-lane
+# TBPTT case on the train loss masks exactly as the case on a held-out split, which stays.
 SLOW_CASES = {("test_meta_gradient_through_an_mlp_with_dead_units_is_finite_and_correct", "MLPLOpt(32x32)"),
               ("test_tbptt_with_nan_lanes_is_the_gradient_of_the_masked_loss", "adam-train-loss")}
 

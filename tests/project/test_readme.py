@@ -5,7 +5,7 @@ import os
 import pytest
 from markdown_blocks import code_blocks
 
-README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
+README = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "README.md")
 
 
 def _blocks(lang):

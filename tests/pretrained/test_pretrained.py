@@ -3,7 +3,9 @@ seen (a Haiku CNN defined here beats tuned Adam), on any params pytree, dtype, j
 Muon with its learned gains and schedule, computed independently here."""
 
 import json
+import os
 import re
+import sys
 
 import haiku as hk
 import jax
@@ -20,7 +22,9 @@ from metafam.optimizers.adafac_mlp_lopt import AdafacMLPLOpt, AdafacOptaxState
 from metafam.optimizers.muon_lopt import muon_dimension_numbers
 from metafam.runs import checkpoint
 from metafam.runs.recipes import Recipe, load_recipe
-from test_muon_lopt import _run_optax as run_optax  # tx's updates along a gradient sequence
+# tests/optimizers/test_muon_lopt.py's helper (a sibling folder: on sys.path only once pytest imports a file there)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "optimizers"))
+from test_muon_lopt import _run_optax as run_optax  # noqa: E402  tx's updates along a gradient sequence
 
 # The run length every call passes: generalist_v2 needs it, generalist_v1 checks and ignores it.
 NUM_STEPS = 100
@@ -112,8 +116,9 @@ def test_generalist_v2_is_muon_with_its_learned_gains_and_schedule():
   ref = run_optax(ref_tx, params, grads)
   for t, (a, b) in enumerate(zip(ours, ref)):
     for k in params:
-      # float32 Newton-Schulz amplifies a one-ulp difference of its input to 2e-5 relative (tests/test_muon_lopt.py):
-      # tolerance 1e-4 of each entry and of the update's largest entry; the schedule moves t to t + 1 by up to 30%.
+      # float32 Newton-Schulz amplifies a one-ulp difference of its input to 2e-5 relative
+      # (tests/optimizers/test_muon_lopt.py): tolerance 1e-4 of each entry and of the update's largest entry; the
+      # schedule moves t to t + 1 by up to 30%.
       scale = float(np.max(np.abs(np.asarray(b[k]))))
       np.testing.assert_allclose(np.asarray(a[k]), np.asarray(b[k]), rtol=1e-4, atol=1e-4 * scale,
                                  err_msg=f"{k} update {t}")
@@ -169,8 +174,8 @@ def test_sharded_params_give_the_unsharded_updates(name):
   sharded = jax.jit(tx.update)(sg, tx.init(sp), sp)[0]
   # generalist_v1's updates are (p - step) - p in float32: a different reduction order in the per-tensor means may
   # move the new p by an ulp (|p| < 4 here: 2^-21 ~ 4.8e-7). generalist_v2's are -step, whose Newton-Schulz
-  # iterations amplify a reordered sum's last-ulp change to 2e-5 relative (tests/test_muon_lopt.py): 1e-4 of its
-  # largest entry.
+  # iterations amplify a reordered sum's last-ulp change to 2e-5 relative (tests/optimizers/test_muon_lopt.py): 1e-4 of
+  # its largest entry.
   for a, b in zip(jax.tree.leaves(plain), jax.tree.leaves(sharded)):
     atol = 2.0 ** -21 if name == "generalist_v1" else 1e-4 * float(np.max(np.abs(np.asarray(a))))
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=atol)

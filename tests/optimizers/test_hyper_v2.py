@@ -1,7 +1,7 @@
 """`HyperV2` (VeLO's architecture) against what can be derived by hand: theta's layout at VeLO's size, closed forms
 for constant theta, the dependence of the step on each per-element feature, the loss features. Parity with the
 reference's own code is `tools/hyperv2_parity.py` (it needs a checkout of learned_optimization); the registry entry
-runs the zoo's conformance suite (tests/test_lopt_zoo.py)."""
+runs the zoo's conformance suite (tests/optimizers/test_lopt_zoo.py)."""
 
 import jax
 import jax.numpy as jnp

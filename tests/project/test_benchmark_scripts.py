@@ -1,4 +1,4 @@
-"""Every benchmark script runs at smoke size with the flags its documented commands pass (tests/test_scripts.py
+"""Every benchmark script runs at smoke size with the flags its documented commands pass (tests/project/test_scripts.py
 checks that list against README.md and docs/). The numbers of a smoke run mean nothing; what is checked is that each
 code path runs and its tables have the rows the arguments ask for. The learned_optimization comparisons run when
 ``METAFAM_LO_SRC`` names its unpacked 0.0.1 source distribution."""
@@ -17,9 +17,9 @@ def _rows(markdown_path):
           and not line.startswith("| model") and not line.startswith("| estimate only")]
 
 
-@pytest.mark.slow  # the script: test_outer_training; sharded FullES: tests/test_sharding.py
+@pytest.mark.slow  # the script: test_outer_training; sharded FullES: tests/inner/test_sharding.py
 def test_outer_training_full_es_on_two_devices(monkeypatch, capsys):
-  # PES with the default noise kinds on one device is gpu_run.sh's outer_training step (tests/test_gpu_run.py).
+  # PES with the default noise kinds on one device is gpu_run.sh's outer_training step (tests/project/test_gpu_run.py).
   # FullES on one and two devices (the default --devices 2).
   code, out = run_script("benchmarks/outer_training.py", ["--smoke", "--estimators", "full_es", "--perturbations",
                                                           "full"], monkeypatch, capsys)
@@ -62,9 +62,10 @@ def test_outer_training_against_the_reference_library(tmp_path, monkeypatch, cap
   assert out.count("outer_valid") >= 3 and "FullES, 2 pairs" in out
 
 
-@pytest.mark.slow  # the benchmark script end to end (about 25 s); its engine is tested in tests/test_inner.py
+@pytest.mark.slow  # the benchmark script end to end (about 25 s); its engine is tested in tests/inner/test_inner.py
 def test_inner_training(tmp_path, monkeypatch, capsys):
-  # One device with the host-driven baselines skipped is gpu_run.sh's inner_training step (tests/test_gpu_run.py).
+  # One device with the host-driven baselines skipped is gpu_run.sh's inner_training step
+  # (tests/project/test_gpu_run.py).
   md = tmp_path / "inner.md"
   code, out = run_script("benchmarks/inner_training.py", ["--smoke", "--markdown", md], monkeypatch, capsys)
   assert code == 0 and len(_rows(md)) == 2  # mlp_lopt and adam, one lane count
@@ -78,14 +79,15 @@ def test_inner_training_against_the_reference_library(monkeypatch, capsys):
   assert code == 0 and "best/LO" in out
 
 
-@pytest.mark.slow  # low-rank PES: tests/test_low_rank.py
+@pytest.mark.slow  # low-rank PES: tests/optimizers/test_low_rank.py
 def test_low_rank_estimates(monkeypatch, capsys):
   code, out = run_script("benchmarks/low_rank_estimates.py", ["--smoke", "--tables", 1, 2, 3], monkeypatch, capsys)
   assert code == 0
   assert "1. PES" in out and "2. FullES" in out and "3. XLA memory" in out
 
 
-@pytest.mark.slow  # Newton-Schulz steps: tests/test_newton_schulz.py; the script's lanes: test_inner_training's
+# Newton-Schulz steps: tests/optimizers/test_newton_schulz.py; the script's lanes: test_inner_training's
+@pytest.mark.slow
 def test_step_cost_of_muon_with_fewer_newton_schulz_iterations(tmp_path, monkeypatch, capsys):
   code, _ = run_script("benchmarks/step_cost.py", ["--smoke", "--muon_ns_steps", 2, "--markdown", tmp_path / "c.md"],
                        monkeypatch, capsys)
@@ -96,10 +98,10 @@ def test_step_cost_of_muon_with_fewer_newton_schulz_iterations(tmp_path, monkeyp
   assert code == 2
 
 
-@pytest.mark.slow  # the script: test_step_cost_of_muon_with_fewer_newton_schulz_iterations; blocks: tests/test_lane_chunk.py
+@pytest.mark.slow  # the script: test_step_cost_of_muon_with_fewer_newton_schulz_iterations; blocks: tests/inner/test_lane_chunk.py
 def test_step_cost_with_many_members_in_blocks(tmp_path, monkeypatch, capsys):
-  """The many-models path (gpu_run.sh's step_cost step, tests/test_gpu_run.py, covers the single-model one): every
-  optimizer vmapped and again in blocks of 1, ratios against the vmapped Adam and Muon."""
+  """The many-models path (gpu_run.sh's step_cost step, tests/project/test_gpu_run.py, covers the single-model one):
+  every optimizer vmapped and again in blocks of 1, ratios against the vmapped Adam and Muon."""
   code, _ = run_script("benchmarks/step_cost.py", ["--smoke", "--members", 3, "--lane_chunk", 1, "--markdown",
                                                    tmp_path / "cost.md"], monkeypatch, capsys)
   columns = ["model", "params", "optimizer", "update ms", "step ms", "update / Adam", "update / Muon", "step / Adam",
@@ -114,7 +116,7 @@ def test_step_cost_with_many_members_in_blocks(tmp_path, monkeypatch, capsys):
   assert rows["muon, blocks of 1"]["state"] == rows["muon"]["state"] and rows["adam"]["state"] == "2.00"
 
 
-@pytest.mark.slow  # the estimate it profiles: tests/test_estimator_conformance.py
+@pytest.mark.slow  # the estimate it profiles: tests/outer_trainers/test_estimator_conformance.py
 def test_profile_estimate(monkeypatch, capsys):
   # As a child process: the per-kernel trace flag must be set before JAX starts.
   # --top large enough to list every kind of kernel: which kinds lead a smoke-size profile depends on the load.
@@ -126,7 +128,7 @@ def test_profile_estimate(monkeypatch, capsys):
   assert code == 0 and "one theta for all lanes" in out
 
 
-@pytest.mark.slow  # the estimators and meta-step it times: tests/test_estimator_conformance.py
+@pytest.mark.slow  # the estimators and meta-step it times: tests/outer_trainers/test_estimator_conformance.py
 def test_meta_training(monkeypatch, capsys):
   code, out = run_script("benchmarks/meta_training.py",
                          ["--budgets", "0.001", "--lopts", "mlp_lopt", "--estimators", "pes", "--pairs", 1,

@@ -1,6 +1,6 @@
 """`MuonResidualLOpt`: at its initial theta it is `optax.contrib.muon`; its residual, gains and fan-in option do what
 the docstring says, computed independently here. (Registry conformance -- meta-gradients against finite differences,
-bf16 states, vmap, estimators -- runs in tests/test_lopt_zoo.py over both registered variants.)"""
+bf16 states, vmap, estimators -- runs in tests/optimizers/test_lopt_zoo.py over both registered variants.)"""
 
 import jax
 import jax.numpy as jnp

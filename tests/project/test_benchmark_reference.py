@@ -13,7 +13,8 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                "benchmarks"))
 import reference_lo  # noqa: E402
 
 
@@ -76,7 +77,7 @@ if {lo_src!r}:
 
 def _run_lo_imports(lo_src=""):
   """Runs `_LO_IMPORTS` in a child process (the shims change its sys.modules for good); returns its output."""
-  benchmarks = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+  benchmarks = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "benchmarks")
   proc = subprocess.run([sys.executable, "-c", _LO_IMPORTS.format(benchmarks=benchmarks, lo_src=lo_src)],
                         capture_output=True, text=True, timeout=300, env=dict(os.environ, JAX_PLATFORMS="cpu"))
   assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]

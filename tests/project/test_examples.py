@@ -5,7 +5,7 @@ import runpy
 
 import numpy as np
 
-EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples")
 
 
 def test_custom_task_family_example_reaches_the_noise_floor():

@@ -17,7 +17,7 @@ from metafam.runs import CheckpointError, MetaValidation, train
 from metafam.runs.run_dir import restore, run_identity
 from metafam.taskfamilies.quadratic import QuadraticFamily
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/, where the helper meta_setup.py is
 
 
 def grid_search_log_lr(trajectory=50, lanes=256):
@@ -50,15 +50,15 @@ def test_pes_meta_training_moves_log_lr_to_the_grid_search_optimum():
   assert all(np.isfinite(h["grad_norm"]) for h in history)
 
 
-@pytest.mark.slow  # in-process resumes of every estimator: tests/test_estimator_conformance.py; a killed process resumed: tests/test_failures.py
+@pytest.mark.slow  # in-process resumes of every estimator: tests/outer_trainers/test_estimator_conformance.py; a killed process resumed: tests/runs/test_failures.py
 def test_kill_and_resume_in_a_new_process_equals_an_uninterrupted_run(tmp_path):
   n = 6
   trainer = build_trainer(with_tbptt=True)
   straight, _ = train(trainer, n, key=jax.random.key(7), progress=False)
   out = str(tmp_path / "run")
-  env = dict(os.environ, PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
+  env = dict(os.environ, PYTHONPATH=TESTS + os.pathsep + os.environ.get("PYTHONPATH", ""))
   for steps in (n // 2, n):  # first process stops at n/2 (a checkpoint), the second resumes from it
-    subprocess.run([sys.executable, os.path.join(HERE, "meta_setup.py"), out, str(steps)], check=True, env=env,
+    subprocess.run([sys.executable, os.path.join(TESTS, "meta_setup.py"), out, str(steps)], check=True, env=env,
                    capture_output=True, timeout=600)
   resumed = restore(trainer, os.path.join(out, "checkpoint.npz"), trainer.init(jax.random.key(7)),
                     run_identity(trainer))

