@@ -4,7 +4,7 @@ hand-designed ones built by name from a learning rate (`HAND_DESIGNED`, what the
     lopt = get_learned_optimizer("adafac_mlp_lopt")             # or with keyword arguments for the constructor
     theta = lopt.init(jax.random.key(0))
 
-Every entry is a zero-argument callable returning a fresh `LearnedOptimizer`; tests/test_lopt_zoo.py runs one
+Every entry is a zero-argument callable returning a fresh `LearnedOptimizer`; tests/optimizers/test_lopt_zoo.py runs one
 conformance test over every entry, so a new entry is covered by adding it here. Importing this module builds
 nothing.
 """
