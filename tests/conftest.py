@@ -34,6 +34,7 @@ import sys
 import tempfile
 
 import jax
+import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # shared helpers: influence.py, meta_setup.py
@@ -82,6 +83,20 @@ def _release_compiled_programs():
   yield
   jax.clear_caches()
   gc.collect()
+
+
+@pytest.fixture
+def small_full_fashion_mnist(tmp_path_factory, monkeypatch):
+  """The test suite's tasks read the full Fashion-MNIST (``data_dir="full"``), which nothing ships: with this fixture
+  they read small IDX files it writes (120 training and 40 test images), so every task is tested on any machine."""
+  from metafam.datasets.idx import write_idx
+  directory = tmp_path_factory.getbasetemp() / "fake_fashion_mnist"
+  if not directory.exists():
+    rng = np.random.default_rng(0)
+    for part, n in (("train", 120), ("t10k", 40)):
+      write_idx(str(directory / f"{part}-images-idx3-ubyte.gz"), rng.integers(0, 256, (n, 28, 28), dtype=np.uint8))
+      write_idx(str(directory / f"{part}-labels-idx1-ubyte.gz"), (np.arange(n) % 10).astype(np.uint8))
+  monkeypatch.setenv("METAFAM_FASHION_MNIST_DIR", str(directory))
 
 
 def _dropped_xla_flags_line():
