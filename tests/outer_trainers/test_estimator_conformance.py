@@ -1,8 +1,9 @@
-"""One conformance test over every registered estimator, and over one written by a user against the public protocol.
+"""The estimator protocol: an estimator written by a user against the public protocol meets the registered
+estimators' contract (it runs through `MetaTrainer` for a few meta-steps with a checkpoint, and a run resumed from the
+checkpoint ends bit-identical to an uninterrupted one), and the protocol's checks, the paired step and the device data.
 
-Each runs through `MetaTrainer` for a few meta-steps with a checkpoint, and a run resumed from the checkpoint must
-end bit-identical to an uninterrupted one. Every registered estimator is also built on a step the test constructs
-itself (the injected-step API) and must equal `make_estimator`'s.
+Every registered estimator meets that contract and, built on a step the test constructs itself (the injected-step
+API), equals `make_estimator`'s: the conformance table, tests/test_conformance.py (row ESTIMATORS).
 """
 
 import jax
@@ -14,18 +15,9 @@ import pytest
 from metafam.inner import ConstantSchedule, TruncatedStep
 from metafam.optimizers.learned import LearnableSGD
 from metafam.optimizers.mlp_lopt import MLPLOpt
-from metafam.outer_trainers import (ESTIMATORS, GradientEstimate, GradientEstimator, MetaTrainer, get_estimator,
-                                    make_estimator)
-from metafam.runs import train
-from metafam.outer_trainers.registry import estimator_arguments
-from metafam.taskfamilies.quadratic import QuadraticFamily
-
-FAMILY = QuadraticFamily(4, scale_range=(0.5, 2.0))
-SIZES = dict(unroll_length=3, trajectory_length=5)
-
-
-def _kwargs(name):
-  return {k: v for k, v in SIZES.items() if k in estimator_arguments(name)}
+from metafam.outer_trainers import GradientEstimate, GradientEstimator, MetaTrainer, get_estimator, make_estimator
+from test_conformance import ESTIMATOR_FAMILY as FAMILY, check_meta_trains_checkpoints_and_resumes
+from test_conformance import meta_trainer as _trainer
 
 
 class FiniteDifferenceSGD(GradientEstimator):
@@ -58,44 +50,13 @@ class FiniteDifferenceSGD(GradientEstimator):
     return GradientEstimate(grad, loss(theta), metrics), {"count": worker_state["count"] + 1}
 
 
-def _trainer(est, lopt):
-  return MetaTrainer(lopt, [est], optax.adam(0.05), clip_grad_norm=1.0)
-
-
 def _user_estimator(lopt):
   return FiniteDifferenceSGD(TruncatedStep(FAMILY, lopt, 4, ConstantSchedule(6), meta_loss_split="outer_valid"))
 
 
-@pytest.mark.parametrize("name", sorted(ESTIMATORS) + ["user"])
-def test_estimator_meta_trains_checkpoints_and_resumes(name, tmp_path):
+def test_a_users_estimator_meta_trains_checkpoints_and_resumes(tmp_path):
   lopt = LearnableSGD(0.01)
-  build = (lambda: _user_estimator(lopt)) if name == "user" else (
-      lambda: make_estimator(name, FAMILY, lopt, num_tasks=2, schedule=ConstantSchedule(4), **_kwargs(name)))
-  full, _ = train(_trainer(build(), lopt), 4, key=jax.random.key(1), progress=False)
-  train(_trainer(build(), lopt), 2, key=jax.random.key(1), output_dir=str(tmp_path), progress=False)
-  resumed, history = train(_trainer(build(), lopt), 4, key=jax.random.key(1), output_dir=str(tmp_path),
-                                                   progress=False)
-  assert [r["step"] for r in history] == [3, 4]
-  assert all(np.isfinite(r["meta_loss"]) and np.isfinite(r["grad_norm"]) for r in history)
-  for a, b in zip(jax.tree.leaves(full), jax.tree.leaves(resumed)):
-    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-  # Something was learned: theta moved.
-  assert not np.array_equal(np.asarray(full.theta["log_lr"]), np.asarray(LearnableSGD(0.01).init(None)["log_lr"]))
-
-
-@pytest.mark.parametrize("name", sorted(ESTIMATORS))
-def test_injected_step_equals_make_estimator(name):
-  lopt = LearnableSGD(0.01)
-  theta = lopt.init(None)
-  step = TruncatedStep(FAMILY, lopt, 2, ConstantSchedule(4), random_initial_iteration=True,
-                       meta_loss_split="outer_valid")
-  results = []
-  for est in (get_estimator(name)(step, **_kwargs(name)),
-              make_estimator(name, FAMILY, lopt, num_tasks=2, schedule=ConstantSchedule(4), **_kwargs(name))):
-    ws = est.init_worker_state(theta, jax.random.key(2))
-    results.append(est.estimate(theta, ws, jax.random.key(3)))
-  for a, b in zip(jax.tree.leaves(results[0]), jax.tree.leaves(results[1])):
-    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  check_meta_trains_checkpoints_and_resumes(lambda: _user_estimator(lopt), lopt, str(tmp_path))
 
 
 def test_the_protocol_is_enforced():

@@ -50,7 +50,9 @@ def test_pes_meta_training_moves_log_lr_to_the_grid_search_optimum():
   assert all(np.isfinite(h["grad_norm"]) for h in history)
 
 
-@pytest.mark.slow  # in-process resumes of every estimator: tests/outer_trainers/test_estimator_conformance.py; a killed process resumed: tests/runs/test_failures.py
+# In-process resumes of every estimator: tests/test_conformance.py (row ESTIMATORS); a killed process resumed:
+# tests/runs/test_failures.py.
+@pytest.mark.slow
 def test_kill_and_resume_in_a_new_process_equals_an_uninterrupted_run(tmp_path):
   n = 6
   trainer = build_trainer(with_tbptt=True)

@@ -116,7 +116,7 @@ def test_step_cost_with_many_members_in_blocks(tmp_path, monkeypatch, capsys):
   assert rows["muon, blocks of 1"]["state"] == rows["muon"]["state"] and rows["adam"]["state"] == "2.00"
 
 
-@pytest.mark.slow  # the estimate it profiles: tests/outer_trainers/test_estimator_conformance.py
+@pytest.mark.slow  # the estimate it profiles: tests/test_conformance.py (row ESTIMATORS)
 def test_profile_estimate(monkeypatch, capsys):
   # As a child process: the per-kernel trace flag must be set before JAX starts.
   # --top large enough to list every kind of kernel: which kinds lead a smoke-size profile depends on the load.
@@ -128,7 +128,7 @@ def test_profile_estimate(monkeypatch, capsys):
   assert code == 0 and "one theta for all lanes" in out
 
 
-@pytest.mark.slow  # the estimators and meta-step it times: tests/outer_trainers/test_estimator_conformance.py
+@pytest.mark.slow  # the estimators and meta-step it times: tests/test_conformance.py (row ESTIMATORS)
 def test_meta_training(monkeypatch, capsys):
   code, out = run_script("benchmarks/meta_training.py",
                          ["--budgets", "0.001", "--lopts", "mlp_lopt", "--estimators", "pes", "--pairs", 1,

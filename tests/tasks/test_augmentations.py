@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 
 from metafam.taskfamilies import augmentations as faug
-from metafam.taskfamilies.base import check_family
 from metafam.taskfamilies.quadratic import NoisyQuadraticFamily, QuadraticFamily
 from metafam.tasks import augmentations as aug
 from metafam.tasks.base import Task
 from metafam.tasks.image_mlp import ImageMLPTask
 from metafam.tasks.quadratic import QuadraticTask
+from test_conformance import check_augmented_family
 
 BATCH = {"x": jnp.arange(24.0).reshape(8, 3) / 10.0 - 1.0, "y": jnp.linspace(-1.0, 1.0, 8)}
 
@@ -200,30 +200,10 @@ def test_clip_gradients():
     aug.ClipGradients(base, 0.0)
 
 
-# -- families ----------------------------------------------------------------------------------------------------
-def _family_cases():
-  quad = QuadraticFamily(4, scale_range=(0.5, 2.0))
-  noisy = NoisyQuadraticFamily(4, batch_size=8)
-  return {
-      "reparam": (faug.ReparamFamily(quad, (-1.0, 1.0)), {"log_scale"}),
-      "reparam_per_leaf": (faug.ReparamFamily(noisy, (-1.0, 1.0), per_leaf=True), {"log_scale"}),
-      "loss_scale": (faug.LossScaleFamily(quad, (-2.0, 2.0)), {"log_loss_scale"}),
-      "noisy_gradients": (faug.NoisyGradientsFamily(quad, (0.0, 0.5)), {"noise_std"}),
-      "clip_gradients": (faug.ClipGradientsFamily(quad, (0.1, 1.0)), {"max_norm"}),
-      "reduced_batch_size": (faug.ReducedBatchSizeFamily(noisy, 3), set()),
-      "low_precision": (faug.LowPrecisionFamily(noisy, "bfloat16"), set()),
-  }
-
-
-@pytest.mark.parametrize("name", sorted(_family_cases()))
-def test_family_wrappers_pass_check_family_and_nest_the_inner_config(name):
-  family, own = _family_cases()[name]
-  check_family(family, jax.random.key(2), num_samples=2)
-  key = jax.random.key(5)
-  cfg = family.sample(key)
-  assert set(cfg) == {"inner"} | own
-  _close(cfg["inner"], family.family.sample(key), rtol=0)  # paired with the unwrapped family's instance
-  assert family.datasets is family.family.datasets and family.name.startswith(family.family.name + "_")
+# -- families (every registered augmentation: the conformance table, tests/test_conformance.py) -------------------
+def test_per_leaf_reparam_meets_the_augmentation_contract():
+  family = faug.ReparamFamily(NoisyQuadraticFamily(4, batch_size=8), (-1.0, 1.0), per_leaf=True)
+  check_augmented_family(family, {"log_scale"})
 
 
 def test_family_wrappers_compute_the_wrapped_tasks():

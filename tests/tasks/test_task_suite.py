@@ -1,14 +1,12 @@
-"""Every registered task: a vmapped, jitted init/loss/grad/Adam smoke test with value checks, documented parameter
-counts; the conv / autoencoder / language-model families reproduce their fixed tasks and apply their configs.
+"""Every registered task: a vmapped, jitted init/loss/grad/Adam smoke test with value checks; the conv / autoencoder /
+language-model families reproduce their fixed tasks and apply their configs.
 
-`metafam.taskfamilies.base.check_family` over every registered family (these included) runs in
-tests/taskfamilies/test_families.py::test_every_registered_family_is_vmappable and is not repeated here.
+The registry's contract for every task (its documented parameter count, the same program traced on abstract inputs)
+and `metafam.taskfamilies.base.check_family` over every registered family (these included) run in the conformance
+table (tests/test_conformance.py, rows TASKS and FAMILIES) and are not repeated here.
 """
 
-import inspect
 import math
-import re
-import types
 
 import haiku as hk
 import jax
@@ -16,7 +14,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from metafam.datasets.idx import write_idx
 from metafam.datasets.images import fashion_mnist_datasets
 from metafam.optimizers.base import Adam
 from metafam.taskfamilies import registry as family_registry
@@ -27,35 +24,21 @@ from metafam.tasks import autoencoder, conv, language, registry, vision
 from metafam.tasks._nn import num_params
 from metafam.tasks.image_mlp import ImageMLPTask
 from metafam.tasks.quadratic import QuadraticTask
+# The registries' documented parameter counts, and the vmapped init/loss/grad/Adam program the table traces
+from test_conformance import DOCUMENTED, task_program as _program, without_data as _without_data
 
 LEARNING_RATE = 1e-3
-
-# "name": constructor(...),  # ... 12,345 params ...   (the registry's documented counts, tasks and families)
-DOCUMENTED = {name: int(count.replace(",", "")) for name, count in
-              re.findall(r'^\s*"(\w+)":[^#\n]*#.*?([\d,]+) params',
-                         inspect.getsource(registry) + inspect.getsource(family_registry), re.M)}
+# The test suite's tasks read small stand-in files of the full Fashion-MNIST (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("small_full_fashion_mnist")
 
 
 @pytest.fixture(autouse=True)
 def _fast_random_compile():
   """Compile with ``jax_threefry_partitionable=False``: on CPU, vmapped haiku initializers then compile ~5x faster
   (measured 8.0 s -> 1.7 s for a 3-layer MLP). Nothing here depends on the random stream; check_family in
-  tests/taskfamilies/test_families.py covers these tasks' families under the default setting."""
+  tests/test_conformance.py (row FAMILIES) covers these tasks' families under the default setting."""
   with jax.threefry_partitionable(False):
     yield
-
-
-@pytest.fixture(autouse=True)
-def _small_full_fashion_mnist(tmp_path_factory, monkeypatch):
-  """The test suite's tasks read the full Fashion-MNIST (``data_dir="full"``), which nothing ships: here they read
-  small IDX files this fixture writes (120 training and 40 test images), so every task is tested on any machine."""
-  directory = tmp_path_factory.getbasetemp() / "fake_fashion_mnist"
-  if not directory.exists():
-    rng = np.random.default_rng(0)
-    for part, n in (("train", 120), ("t10k", 40)):
-      write_idx(str(directory / f"{part}-images-idx3-ubyte.gz"), rng.integers(0, 256, (n, 28, 28), dtype=np.uint8))
-      write_idx(str(directory / f"{part}-labels-idx1-ubyte.gz"), (np.arange(n) % 10).astype(np.uint8))
-  monkeypatch.setenv("METAFAM_FASHION_MNIST_DIR", str(directory))
 
 
 def _kind(task):
@@ -69,59 +52,11 @@ def _kind(task):
   raise AssertionError(f"no expectations written for {type(task).__name__}; add them to this test.")
 
 
-def _without_data(task):
-  """``task`` with its datasets replaced by a stand-in that has only ``abstract_batch`` and ``extra_info``."""
-  if task.datasets is not None:
-    task.datasets = types.SimpleNamespace(abstract_batch=task.datasets.abstract_batch,
-                                          extra_info=task.datasets.extra_info)
-  return task
-
-
-def _program(task, opt):
-  """``run(keys, batch)``: for each key (vmapped) init from the abstract batch, loss/aux, grad and one step of
-  ``opt``, plus the loss after the step and with another loss key."""
-
-  def one(key, batch):
-    k_init, k_loss = jax.random.split(key)
-    params = task.init(k_init)
-    (loss, aux), grad = jax.value_and_grad(task.loss_and_aux, has_aux=True)(params, k_loss, batch)
-    new_params = opt.get_params(opt.update(opt.init(params), grad, loss=loss))
-    step = jax.tree.map(lambda a, b: jnp.max(jnp.abs(a - b)), new_params, params)
-    return {"loss": loss, "aux": aux, "normalized": task.normalizer(loss), "params": params, "grad": grad,
-            "loss_after": task.loss(new_params, k_loss, batch),
-            "loss_other_key": task.loss(params, jax.random.fold_in(k_loss, 1), batch),
-            "max_step": jnp.max(jnp.stack(jax.tree.leaves(step)))}
-
-  return lambda keys, batch: jax.vmap(one, in_axes=(0, None))(keys, batch)
-
-
-def test_every_task_has_a_documented_param_count():
-  assert set(registry.TASKS) <= set(DOCUMENTED)
-
-
-@pytest.mark.parametrize("name", sorted(registry.TASKS))
-def test_task_traces_from_abstract_batch_with_documented_param_count(name):
-  """Fast, for every task: the whole vmapped init/grad/Adam program traces (no compile) on abstract inputs only."""
-  task = _without_data(registry.get_task(name))
-  assert task.name == name or isinstance(task, QuadraticTask)  # quadratic_10 keeps its historical name
-  count = num_params(jax.eval_shape(task.init, jax.random.key(0)))
-  assert count == DOCUMENTED[name]
-  module = inspect.getmodule(type(task))
-  if module in (conv, autoencoder, language):  # our modules also list the count in their docstring
-    assert f"``{name}``" in module.__doc__ and f"{count:,} params" in module.__doc__
-  batch = None if task.datasets is None else task.datasets.abstract_batch
-  out = jax.eval_shape(_program(task, Adam(LEARNING_RATE)), jax.random.split(jax.random.key(0), 2), batch)
-  for leaf in ("loss", "normalized", "loss_after", "loss_other_key", "max_step"):
-    assert out[leaf].shape == (2,) and out[leaf].dtype == jnp.float32
-  assert jax.tree.structure(out["grad"]) == jax.tree.structure(out["params"])
-  assert num_params(out["grad"]) == 2 * count
-
-
 # A compiled, numeric smoke test for the smallest registered task of every model class runs by default; the other
 # registered tasks (larger inputs and widths of the same classes) run it under `-m slow`. The transformer LM's code
 # runs by default in its family's tests below (loss, causality, activations, init range) and in
-# tests/taskfamilies/test_families.py (vmapped value_and_grad via check_family); its 2x64 smoke test alone costs ~15 s
-# of compile.
+# tests/test_conformance.py (its family's vmapped value_and_grad via check_family); its 2x64 smoke test alone costs
+# ~15 s of compile.
 DEFAULT_SMOKE = {"quadratic_10", "fmnist_mlp_8x8_64x64_tanh", "fmnist_conv_16x16_16x32", "fmnist_ae_8x8_32x8x32",
                  "fmnist_vae_8x8_32_z4", "shakespeare_char_lstm_64"}
 
