@@ -2,7 +2,7 @@
 round-robin timer, and the Markdown table a run writes (device, JAX version and date in its heading, written atomically).
 
 ``--smoke`` shrinks a benchmark's workload to a few lanes and steps so that every code path of the script runs in
-seconds (the test suite runs each benchmark this way, tests/test_scripts.py); its numbers mean nothing.
+seconds (the test suite runs each benchmark this way, tests/project/test_scripts.py); its numbers mean nothing.
 """
 
 from __future__ import annotations

@@ -48,9 +48,10 @@ LO_SRC=${METAFAM_LO_SRC:-.device/lo/learned_optimization-0.0.1}
 SMOKE=${METAFAM_GPU_RUN_SMOKE:-0}
 # The test files whose code runs on the accelerator (the engine, the estimators, the optimizers, numerics and dtypes):
 # 719 s of test time on 2 workers of the 2-core machine, ~3 minutes over 8 workers on the GPU (the docs' arithmetic).
-GPU_TESTS="tests/test_numerics.py tests/test_inner.py tests/test_estimators.py tests/test_estimator_conformance.py \
-tests/test_meta_trainer.py tests/test_muon_lopt.py tests/test_newton_schulz.py tests/test_learned_optimizers.py \
-tests/test_optimizers.py tests/test_lane_chunk.py tests/test_low_rank.py"
+GPU_TESTS="tests/outer_trainers/test_numerics.py tests/inner/test_inner.py tests/outer_trainers/test_estimators.py \
+tests/outer_trainers/test_estimator_conformance.py tests/outer_trainers/test_meta_trainer.py \
+tests/optimizers/test_muon_lopt.py tests/optimizers/test_newton_schulz.py tests/optimizers/test_learned_optimizers.py \
+tests/optimizers/test_optimizers.py tests/inner/test_lane_chunk.py tests/optimizers/test_low_rank.py"
 TESTS=${METAFAM_GPU_RUN_TESTS:-$GPU_TESTS}
 WORKERS=${METAFAM_GPU_RUN_WORKERS:-8}
 read -r LIMIT_TESTS LIMIT_INNER LIMIT_PROFILE LIMIT_OUTER LIMIT_STEP LIMIT_REFERENCE LIMIT_META \

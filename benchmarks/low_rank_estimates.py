@@ -11,9 +11,9 @@
    noise kind and that of full noise (both estimate the same smoothed gradient of the first truncation; after
    ``--warmup`` estimates the accumulators would differ between the runs, and so would the means).
 2. Exactness on a deterministic learned-optimizer unroll (a small MLPLOpt, 74 meta-parameters, on a fixed quadratic,
-   4 inner steps; the workload of tests/test_low_rank.py): FullES over ``--pairs_exact`` pairs against ``jax.grad``
-   through the unroll: the mean estimate's projection on the exact gradient (1 when unbiased), its cosine with it,
-   and the per-pair variance of the projection.
+   4 inner steps; the workload of tests/optimizers/test_low_rank.py): FullES over ``--pairs_exact`` pairs against
+   ``jax.grad`` through the unroll: the mean estimate's projection on the exact gradient (1 when unbiased), its cosine
+   with it, and the per-pair variance of the projection.
 3. Memory: XLA's memory analysis of the compiled estimate (PES at 8 and 64 pairs, FullES at 8 pairs): temporaries
    and arguments (the worker state: PES keeps the current perturbations as factors, its accumulator dense).
 ``--smoke`` runs every code path on a tiny workload (4 hidden units, batches of 8, 2 pairs, truncations of 2 steps in

@@ -190,7 +190,7 @@ QUICK_SETTINGS: Tuple[Setting, ...] = (Setting("quick", unroll_length=10, length
 PAIRS_GRID = (4, 8, 16, 32)
 
 
-# -- statistics (pure numpy; what tests/test_meta_gradient_signal.py checks on synthetic draws) ----------------------
+# -- statistics (pure numpy; what tests/project/test_meta_gradient_signal.py checks on synthetic draws) ----------------
 
 def signal_statistics(estimates: np.ndarray) -> Dict[str, Any]:
   """The signal statistics of ``n`` independent estimates of a ``d``-vector (``estimates``: ``[n, d]``, n >= 4).

@@ -2,8 +2,8 @@
 
     python experiments/planted_validation_curve.py [--seeds 3] [--steps 2000] [--eval_every 100] [--out DIR]
 
-The planted step-gain problem of `docs/guide/planted.md` (`tests/test_planted.py`): `muon_residual_lopt` with the
-generalist_v2 recipe's estimator settings (NRES, 4 antithetic pairs, truncations of 20, trajectories log-uniform in
+The planted step-gain problem of `docs/guide/planted.md` (`tests/benchmark/test_planted.py`): `muon_residual_lopt` with
+the generalist_v2 recipe's estimator settings (NRES, 4 antithetic pairs, truncations of 20, trajectories log-uniform in
 200-2,000, sigma 0.01, Adam at 3e-3 with its warmup-cosine decay, residual frozen, no clip), its step gain planted
 ``--factor`` times below Muon's best constant rate on an 8x8 matrix-quadratic family. Each seed meta-trains with
 `metafam.runs.MetaValidation` as the loop's ``evaluate`` every ``--eval_every`` meta-steps: the same
@@ -40,7 +40,7 @@ BEST_RATE = 0.313  # Muon's best constant rate on the 8x8 family, by the rate sw
 
 
 def build(step_mult: float, num_steps: int):
-  """The planted run's learned optimizer, family and trainer (as `tests/test_planted.py` builds them)."""
+  """The planted run's learned optimizer, family and trainer (as `tests/benchmark/test_planted.py` builds them)."""
   recipe = load_recipe(RECIPE_PATH).replace(step_mult=float(step_mult))
   family = planted.MatrixQuadraticFamily((8, 8))
   lopt = recipe.build_learned_optimizer()

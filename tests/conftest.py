@@ -1,7 +1,7 @@
 """Suite-wide test settings.
 
 Compiling vmapped random initializers on CPU is several times faster with ``jax_threefry_partitionable=False``
-(measured in tests/test_task_suite.py: `check_family` of the four conv/AE/LM families 86 s -> 35 s of CPU time).
+(measured in tests/tasks/test_task_suite.py: `check_family` of the four conv/AE/LM families 86 s -> 35 s of CPU time).
 No test pins random numbers, so the suite uses the faster setting; the library itself never changes JAX's config.
 
 The suite also keeps the command line's persistent compilation cache off, and asks for two CPU devices (before JAX
@@ -12,7 +12,7 @@ Most of a test's time is XLA compiling programs that then run a few steps, and m
 optimizing the machine code. The suite therefore compiles with LLVM's cheap settings and with XLA's older (elemental)
 emitter for fused loops instead of its MLIR fusion emitters (`TEST_XLA_FLAGS`, also inherited by the command-line and
 multi-process tests' child processes): the same programs, the same operations and results up to rounding, at a
-fraction of the compile time. The LLVM settings took one `tests/test_inner.py` case from 41 s to 17 s of CPU time;
+fraction of the compile time. The LLVM settings took one `tests/inner/test_inner.py` case from 41 s to 17 s of CPU time;
 the emitter flag then took three of the heaviest tests (zoo PES with `hyper_v2`, zoo finite difference with
 `rnn_mlp_lopt`, that `test_inner.py` case) from 53 s to 32 s of CPU time. XLA aborts on a flag it does not know, and
 jaxlib 0.11.2 and later no longer know the emitter flag (their CPU backend has only the fusion emitters), so the flags
@@ -34,6 +34,7 @@ import sys
 import tempfile
 
 import jax
+import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # shared helpers: influence.py, meta_setup.py
@@ -43,7 +44,7 @@ TEST_XLA_FLAGS = ("--xla_backend_optimization_level=0 --xla_llvm_disable_expensi
                   "--xla_cpu_use_fusion_emitters=false")
 CACHE_MIN_COMPILE_SECONDS = 0.5  # programs that compile faster are not worth a disk round trip
 # What XLA_FLAGS held before this file: for a child process that must compile exactly as production does (a test that
-# compares with numbers the library shipped, e.g. tests/test_heldout.py's rerun of a baseline sweep).
+# compares with numbers the library shipped, e.g. tests/benchmark/test_heldout.py's rerun of a baseline sweep).
 os.environ.setdefault("METAFAM_TEST_PRODUCTION_XLA_FLAGS", os.environ.get("XLA_FLAGS", ""))
 # Only the flags the running XLA accepts (it aborts the process on an unknown one; newer ones retire flags), probed
 # once per run by a child process (tests/xla_flags.py): the workers and child processes inherit the answer.
@@ -82,6 +83,20 @@ def _release_compiled_programs():
   yield
   jax.clear_caches()
   gc.collect()
+
+
+@pytest.fixture
+def small_full_fashion_mnist(tmp_path_factory, monkeypatch):
+  """The test suite's tasks read the full Fashion-MNIST (``data_dir="full"``), which nothing ships: with this fixture
+  they read small IDX files it writes (120 training and 40 test images), so every task is tested on any machine."""
+  from metafam.datasets.idx import write_idx
+  directory = tmp_path_factory.getbasetemp() / "fake_fashion_mnist"
+  if not directory.exists():
+    rng = np.random.default_rng(0)
+    for part, n in (("train", 120), ("t10k", 40)):
+      write_idx(str(directory / f"{part}-images-idx3-ubyte.gz"), rng.integers(0, 256, (n, 28, 28), dtype=np.uint8))
+      write_idx(str(directory / f"{part}-labels-idx1-ubyte.gz"), (np.arange(n) % 10).astype(np.uint8))
+  monkeypatch.setenv("METAFAM_FASHION_MNIST_DIR", str(directory))
 
 
 def _dropped_xla_flags_line():

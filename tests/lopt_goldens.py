@@ -1,4 +1,5 @@
-"""The golden updates of every learned optimizer (tests/test_lopt_contract.py), and the script that records them.
+"""The golden updates of every learned optimizer (tests/optimizers/test_lopt_contract.py), and the script that records
+them.
 
 Every registered learned optimizer (at ``init(key(0))``; once more with ``is_training=True``), every shipped
 pretrained optimizer and the learned optimizers of the learned_optimization compat layer take ``NUM_STEPS`` jitted
@@ -11,7 +12,7 @@ are ``tests/data/lopt_goldens.npz``; the refactor must reproduce them bit for bi
     PYTHONPATH=. python tests/lopt_goldens.py --check  # compares (exit status 1 and the differences if any)
 
 Both run with JAX's default config and XLA's production flags (the test suite's conftest changes both: its random
-draws, hence every theta, differ), so tests/test_lopt_contract.py runs the check in a child process.
+draws, hence every theta, differ), so tests/optimizers/test_lopt_contract.py runs the check in a child process.
 """
 
 from __future__ import annotations

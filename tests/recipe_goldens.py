@@ -1,5 +1,5 @@
 """The first meta-steps of the main job and of every shipped recipe, recorded before issue 63's refactors, and the
-script that records and checks them (tests/test_recipe_goldens.py).
+script that records and checks them (tests/runs/test_recipe_goldens.py).
 
 Each run is the command line itself, in a child process with JAX's default config and XLA's production flags:
 ``python -m metafam meta-train [--recipe NAME] --num_steps N --meta_lr_decay_steps 6000 --noreport`` into a fresh

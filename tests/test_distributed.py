@@ -103,8 +103,9 @@ def _metrics_lines(path):
     return 0
 
 
-# Slow: resuming exactly after SIGKILL is tested in one process (tests/test_meta_trainer.py) and two processes
-# resuming together in tests/test_failures.py (SIGTERM) and test_checkpoint_of_two_processes_resumes_in_one.
+# Slow: resuming exactly after SIGKILL is tested in one process (tests/outer_trainers/test_meta_trainer.py) and two
+# processes resuming together in tests/runs/test_failures.py (SIGTERM) and
+# test_checkpoint_of_two_processes_resumes_in_one.
 @pytest.mark.parametrize("victim", [pytest.param(1, marks=pytest.mark.slow), pytest.param(0, marks=pytest.mark.slow)])
 def test_kill_one_process_then_restart_resumes_exactly(tmp_path, reference, victim):
   out, theta = tmp_path / "run", tmp_path / "theta.npz"

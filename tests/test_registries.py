@@ -1,4 +1,5 @@
-"""Every name registry: an unknown name raises the shared `UnknownNameError` listing the valid names."""
+"""The shared name lookup (`metafam._registry.lookup`) and the tasks' registry's layer. (Every registry's unknown
+names raise its `UnknownNameError` listing the valid names: the conformance table, tests/test_conformance.py.)"""
 
 import ast
 import os
@@ -9,38 +10,7 @@ import textwrap
 import pytest
 
 import metafam
-from metafam._registry import UnknownNameError, lookup
-from metafam.benchmark import baselines, suites, sweep
-from metafam.optimizers import registry as optimizers
-from metafam.outer_trainers import registry as estimators
-from metafam.taskfamilies import registry as families
-from metafam.tasks import registry as tasks
-
-REGISTRIES = {  # name: (table, lookup function of a name)
-    "tasks": (tasks.TASKS, tasks.get_task),
-    "families": (families.FAMILIES, families.get_family),
-    "family kinds": (families.FAMILY_KINDS, lambda n: lookup(families.FAMILY_KINDS, n, "family kind")),
-    "suites": (suites.SUITES, suites.get_suite),
-    "learned optimizers": (optimizers.LEARNED_OPTIMIZERS, optimizers.get_learned_optimizer),
-    "hand optimizers": (optimizers.HAND_DESIGNED, lambda n: optimizers.get_hand_optimizer(n, 1e-3)),
-    "estimators": (estimators.ESTIMATORS, estimators.get_estimator),
-    "tuned baselines": (sweep.TUNABLE, lambda n: baselines.tune_baseline(None, n, 8)),
-}
-
-
-@pytest.mark.parametrize("registry", sorted(REGISTRIES))
-def test_unknown_name_raises_shared_error_listing_valid_names(registry):
-  table, get = REGISTRIES[registry]
-  assert table
-  with pytest.raises(UnknownNameError) as info:
-    get("no_such_name")
-  error = info.value
-  assert isinstance(error, KeyError) and isinstance(error, ValueError)
-  message = str(error)
-  assert message.startswith("unknown ") and "'no_such_name'; valid names: " in message
-  assert message.endswith(", ".join(sorted(table)))
-
-
+from metafam._registry import lookup
 def test_error_text_is_the_plain_message():
   with pytest.raises(KeyError) as info:
     lookup({"b": 1, "a": 2}, "c", "thing")
@@ -48,11 +18,6 @@ def test_error_text_is_the_plain_message():
   with pytest.raises(ValueError):
     lookup({}, ["unhashable"], "thing")
   assert lookup({"a": 2}, "a", "thing") == 2
-
-
-def test_hand_optimizers_build_by_name():
-  for name in optimizers.HAND_DESIGNED:
-    assert optimizers.get_hand_optimizer(name, 0.1).name
 
 
 def test_tasks_do_not_import_taskfamilies():

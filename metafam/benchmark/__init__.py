@@ -22,7 +22,7 @@
   the paired bootstrap `difference` of an aggregate (IQM by default).
 * `planted` (``from metafam.benchmark import planted``): planted problems whose meta-training answer is known (a
   matrix quadratic family, the rate sweep that finds the best step gain, the drift test for a meta-parameter with
-  no effect); tests/test_planted.py and docs/guide/planted.md.
+  no effect); tests/benchmark/test_planted.py and docs/guide/planted.md.
 """
 
 from metafam.evaluation.metrics import (Aggregate, RunCurves, Speedup, aggregate, iqm, median, running_min,

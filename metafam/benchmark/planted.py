@@ -2,8 +2,8 @@
 
 Issue 55: a recipe that cannot find a known answer on a problem that costs milliseconds per meta-step will not find
 an unknown one on the real suite. Each problem here runs through the same engine a user runs (`TruncatedStep`, the
-registered estimators, `MetaTrainer`); tests/test_planted.py holds the checks, docs/guide/planted.md the settings
-and the measured outcomes.
+registered estimators, `MetaTrainer`); tests/benchmark/test_planted.py holds the checks, docs/guide/planted.md the
+settings and the measured outcomes.
 
   * `MatrixQuadraticFamily`: ``0.5 * mean((W - T)^2)`` over one ``[m, n]`` matrix ``W`` (optionally with Gaussian
     gradient noise). Its only tensor is a matrix, so for `MuonResidualLOpt` the Muon step gain ``log_gain[0]`` sets

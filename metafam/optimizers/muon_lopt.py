@@ -2,8 +2,9 @@
 
 A learned optimizer that starts as a weaker rule than the best hand-designed one must first relearn that rule; one
 that starts *as* the rule can only move away from it where meta-training rewards it. At its initial ``theta`` this
-optimizer is ``optax.contrib.muon(learning_rate)`` with its defaults, update for update (tests/test_muon_lopt.py
-checks it on matrices, vectors, conv kernels and scalars, to the rounding that float32 Newton-Schulz amplifies):
+optimizer is ``optax.contrib.muon(learning_rate)`` with its defaults, update for update
+(tests/optimizers/test_muon_lopt.py checks it on matrices, vectors, conv kernels and scalars, to the rounding that
+float32 Newton-Schulz amplifies):
 
   * a 2-D tensor (Muon's rule, as optax applies it): momentum ``mu <- beta mu + (1 - beta) g`` (``beta`` 0.95), its
     bias-corrected Nesterov look-ahead ``mu_hat``, orthogonalized by Muon's 5 quintic Newton-Schulz iterations
@@ -70,7 +71,8 @@ from metafam.optimizers.mlp_lopt import rms_normalize
 RESIDUALS = ("after", "before", "none")
 
 BASE_SCHEDULES = ("constant", "warmup_cosine")
-WARMUP_FRACTION = 0.05  # the shipped baselines' warmup (metafam.benchmark.baselines; tests/test_muon_lopt.py pins it)
+# The shipped baselines' warmup (metafam.benchmark.baselines; tests/optimizers/test_muon_lopt.py pins it).
+WARMUP_FRACTION = 0.05
 
 
 def warmup_cosine(count: jax.Array, horizon: jax.Array, warmup_fraction: float = WARMUP_FRACTION) -> jax.Array:

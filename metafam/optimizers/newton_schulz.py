@@ -5,8 +5,8 @@ Muon replaces a matrix ``X_0`` (Frobenius-normalized, transposed to ``m x n`` wi
 NS_COEFFS`` and ``NS_STEPS = 5`` iterations (Jordan et al. 2024; the defaults of ``optax.contrib.muon``).
 
 * ``"direct"`` is that recurrence, computed operation for operation as ``optax.contrib.scale_by_muon`` computes it,
-  so its result is optax's Muon direction bit for bit (`tests/test_newton_schulz.py`). Per iteration it multiplies
-  ``m x m`` by ``m x n`` twice: ``20 m^2 n + 10 m^3`` flops for the 5 iterations.
+  so its result is optax's Muon direction bit for bit (`tests/optimizers/test_newton_schulz.py`). Per iteration it
+  multiplies ``m x m`` by ``m x n`` twice: ``20 m^2 n + 10 m^3`` flops for the 5 iterations.
 * ``"gram"`` computes the same polynomial without touching the ``n`` side inside the loop. Every ``X_k`` is
   ``P_k X_0`` with ``P_k`` a polynomial in the Gram matrix ``G = X_0 X_0^T`` (``P_0 = I``), so ``P_k`` commutes with
   ``G``, ``A_k = P_k G P_k`` and ``P_{k+1} = a P_k + (b A_k + c A_k^2) P_k``; the result is ``P_5 X_0``. That is
@@ -16,7 +16,7 @@ NS_COEFFS`` and ``NS_STEPS = 5`` iterations (Jordan et al. 2024; the defaults of
 
 The two forms are equal in exact arithmetic. In float32 the Gram form squares the matrix's condition number once
 up front, so directions with small singular values carry more rounding: an ill-conditioned matrix's result is less
-accurate in the Gram form than in the direct one (`tests/test_newton_schulz.py` bounds both against a float64
+accurate in the Gram form than in the direct one (`tests/optimizers/test_newton_schulz.py` bounds both against a float64
 reference). Muon is commonly run with the iteration in bfloat16, whose rounding is coarser than either.
 
 Many models at once: under `jax.vmap` these products become batched matrix products, which XLA's CPU backend runs

@@ -4,9 +4,9 @@ hand-designed ones built by name from a learning rate (`HAND_DESIGNED`, what the
     lopt = get_learned_optimizer("adafac_mlp_lopt")             # or with keyword arguments for the constructor
     theta = lopt.init(jax.random.key(0))
 
-Every entry is a zero-argument callable returning a fresh `LearnedOptimizer`; tests/test_lopt_zoo.py runs one
-conformance test over every entry, so a new entry is covered by adding it here. Importing this module builds
-nothing.
+Every entry is a zero-argument callable returning a fresh `LearnedOptimizer`; the test suite runs the contract
+(tests/test_conformance.py) and the zoo's checks (tests/optimizers/test_lopt_zoo.py) over every entry, so a new
+entry is covered by adding it here. Importing this module builds nothing.
 """
 
 from __future__ import annotations

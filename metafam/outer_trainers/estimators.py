@@ -24,7 +24,7 @@ base (``**es_args`` in their source; their signatures list them); each adds its 
 
 Defaults: ``unroll_length`` 20, ``sigma`` 0.01 and full noise are `metafam.runs.Recipe`'s; `FullES`'s
 ``trajectory_length`` 200 is `make_estimator`'s constant trajectory length (see `Recipe`, "Defaults";
-tests/test_library_defaults.py pins both).
+tests/runs/test_library_defaults.py pins both).
 
 The meta-loss of a truncation is the masked mean over its steps of the chosen per-step loss (``loss_kind``, default
 the task-normalized ``meta_loss`` of the updated params on the step's ``meta_loss_split``). ES scaling: see `base`.

@@ -11,7 +11,7 @@ the bare `TruncatedStep`'s: 8 pairs (``Recipe.num_pairs``), staggered lanes (``r
 the meta-loss on ``outer_valid``, where `TruncatedStep` defaults to unstaggered lanes, the step's own batch and
 ``ConstantSchedule(50)``. Its schedule, ``ConstantSchedule(200)``, is one constant length, that of `FullES` and of
 the main job (``metafam meta-train``), where `Recipe` defaults to a range (log-uniform in 100-2,000); a recipe
-always passes its own. tests/test_library_defaults.py pins these relations.
+always passes its own. tests/runs/test_library_defaults.py pins these relations.
 """
 
 from __future__ import annotations

@@ -66,7 +66,7 @@ class Recipe:
   Defaults: a recipe builds its estimators with `metafam.outer_trainers.make_estimator`, and the defaults the
   library shares with it are the same: 8 pairs, truncations of 20 (every estimator's ``unroll_length``), ``sigma``
   0.01, full noise of rank 1, the estimators' ``loss_kind`` and no loss-difference clipping, staggered lanes and the
-  ``outer_valid`` meta-loss (`make_estimator`'s). Three differ on purpose, and tests/test_library_defaults.py pins
+  ``outer_valid`` meta-loss (`make_estimator`'s). Three differ on purpose, and tests/runs/test_library_defaults.py pins
   them: ``trajectory_lengths`` (100, 2000), the generalist's range, where `make_estimator` (and `FullES`, which runs
   one length) default to a constant 200, the main job's; ``clip_grad_norm`` 1.0, where `MetaTrainer` clips nothing
   unless asked; and `TruncatedStep`'s own ``ConstantSchedule(50)``, unstaggered lanes and ``"same_batch"``
