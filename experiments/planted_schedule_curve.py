@@ -15,7 +15,6 @@ fraction of the flat-to-best gap closed; writes ``curve.json`` and ``curve.png``
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -25,10 +24,10 @@ import numpy as np
 import optax
 
 from metafam.benchmark import planted
-from metafam.io import atomic_write
 from metafam.outer_trainers import MetaTrainer
 from metafam.outer_trainers.meta_trainer import meta_optimizer
 from metafam.runs.recipes import load_recipe
+from planted_validation_curve import write_curve  # experiments/, on the path when run as a script
 
 RECIPE_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "generalist_v3", "recipe_a.json")
 
@@ -89,24 +88,11 @@ def main(argv=None) -> int:
               "sweep_best": float(reference[1]), "sweep_best_knots": problem.best_knots.tolist(),
               "best_constant_rate": problem.best_constant_rate, "final_knots": knots_by_seed,
               "settings": vars(args)}
-    atomic_write(os.path.join(args.out, "curve.json"), (json.dumps(result, indent=2) + "\n").encode())
-    try:
-      from matplotlib.figure import Figure
-    except ImportError:
-      print("matplotlib is not installed: no curve.png (pip install 'metafam[plot]')")
-      return 0
-    from metafam.io import save_figure
-    fig = Figure(figsize=(6.5, 4))
-    ax = fig.subplots()
-    for row in values:
-      ax.plot(checks, row, lw=0.8, alpha=0.5, color="C0")
-    ax.plot(checks, mean, "o-", ms=3, lw=2, color="C0", label=f"learned schedule, mean of {args.seeds} seeds")
-    ax.axhline(reference[0], color="C3", ls=":", label="flat start (best constant rate)")
-    ax.axhline(reference[1], color="C2", ls="--", label="best schedule of the sweep")
-    ax.set(xlabel="meta-step", ylabel=f"loss over the last 10% of {args.horizon} steps (held-out instances)",
-           title="meta-validation: planted annealing schedule from a flat start")
-    ax.legend(fontsize=8)
-    save_figure(fig, os.path.join(args.out, "curve.png"))
+    write_curve(args.out, result, checks, values,
+                references=[(reference[0], ":", "C3", "flat start (best constant rate)"),
+                            (reference[1], "--", "C2", "best schedule of the sweep")],
+                ylabel=f"loss over the last 10% of {args.horizon} steps (held-out instances)",
+                title="meta-validation: planted annealing schedule from a flat start")
   return 0
 
 

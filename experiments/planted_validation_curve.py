@@ -51,6 +51,32 @@ def build(step_mult: float, num_steps: int):
   return lopt, family, trainer
 
 
+def write_curve(out, result, steps, values, *, ylabel, title, band=None, references=(), yscale="linear"):
+  """Writes ``result`` to ``out/curve.json`` and, with matplotlib, ``out/curve.png``: each seed's curve
+  (``values[seed]`` at ``steps``), their mean, an optional +- ``band`` around it and horizontal ``references``
+  ``(value, linestyle, colour, label)``. Shared by the planted curves' scripts."""
+  atomic_write(os.path.join(out, "curve.json"), (json.dumps(result, indent=2) + "\n").encode())
+  try:
+    from matplotlib.figure import Figure
+  except ImportError:
+    print("matplotlib is not installed: no curve.png (pip install 'metafam[plot]')")
+    return
+  from metafam.io import save_figure
+  mean = np.mean(values, axis=0)
+  fig = Figure(figsize=(6.5, 4))
+  ax = fig.subplots()
+  for row in values:
+    ax.plot(steps, row, lw=0.8, alpha=0.5, color="C0")
+  ax.plot(steps, mean, "o-", ms=3, lw=2, color="C0", label=f"mean of {len(values)} seeds")
+  if band is not None:
+    ax.fill_between(steps, mean - band, mean + band, color="C0", alpha=0.15, lw=0, label="+- 1 sd over seeds")
+  for value, style, colour, label in references:
+    ax.axhline(value, color=colour, ls=style, label=label)
+  ax.set(xlabel="meta-step", ylabel=ylabel, title=title, yscale=yscale)
+  ax.legend(fontsize=8)
+  save_figure(fig, os.path.join(out, "curve.png"))
+
+
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--seeds", type=int, default=3, help="independent runs (their spread is the criterion's yardstick)")
@@ -102,24 +128,10 @@ def main(argv=None) -> int:
     result = {"steps": steps, "per_seed": values.tolist(), "mean": mean.tolist(), "sd_over_seeds": sd.tolist(),
               "drop": float(drop), "spread": spread, "learns": learns, "final_gains": gains, "start_gain": start,
               "best_rate": BEST_RATE, "settings": vars(args)}
-    atomic_write(os.path.join(args.out, "curve.json"), (json.dumps(result, indent=2) + "\n").encode())
-    try:
-      from matplotlib.figure import Figure
-    except ImportError:
-      print("matplotlib is not installed: no curve.png (pip install 'metafam[plot]')")
-      return 0
-    from metafam.io import save_figure
-    fig = Figure(figsize=(6.5, 4))
-    ax = fig.subplots()
-    for row in values:
-      ax.plot(steps, row, lw=0.8, alpha=0.5, color="C0")
-    ax.plot(steps, mean, "o-", ms=3, lw=2, color="C0", label=f"mean of {args.seeds} seeds")
-    ax.fill_between(steps, mean - sd, mean + sd, color="C0", alpha=0.15, lw=0, label="+- 1 sd over seeds")
     what = "along" if args.measure == "mean" else "after"
-    ax.set(xlabel="meta-step", ylabel=f"normalized loss {what} {args.eval_steps} inner steps (same instances)",
-           title=f"meta-validation: planted step gain, started {args.factor:g}x too small", yscale="log")
-    ax.legend(fontsize=8)
-    save_figure(fig, os.path.join(args.out, "curve.png"))
+    write_curve(args.out, result, steps, values, band=sd, yscale="log",
+                ylabel=f"normalized loss {what} {args.eval_steps} inner steps (same instances)",
+                title=f"meta-validation: planted step gain, started {args.factor:g}x too small")
   return 0
 
 
