@@ -555,10 +555,9 @@ TABLE = [
     Row("FAMILY_KINDS", families.FAMILY_KINDS, check_family_kind, lambda n: FamilySpec(n).build()),
     Row("AUGMENTATIONS", families.AUGMENTATIONS, check_augmentation,
         lambda n: FamilySpec("quadratic", {"dim": 2}).augment(n).build()),
-    # load_recipe and activation_by_name raise ValueErrors of their own for an unknown name (no shared lookup).
-    Row("RECIPES", recipes.RECIPES, check_recipe),
+    Row("RECIPES", recipes.RECIPES, check_recipe, recipes.load_recipe),
     Row("PRETRAINED", pretrained.PRETRAINED, check_pretrained, pretrained.info),
-    Row("ACTIVATIONS", _nn.ACTIVATIONS, check_activation),
+    Row("ACTIVATIONS", _nn.ACTIVATIONS, check_activation, _nn.activation_by_name),
 ]
 
 # Module-level mappings named in capitals that are not registries of their own, with the reason.

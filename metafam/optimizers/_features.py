@@ -246,6 +246,15 @@ def lstm_step(params: dict, x: jax.Array, h: jax.Array, c: jax.Array,
   return jax.nn.sigmoid(o) * jnp.tanh(c), c
 
 
+def init_lstm_extras(theta: Any, params: Any, hidden: int) -> dict:
+  """A per-tensor LSTM's zero state ``{"h", "c": [num tensors, hidden]}``, in the widest dtype of float32, the
+  params' compute dtypes and theta's (the `init_extras` of the learned optimizers that run one LSTM over tensors)."""
+  leaves = jax.tree.leaves(params)
+  dt = jnp.result_type(jnp.float32, *[compute_dtype(x) for x in leaves + jax.tree.leaves(theta)])
+  state = jnp.zeros((len(leaves), hidden), dt)
+  return {"h": state, "c": state}
+
+
 def num_lstm_params(num_inputs: int, hidden: int) -> int:
   return (num_inputs + hidden) * 4 * hidden + 4 * hidden
 

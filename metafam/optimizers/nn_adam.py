@@ -107,10 +107,7 @@ class NNAdam(LearnedOptimizer):
     return {"m": F.zeros_like_in(p), "v": F.zeros_like_in(p), "z1": scalar, "z2": scalar}
 
   def init_extras(self, theta: dict, params, num_steps) -> dict:
-    leaves = jax.tree.leaves(params)
-    dt = jnp.result_type(jnp.float32, *[F.compute_dtype(x) for x in leaves + jax.tree.leaves(theta)])
-    lstm_state = jnp.zeros((len(leaves), self.lstm_hidden), dt)
-    return {"h": lstm_state, "c": lstm_state}
+    return F.init_lstm_extras(theta, params, self.lstm_hidden)
 
   def prepare_step(self, theta, count, params, grads, accumulators, extras, loss):
     """The per-step hook: one LSTM step over every tensor's statistics gives each tensor's Adam hyper-parameters."""

@@ -142,10 +142,7 @@ class RNNMLPLOpt(LearnedOptimizer):
     return {"momenta": F.zeros_like_in(p, (len(self.decays),)), "v": F.zeros_like_in(p)}
 
   def init_extras(self, theta: dict, params, num_steps) -> dict:
-    leaves = jax.tree.leaves(params)
-    dt = jnp.result_type(jnp.float32, *[F.compute_dtype(x) for x in leaves + jax.tree.leaves(theta)])
-    lstm_state = jnp.zeros((len(leaves), self.lstm_hidden), dt)
-    return {"h": lstm_state, "c": lstm_state}
+    return F.init_lstm_extras(theta, params, self.lstm_hidden)
 
   def prepare_step(self, theta, count, params, grads, accumulators, extras, loss):
     """The per-step hook: every tensor's accumulators, then one LSTM step over all tensors gives their contexts."""

@@ -24,6 +24,7 @@ import os
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 from metafam._checks import check_number, check_positive_int
+from metafam._registry import UnknownNameError, unknown_name_message
 from metafam.outer_trainers.base import PERTURBATIONS
 from metafam.taskfamilies.spec import FamilySpec
 
@@ -264,14 +265,14 @@ def list_recipes():
 def load_recipe(name_or_path: str) -> Recipe:
   """The shipped recipe ``name_or_path`` (a key of `RECIPES`) or the recipe in the JSON file at that path.
 
-  Raises ValueError naming the registered recipes when it is neither, or what is wrong with the file's content."""
+  Raises `metafam.UnknownNameError` (a KeyError and a ValueError) naming the shipped recipes when it is neither,
+  or ValueError saying what is wrong with the file's content."""
   if name_or_path in RECIPES:
     path = os.path.join(_HERE, RECIPES[name_or_path])
   elif os.path.isfile(name_or_path):
     path = name_or_path
   else:
-    raise ValueError(f"recipe {name_or_path!r} is neither a shipped recipe ({', '.join(list_recipes())}) nor a JSON "
-                     "file.")
+    raise UnknownNameError(unknown_name_message(RECIPES, name_or_path, "recipe (and no such JSON file)"))
   try:
     with open(path, encoding="utf-8") as f:
       data = json.load(f)

@@ -8,14 +8,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from metafam._registry import lookup
+
 ACTIVATIONS = {"relu": jax.nn.relu, "tanh": jnp.tanh, "gelu": jax.nn.gelu, "swish": jax.nn.swish,
                "elu": jax.nn.elu, "sigmoid": jax.nn.sigmoid}
 
 
 def activation_by_name(name: str) -> Callable:
-  if name not in ACTIVATIONS:
-    raise ValueError(f"Unknown activation {name!r}; expected one of {sorted(ACTIVATIONS)}.")
-  return ACTIVATIONS[name]
+  """``ACTIVATIONS[name]``, or `metafam.UnknownNameError` listing the valid names."""
+  return lookup(ACTIVATIONS, name, "activation")
 
 
 def num_params(params: Any) -> int:

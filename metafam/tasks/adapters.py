@@ -133,7 +133,9 @@ def _keep_state(model: Any, state: Any) -> Any:
   return state
 
 
-def _model_maker(caller: str, model: Any, module_type: type) -> Callable[[jax.Array], Any]:
+def _model_maker(caller: str, model: Any, module_type: type, loss: UserLoss) -> Callable[[jax.Array], Any]:
+  """``key -> model`` from a model of ``module_type`` or such a function, once ``loss`` is known to be callable."""
+  _check_callable(caller, "loss", loss)
   if isinstance(model, module_type):
     return lambda key: model
   if callable(model):
@@ -154,8 +156,7 @@ def equinox_task(model: Any, loss: UserLoss, datasets: Any = None, name: Optiona
     name: the task's name (default "equinox_" and the loss function's name; "equinox_task" for a lambda).
   """
   eqx = _require("equinox", "equinox", "equinox_task")
-  make = _model_maker("equinox_task", model, eqx.Module)
-  _check_callable("equinox_task", "loss", loss)
+  make = _model_maker("equinox_task", model, eqx.Module, loss)
 
   def split(m):
     params, rest = eqx.partition(m, eqx.is_inexact_array)
@@ -181,8 +182,7 @@ def nnx_task(model: Any, loss: UserLoss, datasets: Any = None, name: Optional[st
     name: the task's name (default "nnx_" and the loss function's name; "nnx_task" for a lambda).
   """
   nnx = _require("flax.nnx", "flax", "nnx_task")
-  make = _model_maker("nnx_task", model, nnx.Module)
-  _check_callable("nnx_task", "loss", loss)
+  make = _model_maker("nnx_task", model, nnx.Module, loss)
 
   def split(m):
     graphdef, params, rest = nnx.split(m, nnx.Param, ...)

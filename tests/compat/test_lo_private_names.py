@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from optax_runs import assert_trees_close
 
 from metafam.compat.learned_optimization import checkpoints
 from metafam.compat.learned_optimization.learned_optimizers import adafac_mlp_lopt, common, mlp_lopt
@@ -176,11 +177,6 @@ def _grads(t):
   return jax.tree.map(lambda p: jnp.asarray(rng.normal(size=p.shape), p.dtype), _PARAMS)
 
 
-def _assert_trees_close(a, b, **kw):
-  assert jax.tree.structure(a) == jax.tree.structure(b)
-  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
-    np.testing.assert_allclose(np.asarray(x), np.asarray(y), **kw)
-
 
 def test_mlp_lopt_state_is_the_references_and_its_update_is_metafams():
   lopt = mlp_lopt.MLPLOpt()
@@ -192,7 +188,7 @@ def test_mlp_lopt_state_is_the_references_and_its_update_is_metafams():
   # A state built by hand the way forks build it (LO's accumulator init) is the same state.
   by_hand = mlp_lopt.MLPLOptState(params=_PARAMS, rolling_features=common.vec_rolling_mom(decays).init(_PARAMS),
                                   iteration=jnp.asarray(0, jnp.int32), state=None)
-  _assert_trees_close(state, by_hand)
+  assert_trees_close(state, by_hand, rtol=1e-7, atol=0)
   reference = mf_mlp_lopt.MLPLOpt.opt_fn(lopt, theta)  # metafam's own optimizer and state
   mf_state = reference.init(_PARAMS)
   update = jax.jit(opt.update)
@@ -203,8 +199,8 @@ def test_mlp_lopt_state_is_the_references_and_its_update_is_metafams():
     mf_state = reference.update(mf_state, _grads(t))
     expected_mom = mom.update(expected_mom, _grads(t))
   assert isinstance(state, mlp_lopt.MLPLOptState) and int(state.iteration) == 3
-  _assert_trees_close(state.params, mf_state.params, rtol=1e-6)
-  _assert_trees_close(state.rolling_features, expected_mom, rtol=1e-5, atol=1e-7)  # LO's recurrence and layout
+  assert_trees_close(state.params, mf_state.params, rtol=1e-6)
+  assert_trees_close(state.rolling_features, expected_mom, rtol=1e-5, atol=1e-7)  # LO's recurrence and layout
   # metafam's own state is still accepted (and returned as such).
   assert isinstance(opt.update(mf_state, _grads(0)), OptimizerState)
 
@@ -223,8 +219,8 @@ def test_adafac_mlp_lopt_state_is_the_references_and_its_update_is_metafams():
     state = opt.update(state, _grads(t))
     mf_state = reference.update(mf_state, _grads(t))
     expected_mom = mom.update(expected_mom, _grads(t))
-  _assert_trees_close(state.params, mf_state.params, rtol=1e-6)
-  _assert_trees_close(state.mom_rolling, expected_mom, rtol=1e-5, atol=1e-7)
+  assert_trees_close(state.params, mf_state.params, rtol=1e-6)
+  assert_trees_close(state.mom_rolling, expected_mom, rtol=1e-5, atol=1e-7)
   fac = state.fac_rolling_features
   g2 = [jnp.square(_grads(t)["w"]) for t in range(3)]
   # Row factor of the matrix: the decayed mean of g^2 over its last axis (metafam's factors, decay axis last).
@@ -244,11 +240,11 @@ def test_optax_state_is_the_references_and_updates_as_optax():
     state = opt.update(state, _grads(t))
     updates, tx_state = tx.update(_grads(t), tx_state, params)
     params = optax.apply_updates(params, updates)
-  _assert_trees_close(opt.get_params(state), params, rtol=1e-6)
-  _assert_trees_close(state.optax_opt_state, tx_state, rtol=1e-6)
+  assert_trees_close(opt.get_params(state), params, rtol=1e-6)
+  assert_trees_close(state.optax_opt_state, tx_state, rtol=1e-6)
   assert int(state.iteration) == 3 and isinstance(state.replace(iteration=0), optax_opts.OptaxState)
   hand = optax_opts.OptaxState(params=_PARAMS, state=None, optax_opt_state=tx.init(_PARAMS), iteration=0)
-  _assert_trees_close(opt.update(hand, _grads(0)).params, opt.update(opt.init(_PARAMS), _grads(0)).params)
+  assert_trees_close(opt.update(hand, _grads(0)).params, opt.update(opt.init(_PARAMS), _grads(0)).params)
 
 
 @pytest.mark.parametrize("fmt", ["flax", "npz"])
@@ -266,8 +262,8 @@ def test_state_classes_round_trip_through_checkpoints_and_training_continues(tmp
   blank = jax.tree.map(jnp.zeros_like, state)
   loaded = checkpoints.load_state(path, blank)
   assert type(loaded) is type(state)
-  _assert_trees_close(loaded, state)
-  _assert_trees_close(opt.update(loaded, _grads(2)), opt.update(state, _grads(2)), rtol=1e-6)
+  assert_trees_close(loaded, state)
+  assert_trees_close(opt.update(loaded, _grads(2)), opt.update(state, _grads(2)), rtol=1e-6)
 
 
 # ------------------------------------------------------------------------------------------------- datasets
@@ -413,7 +409,7 @@ def test_private_init_optimizer_and_dataset_helpers_follow_their_definitions():
   tx, ref = optax_opts._sm3(0.1, 0.9), optax.chain(optax.scale_by_sm3(0.9), optax.scale(-0.1))
   p = {"w": jnp.ones((3, 2))}
   g = {"w": jnp.asarray([[1.0, -2.0], [0.5, 0.0], [3.0, 1.0]])}
-  _assert_trees_close(tx.update(g, tx.init(p), p)[0], ref.update(g, ref.init(p), p)[0])
+  assert_trees_close(tx.update(g, tx.init(p), p)[0], ref.update(g, ref.init(p), p)[0])
   assert optax_opts._expand_scalar(jnp.float32(3), True).shape == (1,)
   assert optax_opts._expand_scalar(jnp.ones(2), False).shape == (2,)
   np.testing.assert_array_equal(language._crop_or_pad(jnp.arange(5), 3, 0), [0, 1, 2])

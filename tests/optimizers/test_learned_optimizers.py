@@ -8,6 +8,8 @@ import numpy as np
 import optax
 import pytest
 
+from optax_runs import assert_trees_close, run_optax
+
 from metafam.optimizers import (SGD, Adam, HandDesigned, LearnableAdam, LearnableSGD, LearnedOptimizer, MLPLOpt,
                                 Optimizer, OptimizerState, as_optax, num_meta_params)
 from metafam.optimizers.mlp_lopt import DEFAULT_DECAYS, DEFAULT_TIME_SCALES, rms_normalize, time_features
@@ -25,18 +27,6 @@ def _grads(num_steps, seed=1):
   return [_params(seed=seed * 1000 + i, scale=0.5) for i in range(num_steps)]
 
 
-def _assert_trees_close(a, b, rtol=1e-6, atol=1e-6):
-  assert jax.tree.structure(a) == jax.tree.structure(b)
-  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
-    np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=rtol, atol=atol)
-
-
-def _run_optax(tx, params, grads):
-  state = tx.init(params)
-  for g in grads:
-    updates, state = tx.update(g, state, params)
-    params = optax.apply_updates(params, updates)
-  return params
 
 
 def _run_optimizer(opt, params, grads):
@@ -77,10 +67,10 @@ def test_learnable_sgd_matches_optax_and_metafam_sgd(lr):
   params, grads = _params(), _grads(6)
   got, state = _run_optimizer(opt, params, grads)
   assert isinstance(state, OptimizerState) and int(state.iteration) == 6
-  _assert_trees_close(got, _run_optax(optax.sgd(lr), params, grads))
-  _assert_trees_close(got, _run_optimizer(SGD(lr), params, grads)[0])  # interchangeable with the hand-designed one
+  assert_trees_close(got, run_optax(optax.sgd(lr), params, grads))
+  assert_trees_close(got, _run_optimizer(SGD(lr), params, grads)[0])  # interchangeable with the hand-designed one
   want = jax.tree.map(lambda p, *gs: p - lr * sum(gs), params, *grads)
-  _assert_trees_close(got, want, rtol=1e-5, atol=1e-6)
+  assert_trees_close(got, want, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("hp", [dict(initial_lr=1e-3, beta1=0.9, beta2=0.999, epsilon=1e-8),
@@ -96,9 +86,9 @@ def test_learnable_adam_matches_optax_adam(hp):
   params, grads = _params(), _grads(8)
   got, state = _run_optimizer(lopt.opt_fn(theta), params, grads)
   tx = optax.adam(hp["initial_lr"], b1=hp["beta1"], b2=hp["beta2"], eps=hp["epsilon"])
-  want = _run_optax(tx, params, grads)
-  _assert_trees_close(got, want, rtol=1e-5, atol=1e-6)
-  _assert_trees_close(got, _run_optimizer(Adam(hp["initial_lr"], hp["beta1"], hp["beta2"], hp["epsilon"]),
+  want = run_optax(tx, params, grads)
+  assert_trees_close(got, want, rtol=1e-5, atol=1e-6)
+  assert_trees_close(got, _run_optimizer(Adam(hp["initial_lr"], hp["beta1"], hp["beta2"], hp["epsilon"]),
                                           params, grads)[0], rtol=1e-5, atol=1e-6)
   assert not np.allclose(np.asarray(got["w"]), np.asarray(params["w"]))  # it moved
 
@@ -185,9 +175,9 @@ def test_mlp_lopt_update_equals_reference_mlp_on_features():
     assert int(new.iteration) == t + 1
     momenta = jax.tree.map(lambda m, gg: decays.reshape((6,) + (1,) * np.ndim(gg)) * m
                            + (1 - decays).reshape((6,) + (1,) * np.ndim(gg)) * np.asarray(gg), momenta, g)
-    _assert_trees_close(new.opt_state, momenta, rtol=1e-5, atol=1e-7)
+    assert_trees_close(new.opt_state, momenta, rtol=1e-5, atol=1e-7)
     steps = reference_steps(state, g, new)
-    _assert_trees_close(new.params, jax.tree.map(lambda p, st: p - st, state.params, steps), rtol=1e-5, atol=1e-6)
+    assert_trees_close(new.params, jax.tree.map(lambda p, st: p - st, state.params, steps), rtol=1e-5, atol=1e-6)
     assert all(float(jnp.max(jnp.abs(st))) > 1e-4 for st in steps.values())  # real steps, not no-ops
     state = new
 
@@ -241,10 +231,10 @@ def test_mlp_lopt_vmap_over_lanes_shared_and_batched_theta():
   single = jax.jit(train)
   lane = lambda tree, i: jax.tree.map(lambda x: x[i], tree)
   for i in range(lanes):
-    _assert_trees_close(lane(shared, i), single(theta, lane(params, i), lane(grads, i)), rtol=1e-5, atol=1e-6)
-    _assert_trees_close(lane(batched, i), single(lane(thetas, i), lane(params, i), lane(grads, i)),
+    assert_trees_close(lane(shared, i), single(theta, lane(params, i), lane(grads, i)), rtol=1e-5, atol=1e-6)
+    assert_trees_close(lane(batched, i), single(lane(thetas, i), lane(params, i), lane(grads, i)),
                         rtol=1e-5, atol=1e-6)
-  _assert_trees_close(lane(batched, 0), lane(shared, 0), rtol=1e-5, atol=1e-6)  # same theta in lane 0
+  assert_trees_close(lane(batched, 0), lane(shared, 0), rtol=1e-5, atol=1e-6)  # same theta in lane 0
   assert not np.allclose(np.asarray(batched["w"][1]), np.asarray(shared["w"][1]), atol=1e-6)
 
 

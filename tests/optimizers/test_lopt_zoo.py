@@ -18,6 +18,8 @@ import numpy as np
 import optax
 import pytest
 
+from optax_runs import assert_trees_close, run_optax
+
 from metafam import outer_trainers
 from metafam.inner import ConstantSchedule, TruncatedStep
 from metafam.optimizers import SGDM, Adam, LearnedOptimizer
@@ -53,11 +55,6 @@ def _perturbed(theta, seed, scale=0.1):
 def _layout(tree):
   return jax.tree.map(lambda x: (jnp.shape(x), jnp.result_type(x)), tree)
 
-
-def _assert_trees_close(a, b, rtol=1e-6, atol=1e-6):
-  assert jax.tree.structure(a) == jax.tree.structure(b)
-  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
-    np.testing.assert_allclose(np.asarray(x, np.float64), np.asarray(y, np.float64), rtol=rtol, atol=atol)
 
 
 def _all_finite(tree):
@@ -206,8 +203,8 @@ def test_vmap_over_lanes_equals_separate_runs(zoo):
 
   shared, batched, singles = run(theta, thetas, params, grads)
   for i, (want_shared, want_batched) in enumerate(singles):
-    _assert_trees_close(jax.tree.map(lambda x: x[i], shared), want_shared, rtol=1e-5, atol=1e-6)
-    _assert_trees_close(jax.tree.map(lambda x: x[i], batched), want_batched, rtol=1e-5, atol=1e-6)
+    assert_trees_close(jax.tree.map(lambda x: x[i], shared), want_shared, rtol=1e-5, atol=1e-6)
+    assert_trees_close(jax.tree.map(lambda x: x[i], batched), want_batched, rtol=1e-5, atol=1e-6)
 
 
 class _MatrixQuadratics(TaskFamily):
@@ -359,13 +356,6 @@ def _run(opt, params, grads):
   return state
 
 
-def _run_optax(tx, params, grads):
-  state = tx.init(params)
-  for g in grads:
-    updates, state = tx.update(g, state, params)
-    params = optax.apply_updates(params, updates)
-  return params
-
 
 def test_learnable_sgdm_is_sgd_with_momentum():
   lopt = LearnableSGDM(initial_lr=0.05, momentum=0.8)
@@ -374,8 +364,8 @@ def test_learnable_sgdm_is_sgd_with_momentum():
   np.testing.assert_allclose([float(hp["lr"]), float(hp["momentum"])], [0.05, 0.8], rtol=1e-6)
   params, grads = _params(), _grads(5)
   got = _run(lopt.opt_fn(theta), params, grads).params
-  _assert_trees_close(got, _run_optax(optax.sgd(0.05, momentum=0.8), params, grads), rtol=1e-5)
-  _assert_trees_close(got, _run(SGDM(0.05, 0.8), params, grads).params, rtol=1e-5)
+  assert_trees_close(got, run_optax(optax.sgd(0.05, momentum=0.8), params, grads), rtol=1e-5)
+  assert_trees_close(got, _run(SGDM(0.05, 0.8), params, grads).params, rtol=1e-5)
 
 
 @pytest.mark.parametrize("lopt", [NNAdam(initial_lr=1e-3), MLPNomLOpt(initial_lr=1e-3)], ids=lambda l: l.name)
@@ -384,8 +374,8 @@ def test_initial_theta_is_exactly_adam(lopt):
   params, grads = _params(), _grads(6)
   grads[2]["w"] = grads[2]["w"].at[0].set(0.0)
   got = _run(lopt.opt_fn(lopt.init(jax.random.key(0))), params, grads).params
-  _assert_trees_close(got, _run_optax(optax.adam(1e-3), params, grads), rtol=1e-5, atol=1e-7)
-  _assert_trees_close(got, _run(Adam(1e-3), params, grads).params, rtol=1e-5, atol=1e-7)
+  assert_trees_close(got, run_optax(optax.adam(1e-3), params, grads), rtol=1e-5, atol=1e-7)
+  assert_trees_close(got, _run(Adam(1e-3), params, grads).params, rtol=1e-5, atol=1e-7)
   # ... and perturbing the learned part changes the steps.
   other = _run(lopt.opt_fn(_perturbed(lopt.init(jax.random.key(0)), seed=0)), params, grads).params
   assert not np.allclose(np.asarray(other["w"]), np.asarray(got["w"]), rtol=0, atol=1e-7)

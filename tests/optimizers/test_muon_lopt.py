@@ -8,6 +8,8 @@ import numpy as np
 import optax
 import pytest
 
+from optax_runs import optax_updates
+
 from metafam.optimizers.newton_schulz import orthogonalize  # optax's iteration, its direct form by default
 from metafam.optimizers.muon_lopt import (AdamAccumulators, MatrixAccumulators, MuonResidualLOpt, matrix_fans,
                                           muon_dimension_numbers)
@@ -35,15 +37,6 @@ def _grads(rng, params, steps):
   return [jax.tree.map(lambda p: jnp.asarray(rng.standard_normal(p.shape), p.dtype), params) for _ in range(steps)]
 
 
-def _run_optax(tx, params, grads):
-  """The updates of ``tx`` for the gradient sequence, params moving by them."""
-  state, out = tx.init(params), []
-  for g in grads:
-    u, state = tx.update(g, state, params)
-    params = optax.apply_updates(params, u)
-    out.append(u)
-  return out
-
 
 @pytest.mark.parametrize("name", ["muon_residual_lopt", "muon_celo_lopt"])
 @pytest.mark.parametrize("conv_kernels", ["adam", "matrix"])
@@ -53,8 +46,8 @@ def test_initial_theta_is_optax_muon_update_for_update(name, conv_kernels):
   grads = _grads(rng, params, 8)
   lopt = get_learned_optimizer(name, step_mult=LR, conv_kernels=conv_kernels)
   theta = lopt.init(jax.random.key(1))
-  ours = _run_optax(lopt.as_optax(theta), params, grads)
-  ref = _run_optax(optax.contrib.muon(LR, muon_weight_dimension_numbers=muon_dimension_numbers(conv_kernels)),
+  ours = optax_updates(lopt.as_optax(theta), params, grads)
+  ref = optax_updates(optax.contrib.muon(LR, muon_weight_dimension_numbers=muon_dimension_numbers(conv_kernels)),
                    params, grads)
   if conv_kernels == "matrix":  # the conv kernel's update is orthogonal as a [3 * 3 * 2, 4] matrix (times LR)
     flat = np.asarray(ref[0]["conv"], np.float64).reshape(18, 4) / -LR
@@ -153,8 +146,8 @@ def test_gains_scale_each_kind_exactly():
   grads = _grads(rng, params, 3)
   lopt = MuonResidualLOpt(step_mult=LR)
   theta = lopt.init(jax.random.key(0))
-  base = _run_optax(lopt.as_optax(theta), params, grads)
-  gained = _run_optax(lopt.as_optax(dict(theta, log_gain=jnp.log(jnp.asarray([4.0, 0.25])))), params, grads)
+  base = optax_updates(lopt.as_optax(theta), params, grads)
+  gained = optax_updates(lopt.as_optax(dict(theta, log_gain=jnp.log(jnp.asarray([4.0, 0.25])))), params, grads)
   for k in params:
     factor = 4.0 if params[k].ndim == 2 else 0.25
     # step 1 starts from the same params; exp(log 4) and exp(log 0.25) are 4 and 0.25 to float32 rounding
@@ -165,10 +158,10 @@ def test_fan_in_power_scales_matrices_by_their_fan_in():
   rng = np.random.default_rng(6)
   params = _params(rng)
   grads = _grads(rng, params, 1)
-  plain = _run_optax(MuonResidualLOpt(step_mult=LR).as_optax(MuonResidualLOpt().init(jax.random.key(0))), params,
+  plain = optax_updates(MuonResidualLOpt(step_mult=LR).as_optax(MuonResidualLOpt().init(jax.random.key(0))), params,
                      grads)[0]
   lopt = MuonResidualLOpt(step_mult=LR, fan_in_power=0.5, base_fan_in=24)
-  scaled = _run_optax(lopt.as_optax(lopt.init(jax.random.key(0))), params, grads)[0]
+  scaled = optax_updates(lopt.as_optax(lopt.init(jax.random.key(0))), params, grads)[0]
   for k, fan_in in (("w_wide", 6), ("w_tall", 12), ("b", None), ("conv", None), ("s", None)):
     factor = (24 / fan_in) ** 0.5 if fan_in else 1.0
     np.testing.assert_allclose(np.asarray(scaled[k]), factor * np.asarray(plain[k]), rtol=1e-6)
@@ -317,8 +310,8 @@ def test_schedule_multiplies_each_step_by_its_knots_interpolated_at_the_fraction
   assert set(theta) == {"log_gain", "shape_power", "log_schedule"}  # no residual MLP
   knots = np.log([2.0, 0.5, 0.25])  # at fractions 0, 0.5, 1
   theta = dict(theta, log_schedule=jnp.asarray(knots, jnp.float32))
-  base = _run_optax(plain.as_optax(plain.init(jax.random.key(0))), params, grads)
-  ours = _run_optax(scheduled.as_optax(theta, num_steps=4), params, grads)
+  base = optax_updates(plain.as_optax(plain.init(jax.random.key(0))), params, grads)
+  ours = optax_updates(scheduled.as_optax(theta, num_steps=4), params, grads)
   # updates 0..3 of 4 are at fractions 0, 0.25, 0.5, 0.75: log multipliers log 2, 0, log 0.5, (log 0.5 + log 0.25) / 2
   expected = np.exp([knots[0], 0.5 * (knots[0] + knots[1]), knots[1], 0.5 * (knots[1] + knots[2])])
   for t in range(4):
@@ -343,8 +336,8 @@ def test_zero_schedule_and_no_residual_are_muon_exactly():
   grads = _grads(rng, params, 3)
   plain = MuonResidualLOpt(step_mult=LR)
   lopt = MuonResidualLOpt(step_mult=LR, residual="none", schedule_knots=5)
-  ref = _run_optax(plain.as_optax(plain.init(jax.random.key(0))), params, grads)
-  ours = _run_optax(lopt.as_optax(lopt.init(jax.random.key(0)), num_steps=100), params, grads)
+  ref = optax_updates(plain.as_optax(plain.init(jax.random.key(0))), params, grads)
+  ours = optax_updates(lopt.as_optax(lopt.init(jax.random.key(0)), num_steps=100), params, grads)
   for a, b in zip(ours, ref):
     jax.tree.map(np.testing.assert_array_equal, a, b)
 
@@ -377,8 +370,8 @@ def test_warmup_cosine_base_at_the_initial_theta_is_muon_with_the_baselines_sche
                           learn_fan_exponents=False, conv_kernels="matrix")
   assert lopt.uses_horizon and "warmup+cosine base" in lopt.name
   theta = lopt.init(jax.random.key(0))
-  ours = _run_optax(lopt.as_optax(theta, num_steps=horizon), params, grads)
-  ref = _run_optax(optax.contrib.muon(lambda c: LR * baselines.unit_schedule(c, 1.0, horizon),
+  ours = optax_updates(lopt.as_optax(theta, num_steps=horizon), params, grads)
+  ref = optax_updates(optax.contrib.muon(lambda c: LR * baselines.unit_schedule(c, 1.0, horizon),
                                       muon_weight_dimension_numbers=muon_dimension_numbers("matrix")), params, grads)
   for step, (a, b) in enumerate(zip(ours, ref)):
     for k in params:
@@ -388,7 +381,7 @@ def test_warmup_cosine_base_at_the_initial_theta_is_muon_with_the_baselines_sche
   assert all(float(jnp.max(jnp.abs(u))) == 0.0 for u in jax.tree.leaves(ours[0]))  # warmup starts at 0
   # knots on top: the same runs, each update times exp(s(t / T))
   knots = jnp.asarray(np.log([2.0, 1.0, 0.5, 0.5, 0.25]), jnp.float32)
-  scaled = _run_optax(lopt.as_optax(dict(theta, log_schedule=knots), num_steps=horizon), params, grads)
+  scaled = optax_updates(lopt.as_optax(dict(theta, log_schedule=knots), num_steps=horizon), params, grads)
   for t in (3, 10, 17):
     factor = np.exp(np.interp(t / horizon, np.linspace(0, 1, 5), np.asarray(knots, np.float64)))
     for k in params:
@@ -459,8 +452,8 @@ def test_fixed_fan_exponents_are_the_learned_ones_at_init_and_not_meta_parameter
                            learn_fan_exponents=False)
   theta = fixed.init(jax.random.key(0))
   assert set(theta) == {"log_gain"} and "fixed fan exponents" in fixed.name
-  ref = _run_optax(learned.as_optax(learned.init(jax.random.key(0))), params, grads)
-  ours = _run_optax(fixed.as_optax(theta), params, grads)
+  ref = optax_updates(learned.as_optax(learned.init(jax.random.key(0))), params, grads)
+  ours = optax_updates(fixed.as_optax(theta), params, grads)
   for a, b in zip(ours, ref):
     jax.tree.map(np.testing.assert_array_equal, a, b)
   with pytest.raises(ValueError, match="learn_fan_exponents must be True or False"):

@@ -2,11 +2,6 @@
 seen (a Haiku CNN defined here beats tuned Adam), on any params pytree, dtype, jit and sharding; generalist_v2 is
 Muon with its learned gains and schedule, computed independently here."""
 
-import json
-import os
-import re
-import sys
-
 import haiku as hk
 import jax
 import jax.numpy as jnp
@@ -14,15 +9,13 @@ import numpy as np
 import optax
 import pytest
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+from optax_runs import optax_updates as run_optax  # tx's updates along a gradient sequence
 
 import metafam.pretrained as pretrained
 from metafam._registry import UnknownNameError
 from metafam.datasets import mnist_digits_datasets
-from metafam.optimizers.adafac_mlp_lopt import AdafacMLPLOpt, AdafacOptaxState
+from metafam.optimizers.adafac_mlp_lopt import AdafacOptaxState
 from metafam.optimizers.muon_lopt import muon_dimension_numbers
-# tests/optimizers/test_muon_lopt.py's helper (a sibling folder: on sys.path only once pytest imports a file there)
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "optimizers"))
-from test_muon_lopt import _run_optax as run_optax  # noqa: E402  tx's updates along a gradient sequence
 
 # The run length every call passes: generalist_v2 needs it, generalist_v1 checks and ignores it.
 NUM_STEPS = 100

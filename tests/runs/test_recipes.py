@@ -120,7 +120,7 @@ def test_estimator_kwargs_reach_the_estimator_and_the_identity_only_when_given(t
 
 
 def test_unknown_recipe_and_bad_json(tmp_path):
-  with pytest.raises(ValueError, match="neither a shipped recipe \\(generalist"):
+  with pytest.raises(ValueError, match="unknown recipe \\(and no such JSON file\\) 'nope'; valid names: generalist"):
     load_recipe("nope")
   bad = tmp_path / "bad.json"
   bad.write_text("{not json")
@@ -197,7 +197,7 @@ def test_a_run_object_is_the_library_form_of_meta_train(tmp_path):
     (["--recipe=generalist", "--family=fmnist_mlp_family_8x8_32"], "--recipe sets the learned optimizer.*remove "
                                                                    "--family"),
     (["--recipe=generalist", "--estimator=pes", "--trajectory_length=50"], "remove --estimator, --trajectory_length"),
-    (["--recipe=nope"], "--recipe nope: recipe 'nope' is neither a shipped recipe"),
+    (["--recipe=nope"], "--recipe nope: unknown recipe \\(and no such JSON file\\) 'nope'; valid names: generalist"),
 ])
 def test_bad_recipe_flags_are_one_line_errors(tmp_path, capsys, args, message):
   out_dir = tmp_path / "run"
