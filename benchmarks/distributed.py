@@ -1,9 +1,9 @@
 """Meta-training throughput on one process vs several processes (jax.distributed, loopback).
 
     python benchmarks/distributed.py
-    python benchmarks/distributed.py --steps 40 --num_pairs 16 --layouts 1x1,1x2,2x1
+    python benchmarks/distributed.py --steps 40 --num_tasks 16 --layouts 1x1,1x2,2x1
 
-Workload: PES meta-steps on the 8x8 image-MLP family with MLPLOpt (``--num_pairs`` antithetic pairs, ``--unroll``
+Workload: PES meta-steps on the 8x8 image-MLP family with MLPLOpt (``--num_tasks`` antithetic pairs, ``--unroll``
 inner steps per estimate within trajectories of 50, Adam meta-optimizer, clipping), as in
 `benchmarks/outer_training.py`.
 Each layout ``PxD`` is P processes with D CPU devices each, started fresh by this script; the lanes are split over
@@ -41,7 +41,7 @@ def child(args) -> None:
 
   family, lopt = get_family("fmnist_mlp_family_8x8_32"), MLPLOpt()
   n = jax.device_count()
-  est = make_estimator("pes", family, lopt, num_tasks=args.num_pairs, unroll_length=args.unroll,
+  est = make_estimator("pes", family, lopt, num_tasks=args.num_tasks, unroll_length=args.unroll,
                        schedule=ConstantSchedule(50), sigma=0.01, devices=n if n > 1 else None)
   trainer = MetaTrainer(lopt, [est], optax.adam(3e-3), clip_grad_norm=1.0)
   state = trainer.init(jax.random.key(0))
@@ -62,7 +62,7 @@ def child(args) -> None:
 def run_layout(processes: int, devices: int, args) -> dict:
   from metafam.distributed import free_port
   base = [sys.executable, os.path.abspath(__file__), "--child", f"--devices={devices}", f"--steps={args.steps}",
-          f"--warmup={args.warmup}", f"--num_pairs={args.num_pairs}", f"--unroll={args.unroll}"]
+          f"--warmup={args.warmup}", f"--num_tasks={args.num_tasks}", f"--unroll={args.unroll}"]
   base += ["--pin"] if args.pin and processes > 1 else []
   port = free_port()
   extra = [[f"--num_processes={processes}", f"--process_id={i}", f"--coordinator=127.0.0.1:{port}"]
@@ -80,7 +80,7 @@ def main() -> None:
   parser.add_argument("--layouts", default="1x1,1x2,2x1", help="comma-separated PxD: P processes x D devices each")
   parser.add_argument("--steps", type=int, default=30, help="timed meta-steps per layout")
   parser.add_argument("--warmup", type=int, default=3, help="meta-steps before timing (compilation)")
-  parser.add_argument("--num_pairs", type=int, default=8, help="antithetic pairs (lanes = 2 x pairs)")
+  parser.add_argument("--num_tasks", type=int, default=8, help="task instances, an antithetic pair of lanes each (lanes = 2 x tasks)")
   parser.add_argument("--unroll", type=int, default=10, help="inner steps per estimate")
   parser.add_argument("--pin", action="store_true", help="pin process i of a multi-process layout to core i")
   parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -97,10 +97,10 @@ def main() -> None:
       p, d = (int(v) for v in text.lower().split("x"))
     except ValueError:
       parser.error(f"--layouts: {text!r} is not PxD (e.g. 2x1)")
-    if p < 1 or d < 1 or args.num_pairs % (p * d):
-      parser.error(f"--layouts: {text}: {p * d} devices must divide --num_pairs {args.num_pairs}")
+    if p < 1 or d < 1 or args.num_tasks % (p * d):
+      parser.error(f"--layouts: {text}: {p * d} devices must divide --num_tasks {args.num_tasks}")
     layouts.append((p, d))
-  print(f"PES meta-steps, image-MLP 8x8, MLPLOpt, {args.num_pairs} pairs, {args.unroll} inner steps/estimate; "
+  print(f"PES meta-steps, image-MLP 8x8, MLPLOpt, {args.num_tasks} pairs, {args.unroll} inner steps/estimate; "
         f"{args.steps} timed steps per layout")
   print(f"{'layout':>8} {'meta-steps/s':>13} {'inner steps/s':>14} {'vs first':>9}")
   first = None

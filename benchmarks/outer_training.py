@@ -76,11 +76,11 @@ class Workload:
 SMOKE = Workload(unroll=2, trajectory=4, full_es_trajectory=4, rounds=1)
 
 
-def build(name, family, lopt, devices, work, num_pairs=8, **kwargs):
+def build(name, family, lopt, devices, work, num_tasks=8, **kwargs):
   if name == "pes":
-    return make_estimator("pes", family, lopt, num_tasks=num_pairs, unroll_length=work.unroll,
+    return make_estimator("pes", family, lopt, num_tasks=num_tasks, unroll_length=work.unroll,
                           schedule=ConstantSchedule(work.trajectory), sigma=0.01, devices=devices, **kwargs)
-  return make_estimator("full_es", family, lopt, num_tasks=num_pairs, trajectory_length=work.full_es_trajectory,
+  return make_estimator("full_es", family, lopt, num_tasks=num_tasks, trajectory_length=work.full_es_trajectory,
                         sigma=0.01, devices=devices, **kwargs)
 
 
@@ -146,7 +146,7 @@ def main():
   for name in args.estimators:
     runs = {}
     for devices, noise in variants:
-      est = build(name, family, lopt, devices, work, num_pairs=2 if args.tiny else 8, **noise)
+      est = build(name, family, lopt, devices, work, num_tasks=2 if args.tiny else 8, **noise)
       trainer = MetaTrainer(lopt, [est], optax.adam(1e-3))
       state, metrics = trainer.step(trainer.init(jax.random.key(0)))  # compile
       jax.block_until_ready(metrics)
@@ -195,24 +195,24 @@ def compare_reference(lo, family, lopt, variants, steps, pairs_list, work):
   import reference_lo
   print_settings()
   runs = {}
-  for num_pairs in pairs_list:
+  for num_tasks in pairs_list:
     for setting, (kwargs, train_and_meta) in META_LOSSES.items():
-      group = (f"PES, {num_pairs} pairs", setting)
-      runs[group, "LO"] = reference_lo.setup_pes(lo, family, num_pairs=num_pairs, unroll_length=work.unroll,
+      group = (f"PES, {num_tasks} pairs", setting)
+      runs[group, "LO"] = reference_lo.setup_pes(lo, family, num_tasks=num_tasks, unroll_length=work.unroll,
                                                  trajectory_length=work.trajectory, sigma=0.01,
                                                  train_and_meta=train_and_meta)
       for devices, noise in variants:
-        est = build("pes", family, lopt, devices, work, num_pairs=num_pairs, **kwargs, **noise)
+        est = build("pes", family, lopt, devices, work, num_tasks=num_tasks, **kwargs, **noise)
         runs[group, variant_label(devices, noise)] = estimate_call(est, lopt)
   for setting, (kwargs, train_and_meta) in META_LOSSES.items():
     group = (f"FullES, {pairs_list[0]} pairs", setting)
-    runs[group, "LO"] = reference_lo.setup_full_es(lo, family, num_pairs=pairs_list[0],
+    runs[group, "LO"] = reference_lo.setup_full_es(lo, family, num_tasks=pairs_list[0],
                                                    trajectory_length=work.full_es_trajectory, sigma=0.01,
                                                    train_and_meta=train_and_meta,
                                                    steps_per_jit=min(10, work.full_es_trajectory))
     for devices, noise in variants:
       runs[group, variant_label(devices, noise)] = estimate_call(
-          build("full_es", family, lopt, devices, work, num_pairs=pairs_list[0], **kwargs, **noise), lopt)
+          build("full_es", family, lopt, devices, work, num_tasks=pairs_list[0], **kwargs, **noise), lopt)
   for run in runs.values():
     run()  # compile
   groups = list(dict.fromkeys(group for group, _ in runs))

@@ -220,14 +220,14 @@ def setup_inner(lo, family, opt_name, lanes, unroll):
   return make(lambda: host_batches(family, lanes, unroll)), make(lambda: fixed)
 
 
-def setup_pes(lo, family, num_pairs, unroll_length, trajectory_length, sigma, train_and_meta=False):
+def setup_pes(lo, family, num_tasks, unroll_length, trajectory_length, sigma, train_and_meta=False):
   """A blocking call computing one LO `TruncatedPES` gradient estimate with its MLPLOpt (antithetic pairs run as
   two unrolls, its default); the state carries over between calls. The meta-loss is LO's default, the normalized
   train-batch loss before each update, or with ``train_and_meta`` the normalized loss of the updated params on an
   ``outer_valid`` batch."""
   lo_family, lopt = image_mlp_family(lo, family), learned_optimizer(lo, "mlp_lopt")
   schedule = lo.schedules.ConstantTruncationSchedule(trajectory_length)
-  est = lo.pes.TruncatedPES(lo_family, lopt, schedule, num_tasks=num_pairs, trunc_length=unroll_length,
+  est = lo.pes.TruncatedPES(lo_family, lopt, schedule, num_tasks=num_tasks, trunc_length=unroll_length,
                             steps_per_jit=unroll_length, std=sigma,
                             random_initial_iteration_offset=trajectory_length, train_and_meta=train_and_meta)
   weights = lo.learner.WorkerWeights(theta=lopt.init(jax.random.key(0)), theta_model_state=None, outer_state=None)
@@ -241,12 +241,12 @@ def setup_pes(lo, family, num_pairs, unroll_length, trajectory_length, sigma, tr
   return run
 
 
-def setup_full_es(lo, family, num_pairs, trajectory_length, sigma, train_and_meta=False, steps_per_jit=10):
-  """A blocking call computing one LO `FullES` gradient estimate (its MLPLOpt, ``num_pairs`` antithetic pairs of
+def setup_full_es(lo, family, num_tasks, trajectory_length, sigma, train_and_meta=False, steps_per_jit=10):
+  """A blocking call computing one LO `FullES` gradient estimate (its MLPLOpt, ``num_tasks`` antithetic pairs of
   complete ``trajectory_length``-step trajectories from fresh instances, meta-loss averaged over the trajectory:
   ``loss_type="avg"``), its data assembled on the host per ``steps_per_jit`` steps as LO does."""
   lo_family, lopt = image_mlp_family(lo, family), learned_optimizer(lo, "mlp_lopt")
-  est = lo.full_es.FullES(lo_family, lopt, num_tasks=num_pairs, unroll_length=trajectory_length, std=sigma,
+  est = lo.full_es.FullES(lo_family, lopt, num_tasks=num_tasks, unroll_length=trajectory_length, std=sigma,
                           steps_per_jit=steps_per_jit, train_and_meta=train_and_meta, loss_type="avg")
   weights = lo.learner.WorkerWeights(theta=lopt.init(jax.random.key(0)), theta_model_state=None, outer_state=None)
   box = {"state": est.init_worker_state(weights, jax.random.key(1)), "key": jax.random.key(2)}

@@ -373,12 +373,12 @@ def _leaf_of(name: str) -> str:
   return name.rsplit("[", 1)[0]
 
 
-def measure(setting: Setting, num_pairs: int, seed: int, pairs_grid: Sequence[int],
+def measure(setting: Setting, num_tasks: int, seed: int, pairs_grid: Sequence[int],
             family: str = "image_mlp", keep_draws: bool = False) -> Dict[str, Any]:
-  """Draws ``num_pairs // setting.pairs`` estimates of ``setting`` and returns its row (plain JSON data; with
+  """Draws ``num_tasks // setting.pairs`` estimates of ``setting`` and returns its row (plain JSON data; with
   ``keep_draws`` also ``row["draws_array"]``, the ``[draws, d]`` estimates, not JSON)."""
   start = time.time()
-  draws = max(num_pairs // setting.pairs, 4)
+  draws = max(num_tasks // setting.pairs, 4)
   grads, losses, bad, names = draw_estimates(setting, draws, seed, family=family)
   seconds = time.time() - start
   finite = np.all(np.isfinite(grads), axis=1) & np.isfinite(losses)

@@ -42,7 +42,7 @@ flags.DEFINE_string("family", RUN_DEFAULTS["family"], "Registered task family to
 flags.DEFINE_string("recipe", None, "A meta-training recipe: a shipped one (generalist) or a recipe JSON file "
                     "(metafam.runs.recipes). It sets the learned optimizer, the families (one estimator "
                     "each), the estimator, the trajectory lengths and the meta-optimizer, so it excludes --family, "
-                    "--optimizer, --estimator and --trajectory_length; --num_steps, --num_pairs, --unroll_length, "
+                    "--optimizer, --estimator and --trajectory_length; --num_steps, --num_tasks, --unroll_length, "
                     "--sigma, --step_mult, --perturbation(_rank) and the meta-optimizer flags override its values "
                     "when given.",
                     flag_values=FLAGS)
@@ -51,7 +51,7 @@ flags.DEFINE_string("optimizer", RUN_DEFAULTS["optimizer"], "Optimizer: a regist
 flags.DEFINE_string("estimator", RUN_DEFAULTS["estimator"], "Meta-gradient estimator (`metafam list` names them).",
                     flag_values=FLAGS)
 _int("num_steps", RUN_DEFAULTS["num_steps"], "Meta-training steps (total; a resumed run continues to this count).")
-_int("num_pairs", RUN_DEFAULTS["num_pairs"], "Antithetic pairs (ES estimators) or lanes (tbptt).", upper=MAX_LANES)
+_int("num_tasks", RUN_DEFAULTS["num_tasks"], "Task instances per family and meta-step (tbptt: a lane each; ES: an antithetic pair of lanes each).", upper=MAX_LANES)
 _int("unroll_length", RUN_DEFAULTS["unroll_length"], "Inner steps per truncation.")
 _int("trajectory_length", RUN_DEFAULTS["trajectory_length"], "Inner steps per trajectory (full_es: per estimate); "
      "train on the horizon you evaluate on (--eval_steps).")
@@ -139,7 +139,7 @@ COMMANDS: Dict[str, Dict[str, Any]] = {
     "meta-train": dict(
         summary="meta-train a learned optimizer on a task family, then compare it with tuned Adam on held-out "
                 "instances; run it again to resume",
-        args=(), flags=("family", "recipe", "optimizer", "estimator", "num_steps", "num_pairs", "unroll_length",
+        args=(), flags=("family", "recipe", "optimizer", "estimator", "num_steps", "num_tasks", "unroll_length",
                         "trajectory_length", "sigma", "perturbation", "perturbation_rank", "step_mult",
                         "meta_learning_rate", "meta_lr_decay_steps", "clip_grad_norm", "output_dir",
                         "checkpoint_every", "max_skipped_steps", "eval_every", "eval_tasks", "eval_steps",

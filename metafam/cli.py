@@ -205,7 +205,7 @@ def check_meta_train_flags():
     check_output_dir(_output_dir("meta-train", FLAGS.output_dir), "--output_dir")
   if FLAGS.num_processes > 1:  # the library's rule, checked before the processes start
     from metafam.inner.sharding import check_lane_split
-    _checked(check_lane_split, recipe.num_pairs, FLAGS.num_processes * FLAGS.devices, "--num_pairs",
+    _checked(check_lane_split, recipe.num_tasks, FLAGS.num_processes * FLAGS.devices, "--num_tasks",
              f"--num_processes {FLAGS.num_processes} x --devices {FLAGS.devices} =")
   if FLAGS.tensorboard:
     import importlib.util

@@ -15,10 +15,10 @@ def quadratic_family():
   return QuadraticFamily(8, scale_range=(0.5, 2.0))
 
 
-def build_trainer(num_pairs=8, unroll_length=10, trajectory=50, lr=0.05, with_tbptt=False, devices=None):
+def build_trainer(num_tasks=8, unroll_length=10, trajectory=50, lr=0.05, with_tbptt=False, devices=None):
   family, lopt = quadratic_family(), LearnableSGD(0.01)
-  # One inner configuration, shared: PES runs num_pairs antithetic pairs on it, TBPTT 4 lanes of the same setup.
-  step = TruncatedStep(family, lopt, num_pairs, ConstantSchedule(trajectory), random_initial_iteration=True,
+  # One inner configuration, shared: PES runs num_tasks antithetic pairs on it, TBPTT 4 lanes of the same setup.
+  step = TruncatedStep(family, lopt, num_tasks, ConstantSchedule(trajectory), random_initial_iteration=True,
                        meta_loss_split="outer_valid", devices=devices)
   estimators = [PES(step, unroll_length=unroll_length, sigma=0.1, loss_kind="meta_loss")]
   if with_tbptt:

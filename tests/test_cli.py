@@ -11,7 +11,7 @@ import pytest
 
 from metafam import cli
 
-TINY = ["--family=quadratic_family_10", "--optimizer=learnable_sgd", "--estimator=pes", "--num_pairs=2",
+TINY = ["--family=quadratic_family_10", "--optimizer=learnable_sgd", "--estimator=pes", "--num_tasks=2",
         "--unroll_length=5", "--trajectory_length=10", "--eval_tasks=2", "--eval_steps=10", "--sigma=0.05",
         "--checkpoint_every=2", "--progress=false"]
 
@@ -66,10 +66,10 @@ def test_meta_train_writes_files_and_resumes(tmp_path, capsys):
      "hyper_v2, learnable_adam"),
     (["meta-train", "--num_steps=0"], r"flag --num_steps=0: 0 is not an integer in the range \[1, 2147483647\]"),
     (["meta-train", "--sigma=-1"], "flag --sigma=-1.*"),
-    (["meta-train", "--num_pairs=many"], "num_pairs"),
+    (["meta-train", "--num_tasks=many"], "num_tasks"),
     (["meta-train", "--devices=3"], r"--devices 3: devices=3, but 2 cpu device\(s\) are available"),
-    (["meta-train", "--devices=2", "--estimator=tbptt", "--num_pairs=3"],
-     r"--devices 2: --num_pairs 3 gives 3 lanes \(one lane per pair for --estimator tbptt\), which cannot be split "
+    (["meta-train", "--devices=2", "--estimator=tbptt", "--num_tasks=3"],
+     r"--devices 2: --num_tasks 3 gives 3 lanes \(one lane per task for --estimator tbptt\), which cannot be split "
      "evenly over 2 devices"),
     (["evaluate", "--checkpoint=missing.npz", "--optimizer=adam", "--task=quadratic_10"],
      "--checkpoint 'missing.npz': no such file"),

@@ -18,7 +18,7 @@ import pytest
 from metafam import cli
 from metafam.runs.run_dir import CHECKPOINT_NAME
 
-TINY = ["--family=quadratic_family_10", "--optimizer=learnable_sgd", "--estimator=pes", "--num_pairs=2",
+TINY = ["--family=quadratic_family_10", "--optimizer=learnable_sgd", "--estimator=pes", "--num_tasks=2",
         "--unroll_length=5", "--trajectory_length=10", "--eval_tasks=2", "--eval_steps=10", "--sigma=0.05",
         "--checkpoint_every=2", "--progress=false"]
 EVAL = ["--optimizer=adam", "--task=quadratic_10", "--inner_steps=16", "--seeds=1", "--progress=false"]
@@ -93,9 +93,9 @@ def bad_invocations(root):
       (mt + ["--seed=-1"], "--seed=-1"),
       (mt + ["--trajectory_length=3000000000"], "--trajectory_length=3000000000"),
       (mt + ["--num_steps=0"], r"--num_steps=0: 0 is not an integer in the range \[1, 2147483647\]"),
-      (mt + ["--num_pairs=0"], "--num_pairs=0"),
-      (mt + ["--num_pairs=many"], "num_pairs"),
-      (mt + ["--num_pairs=100000000"], "--num_pairs=100000000"),
+      (mt + ["--num_tasks=0"], "--num_tasks=0"),
+      (mt + ["--num_tasks=many"], "num_tasks"),
+      (mt + ["--num_tasks=100000000"], "--num_tasks=100000000"),
       (mt + ["--unroll_length=1.5"], "unroll_length"),
       (mt + ["--eval_steps=-5"], "--eval_steps=-5"),
       (mt + ["--checkpoint_every=0"], "--checkpoint_every=0"),
@@ -137,7 +137,7 @@ def bad_invocations(root):
        "is a pickle"),
       (evl + ["--optimizer=adam", "--task=quadratic_10", "--seeds=0"], "--seeds=0"),
       (evl + ["--optimizer=adam", "--task=quadratic_10", "--inner_steps=3000000000"], "--inner_steps=3000000000"),
-      (evl + EVAL + ["--num_pairs=4"], "evaluate does not take --num_pairs"),
+      (evl + EVAL + ["--num_tasks=4"], "evaluate does not take --num_tasks"),
       (["evaluate", "twice"] + EVAL, "evaluate takes no arguments"),
       # benchmark
       (["benchmark", f"--output_dir={ev}", "--task=quadratic_10"], "already holds results"),
@@ -202,7 +202,7 @@ def test_help_lists_commands_and_each_commands_flags_with_defaults(capsys):
   assert "--num_steps=6000" in out and "--meta_lr_decay_steps=6000" in out and "--sigma=0.01" in out
   assert "--seed=0" in out and "--task" not in out
   code, out, _ = _call(["evaluate", "--help"], capsys)
-  assert code == 0 and "--overwrite=false" in out and "--inner_steps=200" in out and "--num_pairs" not in out
+  assert code == 0 and "--overwrite=false" in out and "--inner_steps=200" in out and "--num_tasks" not in out
 
 
 def test_overwrite_replaces_earlier_results(workspace, capsys):

@@ -189,8 +189,8 @@ def _cli(args, capsys, tmp_path):
     (["--num_processes=2"], "needs a coordinator HOST:PORT"),
     (["--num_processes=2", "--process_id=2", "--coordinator=127.0.0.1:1"], "process_id must be an int in [0, 2)"),
     (["--num_processes=2", "--coordinator=127.0.0.1"], "not HOST:PORT"),
-    (["--num_processes=2", "--coordinator=127.0.0.1:1", "--num_pairs=3"],
-     "--num_pairs=3 lanes cannot be split evenly over --num_processes 2 x --devices 1 = 2 devices"),
+    (["--num_processes=2", "--coordinator=127.0.0.1:1", "--num_tasks=3"],
+     "--num_tasks=3 lanes cannot be split evenly over --num_processes 2 x --devices 1 = 2 devices"),
 ])
 def test_cli_bad_process_flags_are_one_line_exit_2(args, message, capsys, tmp_path):
   code, err = _cli(["meta-train", f"--output_dir={tmp_path}/run"] + args, capsys, tmp_path)
@@ -216,8 +216,8 @@ def test_cli_launch_checks_its_command_first(capsys, tmp_path):
   for args, message in [
       (["launch", "--num_processes=2", "--", "evaluate"], "launch runs meta-train"),
       (["launch", "--num_processes=2", "--", "meta-train", "--process_id=1"], "launch sets --process_id itself"),
-      (["launch", "--num_processes=2", "--", "meta-train", "--num_pairs=3", f"--output_dir={tmp_path}/x"],
-       "--num_pairs=3 lanes cannot be split evenly"),
+      (["launch", "--num_processes=2", "--", "meta-train", "--num_tasks=3", f"--output_dir={tmp_path}/x"],
+       "--num_tasks=3 lanes cannot be split evenly"),
       (["launch", "--num_processes=2", "--", "meta-train", "--family=nope", f"--output_dir={tmp_path}/x"],
        "unknown family 'nope'"),
       (["launch", "--num_processes=2"], "launch takes COMMAND"),
@@ -230,15 +230,15 @@ def test_cli_processes_given_different_flags_stop_with_exit_2(tmp_path):
   port = distributed.free_port()
   common = ["-m", "metafam", "meta-train", f"--output_dir={tmp_path}/run", "--family=quadratic_family_10",
             "--num_processes=2", f"--coordinator=127.0.0.1:{port}", "--coordinator_timeout=60", "--noprogress"]
-  procs = [subprocess.Popen([sys.executable, *common, "--process_id=0", "--num_pairs=4"], env=_env(),
+  procs = [subprocess.Popen([sys.executable, *common, "--process_id=0", "--num_tasks=4"], env=_env(),
                             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True),
-           subprocess.Popen([sys.executable, *common, "--process_id=1", "--num_pairs=2"], env=_env(),
+           subprocess.Popen([sys.executable, *common, "--process_id=1", "--num_tasks=2"], env=_env(),
                             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)]
   errors = [p.communicate(timeout=120)[1] for p in procs]
   for p, err in zip(procs, errors):
     lines = [line for line in err.splitlines() if line.startswith("metafam: error: ")]
     assert p.returncode == 2 and len(lines) == 1, err[-2000:]
-    assert "different meta-train flags" in lines[0] and "num_pairs=2 (process 0: 4)" in lines[0], lines[0]
+    assert "different meta-train flags" in lines[0] and "num_tasks=2 (process 0: 4)" in lines[0], lines[0]
   assert not os.path.exists(tmp_path / "run" / "checkpoint.npz")
 
 
@@ -247,7 +247,7 @@ def test_cli_launch_runs_meta_train_on_two_processes(tmp_path):
   """The README's one-liner, end to end (about 30 s on 2 cores): process 0 writes the report, process 1 nothing."""
   out = tmp_path / "run"
   proc = subprocess.run([sys.executable, "-m", "metafam", "launch", "--num_processes=2", "--", "meta-train",
-                         "--family=quadratic_family_10", "--num_steps=3", "--num_pairs=2", "--unroll_length=5",
+                         "--family=quadratic_family_10", "--num_steps=3", "--num_tasks=2", "--unroll_length=5",
                          "--trajectory_length=10", "--eval_tasks=2", "--eval_steps=10", f"--output_dir={out}",
                          "--eval_every=3", "--noprogress"], env=_env(), capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]

@@ -3,8 +3,9 @@ state across truncations, in `metafam.outer_trainers.pes`.
 
 Every estimator is built on an injected `TruncatedStep` (as in the reference library: ``PES(truncated_step, ...)``),
 which holds the inner configuration: family, learned optimizer, lanes, truncation schedule, meta-loss data, staggered
-starts and devices. TBPTT trains the step's lanes as they are; the ES estimators run ``truncated_step.num_tasks``
-antithetic *pairs* on `TruncatedStep.paired` (the pair layout: `metafam.inner.pairs`). `make_estimator` in
+starts and devices. Every estimator's ``num_tasks`` is its step's: the task instances per estimate. TBPTT trains them
+as the step's lanes; the ES estimators train each as an antithetic *pair* of lanes on `TruncatedStep.paired` (the
+pair layout: `metafam.inner.pairs`), so their step has ``2 * num_tasks`` lanes. `make_estimator` in
 `metafam.outer_trainers.registry` builds the step and the estimator from a name in one call.
 
 Each offers the `GradientEstimator` protocol: ``init_worker_state(theta, key)``, the pure
@@ -15,7 +16,7 @@ with the same numbers (see `metafam.inner.sharding`).
 ``estimate_fn(theta, worker_state, key, with_unroll_info=True)`` (``estimate(..., with_unroll_info=True)``) also
 returns the per-step outputs of the estimate's own unroll, with each step's task config, in
 ``GradientEstimate.unroll_info`` (``[num_steps, lanes]``): TBPTT's lanes; for the ES estimators the positive
-particles only (lane ``2i``, ``theta + eps_i``, of every pair ``i``: ``[num_steps, num_pairs]``), as the reference
+particles only (lane ``2i``, ``theta + eps_i``, of every pair ``i``: ``[num_steps, num_tasks]``), as the reference
 reports them. The option is static: with it off the traced program is the one without it.
 
 The ES estimators (`FullES`, `TruncatedES`, `PES`, `NoiseReuseES`) take the same keyword arguments ``sigma``,
@@ -81,6 +82,7 @@ class _OnTruncatedStep(GradientEstimator):
       check_positive("clip_loss_diff", clip_loss_diff)
     self.clip_loss_diff = clip_loss_diff
     self.on_nonfinite = truncated_step.on_nonfinite
+    self.num_tasks = truncated_step.num_tasks  # task instances per estimate (ES: one antithetic pair of lanes each)
 
   @property
   def mesh(self):
@@ -107,7 +109,6 @@ class TruncatedBPTT(_OnTruncatedStep):
     super().__init__(truncated_step, loss_kind, None)
     self.unroll_length = check_positive("unroll_length", unroll_length, integer=True)
     self.step = truncated_step
-    self.num_tasks = truncated_step.num_tasks
 
   @property
   def inner_steps_per_estimate(self) -> int:
@@ -150,7 +151,6 @@ class _AntitheticES(_OnTruncatedStep):
                clip_loss_diff: Optional[float] = None, stack_antithetic: bool = True, perturbation: str = "full",
                rank: int = 1):
     super().__init__(truncated_step, loss_kind, clip_loss_diff)
-    self.num_pairs = truncated_step.num_tasks
     self.sigma = check_positive("sigma", sigma)
     self._noise_rank = check_perturbation(perturbation, rank)
     self.perturbation, self.rank = perturbation, rank
@@ -171,8 +171,8 @@ class _AntitheticES(_OnTruncatedStep):
     return truncated_step
 
   def _sample_eps(self, theta, key):
-    """``num_pairs`` perturbations of theta (low-rank factors for matrices with ``perturbation="low_rank"``)."""
-    return sample_perturbations(theta, key, self.num_pairs, self.sigma, self._noise_rank)
+    """``num_tasks`` perturbations of theta (low-rank factors for matrices with ``perturbation="low_rank"``)."""
+    return sample_perturbations(theta, key, self.num_tasks, self.sigma, self._noise_rank)
 
 
 class FullES(_AntitheticES):
@@ -209,7 +209,7 @@ class FullES(_AntitheticES):
 
   @property
   def inner_steps_per_estimate(self) -> int:
-    return 2 * self.num_pairs * self.trajectory_length
+    return 2 * self.num_tasks * self.trajectory_length
 
   @property
   def tail_steps(self) -> int:
@@ -259,7 +259,7 @@ class TruncatedES(_AntitheticES):
   """Antithetic ES over one truncation, both particles starting from the shared unperturbed inner state (biased).
 
   After the estimate the unperturbed lanes advance ``unroll_length`` steps with theta itself (an extra
-  ``num_pairs``-lane unroll with the same keys, so it sees the same configs and batches as the particles).
+  ``num_tasks``-lane unroll with the same keys, so it sees the same configs and batches as the particles).
   """
 
   name = "truncated_es"
@@ -273,7 +273,7 @@ class TruncatedES(_AntitheticES):
 
   @property
   def inner_steps_per_estimate(self) -> int:
-    return 3 * self.num_pairs * self.unroll_length
+    return 3 * self.num_tasks * self.unroll_length
 
   def init_worker_state(self, theta, key):
     return self.plain.init_step_state(theta, key)

@@ -35,15 +35,15 @@ class PESWorkerState:
   """PES worker state.
 
   Attributes:
-    lanes: `LaneState` of the ``2 * num_pairs`` antithetic lanes (``theta + eps`` first, ``theta - eps`` second).
-    accumulator: theta-shaped ``[num_pairs, ...]``: the sum of the distinct perturbations applied to each pair's
+    lanes: `LaneState` of the ``2 * num_tasks`` antithetic lanes (``theta + eps`` first, ``theta - eps`` second).
+    accumulator: theta-shaped ``[num_tasks, ...]``: the sum of the distinct perturbations applied to each pair's
       current trajectory before this truncation (0 for a fresh trajectory). Dense also with low-rank noise: a sum
       of k rank-r perturbations has rank up to k r, unbounded over a trajectory; it never enters the unroll, and
       adding a perturbation to it costs one ``a @ b.T`` per pair and estimate.
-    eps: ``[num_pairs, ...]``, each pair's current perturbation; with ``perturbation="low_rank"`` its matrices
-      are `metafam.optimizers.low_rank.LowRank` factors ``a [num_pairs, m, r]``, ``b [num_pairs, n, r]`` (what
+    eps: ``[num_tasks, ...]``, each pair's current perturbation; with ``perturbation="low_rank"`` its matrices
+      are `metafam.optimizers.low_rank.LowRank` factors ``a [num_tasks, m, r]``, ``b [num_tasks, n, r]`` (what
       noise reuse reuses).
-    age: int32 ``[num_pairs]``, truncations the current ``eps`` has been used for in the current trajectory
+    age: int32 ``[num_tasks]``, truncations the current ``eps`` has been used for in the current trajectory
       (0: resample at the next truncation).
   """
   lanes: LaneState
@@ -86,7 +86,7 @@ class PES(_AntitheticES):
 
   @property
   def inner_steps_per_estimate(self) -> int:
-    return 2 * self.num_pairs * self.unroll_length
+    return 2 * self.num_tasks * self.unroll_length
 
   def lane_major(self, worker_state: PESWorkerState) -> PESWorkerState:
     """The lanes are split over the devices; so are the per-pair accumulators, perturbations and ages when every
@@ -100,9 +100,9 @@ class PES(_AntitheticES):
   def init_worker_state(self, theta, key):
     # Distinct buffers for accumulator and eps, so a meta-step may donate the whole worker state.
     return self.place_worker_state(PESWorkerState(lanes=self.step.init_step_state(theta, key),
-                                                  accumulator=zero_perturbations(theta, self.num_pairs),
-                                                  eps=zero_perturbations(theta, self.num_pairs, self._noise_rank),
-                                                  age=jnp.zeros((self.num_pairs,), jnp.int32)))
+                                                  accumulator=zero_perturbations(theta, self.num_tasks),
+                                                  eps=zero_perturbations(theta, self.num_tasks, self._noise_rank),
+                                                  age=jnp.zeros((self.num_tasks,), jnp.int32)))
 
   def estimate_fn(self, theta, worker_state: PESWorkerState, key, with_unroll_info: bool = False):
     k_eps, k_unroll = jax.random.split(key)

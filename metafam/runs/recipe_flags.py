@@ -39,7 +39,7 @@ def flag_defaults(recipe: Recipe) -> Dict[str, Any]:
 
 # The flags of `metafam meta-train` that describe the run (and, with the seed, the config of checkpoints written by
 # metafam before recipes described every run).
-FLAG_KEYS = ("family", "optimizer", "estimator", "num_pairs", "unroll_length", "trajectory_length", "sigma",
+FLAG_KEYS = ("family", "optimizer", "estimator", "num_tasks", "unroll_length", "trajectory_length", "sigma",
              "meta_learning_rate", "meta_lr_decay_steps", "clip_grad_norm", "step_mult")
 
 
@@ -53,7 +53,7 @@ def recipe_from_flags(values: Mapping[str, Any]) -> Recipe:
   return Recipe(name=values["family"], optimizer=values["optimizer"],
                 step_mult=values["step_mult"] if takes_step_mult(values["optimizer"]) else None,
                 families=(FamilySpec("registered", {"name": values["family"]}),), estimator=values["estimator"],
-                num_pairs=values["num_pairs"], unroll_length=values["unroll_length"],
+                num_tasks=values["num_tasks"], unroll_length=values["unroll_length"],
                 trajectory_lengths=(values["trajectory_length"],) * 2, sigma=values["sigma"],
                 perturbation=perturbation,
                 perturbation_rank=values.get("perturbation_rank") or 1 if perturbation != "full" else 1,
@@ -63,7 +63,7 @@ def recipe_from_flags(values: Mapping[str, Any]) -> Recipe:
 
 # What ``--recipe`` sets and a flag may not (the recipe's families replace --family), and what a given flag overrides.
 RECIPE_EXCLUDES = ("family", "optimizer", "estimator", "trajectory_length")
-RECIPE_OVERRIDES = ("num_steps", "num_pairs", "unroll_length", "sigma", "step_mult", "meta_learning_rate",
+RECIPE_OVERRIDES = ("num_steps", "num_tasks", "unroll_length", "sigma", "step_mult", "meta_learning_rate",
                     "meta_lr_decay_steps", "clip_grad_norm", "perturbation", "perturbation_rank")
 
 
@@ -124,12 +124,12 @@ def recipe_from_command(values: Mapping[str, Any], given: Collection[str], resum
 
 def lane_split_error(recipe: Recipe, devices: int) -> Optional[str]:
   """The library's rule (the lanes divide evenly over the devices) in the flags' names, or None when it holds."""
-  one_per_pair = recipe.estimator in ("tbptt", "truncated_es")  # truncated_es also runs num_pairs plain lanes
-  lanes = recipe.num_pairs * (1 if one_per_pair else 2)
+  one_per_task = recipe.estimator in ("tbptt", "truncated_es")  # truncated_es also runs num_tasks plain lanes
+  lanes = recipe.num_tasks * (1 if one_per_task else 2)
   if lanes % devices == 0:
     return None
-  per = "one lane per pair" if recipe.estimator == "tbptt" else (
-      "its unperturbed lanes, one per pair" if one_per_pair else "two lanes per antithetic pair")
-  return (f"--devices {devices}: --num_pairs {recipe.num_pairs} gives {lanes} lanes ({per} for --estimator "
-          f"{recipe.estimator}), which cannot be split evenly over {devices} devices; use a --num_pairs that makes "
+  per = "one lane per task" if recipe.estimator == "tbptt" else (
+      "its unperturbed lanes, one per task" if one_per_task else "an antithetic pair of lanes per task")
+  return (f"--devices {devices}: --num_tasks {recipe.num_tasks} gives {lanes} lanes ({per} for --estimator "
+          f"{recipe.estimator}), which cannot be split evenly over {devices} devices; use a --num_tasks that makes "
           f"them a multiple of {devices}.")

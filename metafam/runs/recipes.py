@@ -53,7 +53,8 @@ class Recipe:
       part of the run's identity when not empty.
     families: the mixture, one `FamilySpec` each (at least one).
     estimator: a registered estimator name ("nres", "pes", ...).
-    num_pairs: antithetic pairs (lanes for "tbptt") per family.
+    num_tasks: task instances per family and meta-step (`make_estimator`'s ``num_tasks``): a lane each for
+      "tbptt", an antithetic pair of lanes each for the ES estimators.
     unroll_length: inner steps per truncation.
     trajectory_lengths: ``(low, high)``: trajectory lengths are log-uniform in this range (`LogUniformSchedule`;
       ``low == high``: every trajectory has that length, `ConstantSchedule`).
@@ -79,7 +80,7 @@ class Recipe:
   step_mult: Optional[float]
   families: Tuple[FamilySpec, ...]
   estimator: str = "nres"
-  num_pairs: int = 8
+  num_tasks: int = 8
   unroll_length: int = 20
   trajectory_lengths: Tuple[int, int] = (100, 2000)
   sigma: float = 0.01
@@ -108,7 +109,7 @@ class Recipe:
     if not families:
       raise ValueError("Recipe.families must name at least one family.")
     object.__setattr__(self, "families", families)
-    for field in ("num_pairs", "unroll_length", "num_steps"):
+    for field in ("num_tasks", "unroll_length", "num_steps"):
       check_positive_int(f"Recipe.{field}", getattr(self, field))
     check_number("Recipe.meta_lr_decay_steps", self.meta_lr_decay_steps, low=0, integer=True)
     for field in ("sigma", "meta_learning_rate"):
@@ -236,7 +237,7 @@ class Recipe:
     accepted = estimator_arguments(self.estimator)
     kwargs = {**{k: v for k, v in values.items() if k in accepted}, **self.estimator_kwargs}
     families = [spec.build() for spec in self.families] if families is None else families
-    return [make_estimator(self.estimator, family, lopt, num_tasks=self.num_pairs, schedule=self.schedule(),
+    return [make_estimator(self.estimator, family, lopt, num_tasks=self.num_tasks, schedule=self.schedule(),
                            devices=devices, **kwargs) for family in families]
 
   def build(self, *, devices: Any = None) -> "BuiltRecipe":

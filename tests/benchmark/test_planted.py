@@ -106,7 +106,7 @@ def _null_run(bias=None):
   estimator = None
   if bias is not None:
     def estimator(recipe, lopt):
-      step = TruncatedStep(family, lopt, recipe.num_pairs, recipe.schedule(), random_initial_iteration=True,
+      step = TruncatedStep(family, lopt, recipe.num_tasks, recipe.schedule(), random_initial_iteration=True,
                            meta_loss_split="outer_valid")
       return _BiasedNRES(step, bias, unroll_length=recipe.unroll_length, sigma=recipe.sigma)
   lopt, trainer = _trainer(family, 1.2, NULL_STEPS, estimator=estimator)

@@ -165,10 +165,10 @@ def test_unrolled_loss_accepts_a_metafam_optimizer_and_names_bad_input():
     lopt.TruncGradEstTask(lopt_base.LearnableSGD(), object())
 
 
-def _pes_task(num_pairs=2, length=6, trunc=3):
+def _pes_task(num_tasks=2, length=6, trunc=3):
   lopt_ = lopt_base.LearnableSGD(initial_lr=0.1)
   step = lopt_truncated_step.VectorizedLOptTruncatedStep(
-      QuadraticFamily(), lopt_, truncation_schedule.ConstantTruncationSchedule(length), num_pairs)
+      QuadraticFamily(), lopt_, truncation_schedule.ConstantTruncationSchedule(length), num_tasks)
   return lopt.TruncGradEstTask(lopt_, truncated_pes.TruncatedPES(step, trunc, std=0.01, steps_per_jit=trunc))
 
 

@@ -65,7 +65,7 @@ def test_estimators_are_metafams_engine_objects():
   assert isinstance(pes, metafam.PES)
   assert type(pes).estimate_fn is metafam.PES.estimate_fn  # the estimate is metafam's code path, unchanged
   assert isinstance(pes, gradient_learner.GradientEstimator)  # and it has the reference's face
-  assert (pes.unroll_length, pes.sigma, pes.num_pairs) == (5, 0.01, 8)
+  assert (pes.unroll_length, pes.sigma, pes.num_tasks) == (5, 0.01, 8)
   assert pes.step.num_tasks == 16 and pes.step.antithetic  # N pairs on step.paired()
   assert isinstance(ESTIMATORS["FullES"](step), metafam.FullES)
   assert isinstance(ESTIMATORS["TruncatedGrad"](step), metafam.TruncatedBPTT)

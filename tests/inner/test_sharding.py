@@ -132,8 +132,8 @@ def test_sharded_estimators_equal_single_device(make):
 
 def test_meta_trainer_on_two_devices_matches_one_and_resumes(tmp_path, caplog):
   # PES and TBPTT (whose gradient flows back through the per-device programs) averaged in one meta-step.
-  single = build_trainer(num_pairs=4, with_tbptt=True)
-  sharded = build_trainer(num_pairs=4, with_tbptt=True, devices=2)
+  single = build_trainer(num_tasks=4, with_tbptt=True)
+  sharded = build_trainer(num_tasks=4, with_tbptt=True, devices=2)
   assert single.mesh is None and sharded.mesh is not None
   want, _ = train(single, 4, key=jax.random.key(3), progress=False)
   with jax.log_compiles():

@@ -129,11 +129,11 @@ class SetParams:
     return _SetParams(theta)
 
 
-def _quadratic_estimates(rank, calls, num_pairs, sigma=0.2):
+def _quadratic_estimates(rank, calls, num_tasks, sigma=0.2):
   lopt = SetParams()
   theta = lopt.init(None)
   noise = {} if rank is None else dict(LOW_RANK, rank=rank)
-  est = make_estimator("full_es", single_task_to_family(_Quadratic()), lopt, num_tasks=num_pairs,
+  est = make_estimator("full_es", single_task_to_family(_Quadratic()), lopt, num_tasks=num_tasks,
                        trajectory_length=1, sigma=sigma, loss_kind="meta_loss", meta_loss_split="same_batch", **noise)
   run = jax.jit(jax.vmap(lambda k: est.estimate_fn(theta, {}, k)[0].grad["w"]))
   return np.asarray(run(jax.random.split(jax.random.key(0 if rank is None else rank), calls)), np.float64), theta
@@ -142,14 +142,14 @@ def _quadratic_estimates(rank, calls, num_pairs, sigma=0.2):
 @pytest.mark.parametrize("rank", [1, 4])
 def test_low_rank_es_is_unbiased_on_a_quadratic(rank):
   """On a quadratic ``L+ - L- = 2 g . eps`` exactly, so the mean estimate is ``E[eps eps^T] g / sigma^2 = g``."""
-  estimates, theta = _quadratic_estimates(rank, calls=400, num_pairs=64)
+  estimates, theta = _quadratic_estimates(rank, calls=400, num_tasks=64)
   exact = np.asarray(C * (X0 + theta["w"]))
   mean = estimates.mean(0)
   stderr = estimates.std(0, ddof=1) / np.sqrt(len(estimates))
   z = (mean - exact) / stderr
   assert np.all(np.abs(z) < 5), z  # 12 coordinates, 5 standard errors: a false failure has odds ~1e-5
   # The per-estimate variance is finite and of the order of full noise's (see README: the measured ratios).
-  full, _ = _quadratic_estimates(None, calls=400, num_pairs=64)
+  full, _ = _quadratic_estimates(None, calls=400, num_tasks=64)
   ratio = estimates.var(0).sum() / full.var(0).sum()
   assert 0.5 < ratio < 5, ratio
 
@@ -173,13 +173,13 @@ def test_influence_balancing_is_unchanged_without_matrices():
   np.testing.assert_array_equal(results[0], results[1])
 
 
-def _lopt_unroll_setup(num_pairs, rank, perturbation="low_rank"):
+def _lopt_unroll_setup(num_tasks, rank, perturbation="low_rank"):
   """A small MLPLOpt on a fixed quadratic task (deterministic: every lane runs the same problem) and FullES."""
   lopt = MLPLOpt(hidden_sizes=(8,), decays=(0.5, 0.9), time_scales=(3.0, 10.0))
   theta = lopt.init(jax.random.key(0))
   family = single_task_to_family(_FixedQuadratic())
   common = dict(loss_kind="meta_loss", meta_loss_split="same_batch", random_initial_iteration=False)
-  est = make_estimator("full_es", family, lopt, num_tasks=num_pairs, trajectory_length=4, sigma=0.01,
+  est = make_estimator("full_es", family, lopt, num_tasks=num_tasks, trajectory_length=4, sigma=0.01,
                        perturbation=perturbation, rank=rank, **common)
   tbptt = make_estimator("tbptt", family, lopt, num_tasks=1, unroll_length=4, schedule=ConstantSchedule(4), **common)
   exact = tbptt.estimate(theta, tbptt.init_worker_state(theta, jax.random.key(1)), jax.random.key(2))[0].grad
@@ -198,8 +198,8 @@ def _flat(tree):
   return np.concatenate([np.ravel(np.asarray(x, np.float64)) for x in jax.tree.leaves(tree)])
 
 
-def _lopt_unroll_check(rank, calls, num_pairs):
-  est, theta, exact = _lopt_unroll_setup(num_pairs, rank)
+def _lopt_unroll_check(rank, calls, num_tasks):
+  est, theta, exact = _lopt_unroll_setup(num_tasks, rank)
   run = jax.jit(lambda k: _flat_grad(est.estimate_fn(theta, {}, k)[0].grad))
   g = _flat(exact)
   projections, total = [], 0.0
@@ -221,7 +221,7 @@ def test_low_rank_es_matches_the_exact_gradient_of_a_learned_optimizer_unroll(ra
   """FullES with low-rank noise on an MLPLOpt unroll, against ``jax.grad`` through the same unroll (TBPTT on one
   lane of the deterministic problem). The mean over calls estimates the gradient of the smoothed loss, which
   differs from the exact gradient by O(sigma^2); the projection's error is judged by its own standard error."""
-  projections, cosine = _lopt_unroll_check(rank, calls=8, num_pairs=2048)
+  projections, cosine = _lopt_unroll_check(rank, calls=8, num_tasks=2048)
   mean, stderr = projections.mean(), projections.std(ddof=1) / np.sqrt(len(projections))
   assert abs(mean - 1.0) < 5 * stderr + 0.01, (mean, stderr)
   # 16k pairs over 74 meta-parameters: the mean is mostly signal (cosine ~ 1 / sqrt(1 + 74 k / 16k), k ~ 3).
@@ -232,7 +232,7 @@ def test_low_rank_es_matches_the_exact_gradient_of_a_learned_optimizer_unroll(ra
 @pytest.mark.parametrize("rank", [1, 4])
 def test_low_rank_es_matches_the_exact_gradient_of_a_learned_optimizer_unroll_closely(rank):
   """The issue's criterion: over ~1M pairs the projection is within 1% of 1 and the cosine at least 0.999."""
-  projections, cosine = _lopt_unroll_check(rank, calls=128, num_pairs=8192)
+  projections, cosine = _lopt_unroll_check(rank, calls=128, num_tasks=8192)
   assert abs(projections.mean() - 1.0) < 0.01, projections.mean()
   assert cosine >= 0.999, cosine
 

@@ -87,7 +87,7 @@ def test_paired_step_layout():
   with pytest.raises(ValueError, match="paired"):
     paired.paired()
   with pytest.raises(TypeError, match="unknown arguments"):
-    step.replace(num_pairs=2)
+    step.replace(num_pairs=2)  # not an argument: the count is num_tasks
 
 
 def test_initial_theta_is_the_theta_init_starts_from():

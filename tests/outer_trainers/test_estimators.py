@@ -148,7 +148,7 @@ def test_pes_equals_truncated_es_on_a_fresh_state():
 
 def _expected_pes_grad(pes, theta, ws, key):
   """PES written as an explicit per-step loop over the unroll's outputs (independent of the vectorized code)."""
-  n, sigma = pes.num_pairs, pes.sigma
+  n, sigma = pes.num_tasks, pes.sigma
   k_eps, k_unroll = jax.random.split(key)
   fresh = sample_perturbations(theta, k_eps, n, sigma)["log_lr"]
   age, acc, old_eps = np.asarray(ws.age), np.asarray(ws.accumulator["log_lr"]), np.asarray(ws.eps["log_lr"])
@@ -297,7 +297,7 @@ def test_the_es_estimators_take_the_shared_arguments_declared_once():
   lopt, fam = PerCoordSGD(), single_task_to_family(FixedQuadratic())
   est = make_estimator("nres", fam, lopt, num_tasks=2, unroll_length=3, sigma=0.2, clip_loss_diff=1.0,
                        perturbation="low_rank", rank=2, stack_antithetic=False)
-  assert (est.resample_every, est.num_pairs, est.unroll_length, est.sigma, est.clip_loss_diff, est.rank) == (
+  assert (est.resample_every, est.num_tasks, est.unroll_length, est.sigma, est.clip_loss_diff, est.rank) == (
       None, 2, 3, 0.2, 1.0, 2)
   with pytest.raises(TypeError):
     make_estimator("pes", fam, lopt, sigmaa=0.1)

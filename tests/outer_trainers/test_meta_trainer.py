@@ -162,7 +162,7 @@ def test_loop_dispatches_the_next_meta_step_before_fetching_metrics(tmp_path):
   """The loop never leaves the device idle between meta-steps: step k's record is made after step k + 1 was
   dispatched, except where the host needs step k's state (a checkpoint, an evaluation, the last step), which is
   recorded before the next dispatch. Its records are the metrics `step` returns, in one copy (`step_packed`)."""
-  trainer = build_trainer(num_pairs=2, unroll_length=2, trajectory=6)
+  trainer = build_trainer(num_tasks=2, unroll_length=2, trajectory=6)
   dispatched, seen = [], []
   original = trainer.step_packed
 
@@ -172,7 +172,7 @@ def test_loop_dispatches_the_next_meta_step_before_fetching_metrics(tmp_path):
 
   trainer.step_packed = counting
   state = trainer.init(jax.random.key(3))
-  reference = build_trainer(num_pairs=2, unroll_length=2, trajectory=6)
+  reference = build_trainer(num_tasks=2, unroll_length=2, trajectory=6)
   ref_state, ref_metrics = reference.init(jax.random.key(3)), []
   for _ in range(7):
     ref_state, metrics = reference.step(ref_state)

@@ -140,7 +140,7 @@ def test_meta_training(monkeypatch, capsys):
 @pytest.mark.slow  # two processes: tests/test_distributed.py
 def test_distributed(monkeypatch, capsys):
   code, out = run_script("benchmarks/distributed.py", ["--layouts", "2x1", "--steps", 1, "--warmup", 1,
-                                                       "--num_pairs", 2, "--unroll", 2], monkeypatch, capsys)
+                                                       "--num_tasks", 2, "--unroll", 2], monkeypatch, capsys)
   assert code == 0 and "2x1" in out
 
 

@@ -55,7 +55,7 @@ def test_default_limits_sum_to_8_minutes():
 def test_gpu_run_smoke_on_cpu(tmp_path):
   recipe = tmp_path / "tiny.json"
   recipe.write_text(json.dumps({
-      "name": "tiny", "optimizer": "muon_residual_lopt", "step_mult": 0.05, "estimator": "nres", "num_pairs": 1,
+      "name": "tiny", "optimizer": "muon_residual_lopt", "step_mult": 0.05, "estimator": "nres", "num_tasks": 1,
       "unroll_length": 2, "trajectory_lengths": [4, 6], "sigma": 0.05, "meta_learning_rate": 0.01,
       "meta_lr_decay_steps": 0, "clip_grad_norm": 1.0, "num_steps": 2,
       "families": [{"kind": "quadratic", "kwargs": {"dim": 3}}]}))

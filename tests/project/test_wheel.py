@@ -119,7 +119,7 @@ def test_installed_wheel_runs_list_and_a_short_meta_training(dist, tmp_path):
   assert "fmnist_mlp_family_8x8_32" in listed and "adafac_muon_mlp_lopt" in listed
   # The default family and learned optimizer (the embedded Fashion-MNIST is read from the installed package), with
   # short trajectories so that 10 meta-steps and the held-out comparison take seconds.
-  _run([command, "meta-train", "--num_steps=10", "--num_pairs=2", "--unroll_length=5", "--trajectory_length=20",
+  _run([command, "meta-train", "--num_steps=10", "--num_tasks=2", "--unroll_length=5", "--trajectory_length=20",
         "--eval_tasks=2", "--eval_steps=20", "--checkpoint_every=5", "--progress=false", "--output_dir=out"],
        cwd=work, env=env)
   assert {"checkpoint.npz", "metrics.jsonl", "summary.json"} <= set(os.listdir(work / "out"))

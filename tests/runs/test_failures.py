@@ -34,7 +34,7 @@ from metafam.runs.loop import RunDivergedError, check_memory
 from metafam.runs.run_dir import CHECKPOINT_NAME, METRICS_NAME
 from metafam.runs.preemption import EXIT_PREEMPTED
 
-TINY = ["--family=quadratic_family_10", "--optimizer=learnable_sgd", "--estimator=pes", "--num_pairs=2",
+TINY = ["--family=quadratic_family_10", "--optimizer=learnable_sgd", "--estimator=pes", "--num_tasks=2",
         "--unroll_length=5", "--trajectory_length=10", "--eval_tasks=2", "--eval_steps=10", "--sigma=0.05",
         "--progress=false", "--meta_lr_decay_steps=6000"]  # one schedule, whatever --num_steps a run is started with
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -305,7 +305,7 @@ def test_a_bad_line_before_the_last_is_corruption_not_a_crash(tmp_path):
 # -- two runs, one directory -----------------------------------------------------------------------------------------
 def test_a_directory_in_use_is_refused_by_every_command_and_nothing_changes(tmp_path, capsys):
   out = str(tmp_path / "run")
-  train(build_trainer(num_pairs=2), 2, key=jax.random.key(0), output_dir=out, progress=False)  # a run's files
+  train(build_trainer(num_tasks=2), 2, key=jax.random.key(0), output_dir=out, progress=False)  # a run's files
   holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from metafam.io import DirectoryLock; "
                              f"DirectoryLock({out!r}).acquire(); print('held', flush=True); time.sleep(600)"],
                             stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=REPO))
@@ -320,14 +320,14 @@ def test_a_directory_in_use_is_refused_by_every_command_and_nothing_changes(tmp_
       line = one_line(capsys.readouterr().err, "metafam: error: --output_dir ")
       assert f"is in use by a live metafam run (process {holder.pid} holds" in line, line
     with pytest.raises(DirectoryBusyError):  # the library's own loop too
-      train(build_trainer(num_pairs=2), 4, output_dir=out, progress=False)
+      train(build_trainer(num_tasks=2), 4, output_dir=out, progress=False)
     assert snapshot(out) == before
   finally:
     holder.kill()  # SIGKILL: the holder gets no chance to clean up
     holder.wait()
   with DirectoryLock(out):  # and leaves no stale lock behind
     pass
-  train(build_trainer(num_pairs=2), 4, key=jax.random.key(0), output_dir=out, progress=False)
+  train(build_trainer(num_tasks=2), 4, key=jax.random.key(0), output_dir=out, progress=False)
   assert steps_logged(out) == [1, 2, 3, 4]
 
 
@@ -442,7 +442,7 @@ def test_a_checkpoint_with_non_finite_theta_is_refused_by_every_load_path(tmp_pa
 
 # -- memory ----------------------------------------------------------------------------------------------------------
 def test_memory_estimate_is_xla_s_buffer_assignment_of_the_meta_step():
-  trainer = build_trainer(num_pairs=2)
+  trainer = build_trainer(num_tasks=2)
   estimate = check_memory(trainer, jax.random.key(0))  # fits easily
   state = trainer.init(jax.random.key(0))
   size = lambda x: (jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x).nbytes
@@ -466,7 +466,7 @@ def test_cli_refuses_a_run_that_cannot_fit_before_allocating_it(tmp_path, cache_
   run = str(tmp_path / "run")
   started = time.monotonic()
   code, _, err = metafam(["meta-train", f"--output_dir={run}", "--family=fmnist_mlp_family_8x8_32",
-                          "--optimizer=learnable_sgd", "--num_pairs=65536", "--num_steps=10",
+                          "--optimizer=learnable_sgd", "--num_tasks=65536", "--num_steps=10",
                           "--progress=false"], cache_dir, address_space=6 * 2 ** 30)
   assert code == 2, err[-2000:]
   line = one_line(err, "metafam: error: the meta-step needs about ")

@@ -40,12 +40,12 @@ def test_the_defaults_both_have_are_equal():
     if cls is not TruncatedBPTT:
       assert (defaults["sigma"], defaults["perturbation"], defaults["rank"]) == (
           RECIPE["sigma"], RECIPE["perturbation"], RECIPE["perturbation_rank"]), cls
-  assert _defaults(make_estimator)["num_tasks"] == RECIPE["num_pairs"]
+  assert _defaults(make_estimator)["num_tasks"] == RECIPE["num_tasks"]
 
 
 def _same_estimator(a, b):
   assert type(a) is type(b)
-  for name in ("num_pairs", "num_tasks", "unroll_length", "trajectory_length", "sigma", "perturbation", "rank",
+  for name in ("num_tasks", "num_tasks", "unroll_length", "trajectory_length", "sigma", "perturbation", "rank",
                "loss_kind", "loss_type", "clip_loss_diff", "resample_every"):
     assert getattr(a, name, None) == getattr(b, name, None), name
   for name in ("num_tasks", "schedule", "random_initial_iteration", "meta_loss_split", "stack_antithetic"):

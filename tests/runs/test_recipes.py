@@ -16,7 +16,7 @@ from metafam.runs.recipes import Recipe, load_recipe
 from metafam.taskfamilies.spec import FamilySpec
 
 TINY_RECIPE = {
-    "name": "tiny", "optimizer": "adafac_muon_rms_lopt", "step_mult": 0.05, "estimator": "nres", "num_pairs": 2,
+    "name": "tiny", "optimizer": "adafac_muon_rms_lopt", "step_mult": 0.05, "estimator": "nres", "num_tasks": 2,
     "unroll_length": 3, "trajectory_lengths": [5, 12], "sigma": 0.05, "meta_learning_rate": 0.01,
     "meta_lr_decay_steps": 0, "clip_grad_norm": 1.0, "num_steps": 4,
     "families": [{"kind": "quadratic", "kwargs": {"dim": 4}}, {"kind": "quadratic", "kwargs": {"dim": 7}}]}
@@ -74,7 +74,7 @@ def test_the_generalist_recipe_mixes_families_unlike_the_heldout_tasks():
     (dict(optimizer="adam"), "Recipe.optimizer 'adam' is not a registered learned optimizer"),
     (dict(estimator="es"), "Recipe.estimator 'es' is not one of"),
     (dict(families=[]), "at least one family"),
-    (dict(num_pairs=0), "Recipe.num_pairs must be a positive int"),
+    (dict(num_tasks=0), "Recipe.num_tasks must be a positive int"),
     (dict(sigma=float("nan")), "Recipe.sigma"),
     (dict(trajectory_lengths=[10, 5]), "LogUniformSchedule"),
     (dict(trajectory_lengths=[10]), "must be \\(low, high\\)"),
@@ -246,7 +246,7 @@ def test_meta_train_flag_defaults_are_the_main_job_recipe():
   # The main job's values (bit-identical runs of `metafam meta-train` with no flags), where they differ from Recipe's.
   assert (main.unroll_length, main.trajectory_lengths, main.meta_lr_decay_steps, main.num_steps) == (
       10, (200, 200), 6000, 6000)
-  assert (main.optimizer, main.step_mult, main.estimator, main.num_pairs) == ("adafac_muon_mlp_lopt", 1e-2, "nres", 8)
+  assert (main.optimizer, main.step_mult, main.estimator, main.num_tasks) == ("adafac_muon_mlp_lopt", 1e-2, "nres", 8)
   init = inspect.signature(MetaTrainingRun.__init__).parameters
   run = inspect.signature(MetaTrainingRun.run).parameters
   assert FLAGS["eval_tasks"].default == init["eval_tasks"].default

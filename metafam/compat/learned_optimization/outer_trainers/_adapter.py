@@ -21,7 +21,7 @@ estimate is a pure function of them, so it is the same unroll -- and caches the 
   it. metafam has no separate reset step: the step after ``is_done`` already trains the new instance.
 
 Lanes: TBPTT (`TruncatedGrad`) reports all of its lanes; the ES estimators (`TruncatedPES`, `TruncatedES`,
-`FullES`) the positive particle of each antithetic pair (``theta + eps``, ``[steps, num_pairs]``), as the reference
+`FullES`) the positive particle of each antithetic pair (``theta + eps``, ``[steps, num_tasks]``), as the reference
 does. Estimators with ``reports_unroll_info = False`` (`FullGrad`, like the reference's) return None.
 """
 

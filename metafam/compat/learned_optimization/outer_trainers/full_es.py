@@ -8,7 +8,7 @@ The trajectory length is ``unroll_length`` if given (the reference's early signa
 its final params' mean meta-loss (the loss, or the step's ``meta_loss_with_aux_key`` value) over
 ``recompute_samples`` batches of ``recompute_split`` (drawn on the device, the same
 batches for every lane; normalized as metafam's loss kind says); anything else: ValueError, as in the reference.
-``steps_per_jit`` must divide the length. ``unroll_info`` (``[length, num_pairs]``) holds the whole trajectories of
+``steps_per_jit`` must divide the length. ``unroll_info`` (``[length, num_tasks]``) holds the whole trajectories of
 the positive particles (``theta + eps``), for every ``loss_type`` (the reference: for "last_recompute" only its
 last ``steps_per_jit`` steps); its ``is_done`` stays False, as the trajectories' schedule never ends.
 

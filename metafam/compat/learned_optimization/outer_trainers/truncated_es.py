@@ -1,7 +1,7 @@
 """`learned_optimization.outer_trainers.truncated_es`: `TruncatedES` is metafam's
 `metafam.outer_trainers.TruncatedES` (antithetic ES over one truncation from the shared unperturbed state) built
 with the reference's arguments (``unroll_length``, ``std`` -> ``sigma``, ``stack_antithetic_samples``); see
-`truncated_pes` for the shared conventions. ``unroll_info`` (``[unroll_length, num_pairs]``) holds the positive
+`truncated_pes` for the shared conventions. ``unroll_info`` (``[unroll_length, num_tasks]``) holds the positive
 particles (``theta + eps``) of the truncation's pairs, as in the reference; the plain unroll that advances the shared
 state is not reported."""
 

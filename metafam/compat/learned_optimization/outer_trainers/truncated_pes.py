@@ -10,7 +10,7 @@ Difference on purpose: metafam credits the last step of a finished trajectory to
 and starts the new trajectory's credit at its first step; the reference credits that boundary step to the new
 noise only. Further keyword arguments (``resample_every``, ``loss_kind``, ``clip_loss_diff``) go to metafam's PES.
 
-``compute_gradient_estimate`` fills ``unroll_info`` (``[trunc_length, num_pairs]``) with the positive particles
+``compute_gradient_estimate`` fills ``unroll_info`` (``[trunc_length, num_tasks]``) with the positive particles
 (``theta + eps``) of the truncation's pairs, as the reference does; the fields are described in `_adapter`.
 """
 
