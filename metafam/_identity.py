@@ -1,8 +1,11 @@
-"""Caches keyed by an object's identity that never keep a dead object alive.
+"""Compiled programs and caches keyed by an object's identity that never keep a dead object alive.
 
-The one policy for compiled programs: a program built for one object lives on that object (a jitted bound method,
-which dies with it); a program shared across calls is keyed by the identity of the objects it was built for, held
-weakly, through one of these two:
+The one policy for compiled programs. A program built for one object lives on that object: `own_program` builds it
+on first use and keeps it in the object's ``__dict__``, so it dies with the object (`TruncatedStep`'s unroll and
+init, every estimator's estimate, `MetaTrainer`'s step). The object is an argument of its own program as a
+`metafam._pytree.DataPytree` whose static part is an `IdentityKey` of it, so every call with it hits the same
+compiled program and no cache keeps it alive. A program shared across objects is keyed by the identity of the
+objects it was built for, held weakly, through one of these two:
 
 * `IdentityKey`: a static argument of a module-level `jax.jit` (`metafam.inner.runner`), so jit's own bounded
   cache serves every (task, optimizer) pair without keeping either alive;
@@ -19,6 +22,15 @@ from __future__ import annotations
 
 import weakref
 from typing import Any, Callable, Dict, Hashable, Optional
+
+
+def own_program(obj: Any, name: str, build: Callable[[], Any]) -> Any:
+  """``obj``'s program ``name`` (e.g. a `jax.jit` of one of its class's functions), built by ``build()`` on first use
+  and kept in ``obj.__dict__[name]``, so it dies with ``obj``."""
+  program = obj.__dict__.get(name)
+  if program is None:
+    program = obj.__dict__[name] = build()
+  return program
 
 
 def held_weakly(obj: Any, on_death: Optional[Callable[[Any], None]] = None) -> Callable[[], Any]:
@@ -61,7 +73,8 @@ class IdentityCache:
 
 
 class IdentityKey:
-  """A static-argument key that hashes and compares by the identity of the wrapped task or optimizer.
+  """A static-argument key that hashes and compares by the identity of the wrapped object (a task, an optimizer, a
+  `metafam._pytree.DataPytree` as its static part).
 
   The object is held through a weak reference where it supports one, so `jax.jit`'s cache does not keep every task
   and optimizer ever trained (with their datasets) alive. A cache entry whose object has died never matches again,

@@ -5,9 +5,10 @@ pytrees whose leaves are exactly those arrays (``_data_fields``) and whose stati
 arguments of their own jitted programs: the arrays enter the compiled program as inputs, not as baked-in constants,
 and no ``data`` argument has to be threaded through every layer.
 
-The static part is a token that compares by the identity of the original object, so every call with the same object
-hits the same compiled program. The token holds the object; it lives in the caches of the object's own jitted
-functions, so it dies with the object (the cycle is collected).
+The static part is a `metafam._identity.IdentityKey` of the object: it compares by the object's identity, so every
+call with the same object hits the same compiled program, and it holds the object weakly, so neither the object's
+own programs nor JAX's global tracing caches (which keep the tree structures they have seen) keep the object and its
+device data alive once its caller drops it.
 
 Plain state records are frozen dataclasses registered with ``@jax.tree_util.register_dataclass``: their fields are
 declared once, as dataclass fields, leaves in declaration order, with the static ones marked by `static_field`.
@@ -20,6 +21,8 @@ from typing import Any, Tuple
 
 import jax
 
+from metafam._identity import IdentityKey
+
 
 def static_field(**kwargs: Any) -> Any:
   """A dataclass field that ``jax.tree_util.register_dataclass`` treats as static (part of the treedef and of
@@ -28,26 +31,14 @@ def static_field(**kwargs: Any) -> Any:
   return dataclasses.field(metadata={"static": True}, **kwargs)
 
 
-class _Static:
-  """The static part of a `DataPytree`: the original object, compared by identity."""
-  __slots__ = ("owner",)
-
-  def __init__(self, owner: Any):
-    self.owner = owner
-
-  def __hash__(self) -> int:
-    return id(self.owner)
-
-  def __eq__(self, other: Any) -> bool:
-    return isinstance(other, _Static) and other.owner is self.owner
-
-
 class DataPytree:
   """Base for objects that are pytrees with the attributes named in ``_data_fields`` as children.
 
   Every subclass is registered when it is defined. Flattening yields those attributes (each itself a pytree: arrays,
   dicts of arrays, other `DataPytree` objects, or None); unflattening builds a shallow copy of the original object
-  with the attributes replaced (inside `jax.jit`: by tracers). Attributes must not change after construction.
+  with the attributes replaced (inside `jax.jit`: by tracers), while the original is alive; the copy is a new object
+  with a static part of its own. Attributes must not change after construction (its own programs, `own_program`,
+  are added on first use).
   """
 
   _data_fields: Tuple[str, ...] = ()
@@ -59,12 +50,17 @@ class DataPytree:
   def _tree_flatten(self):
     static = self.__dict__.get("_pytree_static")
     if static is None:
-      static = self.__dict__["_pytree_static"] = _Static(self)
+      static = self.__dict__["_pytree_static"] = IdentityKey(self)
     return tuple(getattr(self, name) for name in self._data_fields), static
 
   @classmethod
-  def _tree_unflatten(cls, static: _Static, children):
+  def _tree_unflatten(cls, static: IdentityKey, children):
+    owner = static.value
+    if owner is None:
+      raise ReferenceError(f"cannot rebuild a {cls.__name__} from a tree structure whose object has been "
+                           "garbage-collected; flatten a live one.")
     obj = object.__new__(cls)
-    obj.__dict__.update(static.owner.__dict__)
+    obj.__dict__.update(owner.__dict__)
+    del obj.__dict__["_pytree_static"]  # the copy is keyed by its own identity
     obj.__dict__.update(zip(cls._data_fields, children))
     return obj

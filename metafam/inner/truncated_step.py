@@ -25,6 +25,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from metafam._checks import check_bool, check_positive
+from metafam._identity import own_program
 from metafam._pytree import DataPytree
 from metafam.datasets.base import SPLITS
 from metafam.inner import pairs, sharding
@@ -135,11 +136,21 @@ class TruncatedStep(DataPytree):
     if isinstance(lane_chunk, str) and lane_chunk == "auto":
       lane_chunk = step_lib.auto_lane_chunk(getattr(self.learned_opt, "lane_chunk", None), platform)
     self.lane_chunk = None if lane_chunk is None else check_positive("lane_chunk", lane_chunk, integer=True)
+    self.donate = donate
     self.data = sharding.place(self._device_data(), self.mesh, lane_major=False)
-    # The step passes itself (a pytree whose leaves are its device data) to its own programs.
-    self._unroll = jax.jit(TruncatedStep.unroll_fn, static_argnames=("theta_is_batched",),
-                           donate_argnames=("state",) if donate else ())
-    self._init = jax.jit(TruncatedStep.init_fn, static_argnames=("theta_is_batched",))
+
+  # The step's own programs (`metafam._identity.own_program`): it passes itself, a pytree whose leaves are its device
+  # data, to them.
+  @property
+  def _unroll(self):
+    return own_program(self, "_unroll_program", lambda: jax.jit(
+        TruncatedStep.unroll_fn, static_argnames=("theta_is_batched",),
+        donate_argnames=("state",) if self.donate else ()))
+
+  @property
+  def _init(self):
+    return own_program(self, "_init_program",
+                       lambda: jax.jit(TruncatedStep.init_fn, static_argnames=("theta_is_batched",)))
 
   def replace(self, **changes: Any) -> "TruncatedStep":
     """A new `TruncatedStep` with the same constructor arguments except ``changes`` (e.g. ``num_tasks=16``)."""

@@ -31,6 +31,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from metafam._checks import check_positive
+from metafam._identity import own_program
 from metafam._pytree import DataPytree
 from metafam.optimizers import low_rank
 from metafam.inner import sharding
@@ -126,10 +127,8 @@ class GradientEstimator(DataPytree, abc.ABC):
       raise NotImplementedError(f"with_unroll_info=True: {type(self).__name__} does not report its unroll's "
                                 "per-step outputs (reports_unroll_info is False).")
     attr = "_jitted_estimate_with_info" if with_unroll_info else "_jitted_estimate"
-    jitted = self.__dict__.get(attr)
-    if jitted is None:  # per estimator, so the compiled programs die with it
-      fn = type(self)._placed_estimate_fn_with_info if with_unroll_info else type(self)._placed_estimate_fn
-      jitted = self.__dict__[attr] = jax.jit(fn)
+    fn = type(self)._placed_estimate_fn_with_info if with_unroll_info else type(self)._placed_estimate_fn
+    jitted = own_program(self, attr, lambda: jax.jit(fn))  # per estimator: the programs die with it
     theta, worker_state = self.place_theta(theta), self.place_worker_state(worker_state)
     estimate, worker_state = jitted(self, theta, worker_state, sharding.place(key, self.mesh, lane_major=False))
     if self.on_nonfinite != "ignore" and "nonfinite_fraction" in estimate.metrics:

@@ -30,6 +30,7 @@ import optax
 
 from metafam import distributed, resources
 from metafam._checks import check_positive
+from metafam._identity import own_program
 from metafam._pytree import DataPytree
 from metafam.inner import sharding
 from metafam.nonfinite import check_on_nonfinite
@@ -167,7 +168,12 @@ class MetaTrainer(DataPytree):
     self.learned_opt, self.estimators, self.meta_optimizer = learned_opt, estimators, meta_optimizer
     self.clip_grad_norm, self.nonfinite = clip_grad_norm, nonfinite
     self.on_nonfinite = check_on_nonfinite(on_nonfinite)
-    self._step = jax.jit(MetaTrainer._step_and_pack, donate_argnums=1)  # the trainer passes itself: see step_fn
+
+  @property
+  def _step(self):
+    """The jitted meta-step, this trainer's own program (`metafam._identity.own_program`); the trainer passes
+    itself to it (see `step_fn`)."""
+    return own_program(self, "_step_program", lambda: jax.jit(MetaTrainer._step_and_pack, donate_argnums=1))
 
   @property
   def estimator_labels(self) -> list:
