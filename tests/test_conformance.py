@@ -43,7 +43,7 @@ import lopt_goldens as G
 import metafam
 import metafam.pretrained as pretrained
 from metafam._registry import UnknownNameError
-from metafam.benchmark import baseline_files, baselines, suites, sweep
+from metafam.benchmark import baseline_files, baselines, suites
 from metafam.evaluation.scores import REFERENCE
 from metafam.inner import ConstantSchedule, TruncatedStep
 from metafam.optimizers import contract, num_meta_params
@@ -148,12 +148,12 @@ def check_suite(name, task_names):
 
 def check_suite_spec(name, spec):
   """A suite with shipped baselines: a registered suite whose horizons are the suite's tasks, baselines that are
-  tuned baselines (`TUNABLE`, with a rate grid) led by the reference, and a shipped data file of that suite."""
+  tuned baselines (`OPTAX_FACTORIES`' entries, each with a rate grid) led by the reference, and a shipped data file of that suite."""
   assert isinstance(spec, baseline_files.SuiteSpec) and spec.name == name
   assert list(spec.horizons) == suites.SUITES[name]
   assert spec.optimizers[0] == REFERENCE, f"{name}: the reference ({REFERENCE}) leads, got {spec.optimizers}"
   assert len(set(spec.all_optimizers)) == len(spec.all_optimizers), spec.all_optimizers
-  assert all(o in sweep.TUNABLE and o in baselines.GRIDS for o in spec.all_optimizers), spec.all_optimizers
+  assert all(o in optax_zoo.OPTAX_FACTORIES and o in baselines.GRIDS for o in spec.all_optimizers), spec.all_optimizers
   assert spec.command and os.path.isfile(spec.data_file), spec.data_file
   with open(spec.data_file, encoding="utf-8") as f:
     data = json.load(f)
@@ -293,7 +293,9 @@ def _first_update(tx, params):
 
 def check_optax_factory(name, factory):
   """``factory(learning_rate)`` is an optax transformation: a number and a constant schedule give the same first
-  update, that update is linear in the rate (every other hyper-parameter fixed), and 5 steps descend a quadratic."""
+  update, that update is linear in the rate (every other hyper-parameter fixed), and 5 steps descend a quadratic.
+  As a tuned baseline, ``optax.inject_hyperparams`` sweeps it by ``learning_rate`` (the tuning sweep's lanes) and it
+  has a rate grid (`GRIDS`)."""
   params = _quadratic_params()
   tx = factory(HAND_RATE)
   assert isinstance(tx, optax.GradientTransformation), name
@@ -308,15 +310,7 @@ def check_optax_factory(name, factory):
     updates, state = tx.update(jax.grad(_half_square)(p), state, p)
     p = optax.apply_updates(p, updates)
   assert float(_half_square(p)) < float(_half_square(params)), name
-
-
-def check_tunable(name, factory):
-  """A tuned baseline: an optax factory (as `OPTAX_FACTORIES`' entries, checked in that row when it is one) that
-  ``optax.inject_hyperparams`` sweeps by ``learning_rate`` (the tuning sweep's lanes), with a rate grid (`GRIDS`)."""
-  if factory is not optax_zoo.OPTAX_FACTORIES.get(name):
-    check_optax_factory(name, factory)
   assert baselines.GRIDS.get(name, 0) > 0, f"{name}: no rate grid in metafam.benchmark.baselines.GRIDS"
-  params = _quadratic_params()
   injected = _first_update(optax.inject_hyperparams(factory)(learning_rate=HAND_RATE), params)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-4 * HAND_RATE), injected,
                _first_update(factory(HAND_RATE), params))
@@ -548,8 +542,8 @@ TABLE = [
         optimizers.get_learned_optimizer),
     Row("HAND_DESIGNED", optimizers.HAND_DESIGNED, check_hand_optimizer,
         lambda n: optimizers.get_hand_optimizer(n, 1e-3)),
-    Row("OPTAX_FACTORIES", optax_zoo.OPTAX_FACTORIES, check_optax_factory),
-    Row("TUNABLE", sweep.TUNABLE, check_tunable, lambda n: baselines.tune_baseline(None, n, 8)),
+    Row("OPTAX_FACTORIES", optax_zoo.OPTAX_FACTORIES, check_optax_factory,
+        lambda n: baselines.tune_baseline(None, n, 8)),
     Row("ESTIMATORS", estimators.ESTIMATORS, check_estimator, estimators.get_estimator),
     Row("FAMILIES", families.FAMILIES, check_registered_family, families.get_family),
     Row("FAMILY_KINDS", families.FAMILY_KINDS, check_family_kind, lambda n: FamilySpec(n).build()),
@@ -568,7 +562,9 @@ NOT_REGISTRIES = {
     "metafam.tasks.registry.USER_DATA_SOURCES": "the data the user supplies, and how (`needs_user_data`)",
     "metafam.benchmark.suites.HORIZONS": "HELDOUT_SUITE's horizons by task (its row checks them)",
     "metafam.benchmark.suites.TEST_HORIZONS": "TEST_SUITE's horizons by task (its row checks them)",
-    "metafam.benchmark.baselines.GRIDS": "each tuned baseline's rate grid (TUNABLE's row checks every entry has one)",
+    "metafam.optimizers.registry._NATIVE": "metafam's own classes behind three HAND_DESIGNED entries (its row checks "
+                                           "each against OPTAX_FACTORIES' entry of that name)",
+    "metafam.benchmark.baselines.GRIDS": "each tuned baseline's rate grid (OPTAX_FACTORIES' row checks every entry has one)",
     "metafam._cli_spec.EXIT_CODES": "the command line's specification (tests/test_cli.py)",
     "metafam._cli_spec.COMMANDS": "the command line's specification (tests/test_cli.py)",
     "metafam._cli_spec.RUN_DEFAULTS": "the command line's specification (tests/test_cli.py)",
@@ -603,7 +599,6 @@ BROKEN = {
     "LEARNED_OPTIMIZERS": ("learnable_sgd", LearnableAdam),  # 4 meta-parameters, documented 1
     "HAND_DESIGNED": ("sgd", lambda lr: OptaxOptimizer(optax.sgd(-lr), name="sgd")),  # ascends
     "OPTAX_FACTORIES": ("adam", lambda learning_rate: optax.chain(optax.sgd(learning_rate), optax.scale(-1.0))),
-    "TUNABLE": ("sgd", lambda learning_rate: optax.chain(optax.sgd(learning_rate), optax.scale(-1.0))),  # ascend
     "ESTIMATORS": ("pes", object),  # not a GradientEstimator
     "FAMILIES": ("quadratic_family_10", _ShapeShiftingFamily),
     "FAMILY_KINDS": ("task", tasks.get_task),  # builds the task, not a family of it

@@ -36,12 +36,12 @@ from metafam.benchmark.scoring import RULESETS, SuiteReport, score
 from metafam.benchmark.report import format_table
 from metafam.benchmark.runner import learned_optimizer, load_theta
 from metafam.benchmark.suites import SUITES, get_suite, list_suites, resolve_tasks
-from metafam.benchmark.sweep import TUNABLE, sgdm, train_lanes
+from metafam.benchmark.sweep import train_lanes
 from metafam.evaluation.tuning import default_learning_rates, select_best
 
 __all__ = ["Aggregate", "RunCurves", "Speedup", "aggregate", "iqm", "median", "running_min", "speedup_over_baseline",
            "format_table", "learned_optimizer", "load_theta", "SUITES", "get_suite", "list_suites",
-           "resolve_tasks", "TUNABLE", "default_learning_rates", "select_best", "sgdm", "train_lanes", "SuiteEvaluation", "TaskScore", "baseline_evaluations", "evaluate_suite",
+           "resolve_tasks", "default_learning_rates", "select_best", "train_lanes", "SuiteEvaluation", "TaskScore", "baseline_evaluations", "evaluate_suite",
            "format_suite", "load_cached_evaluation", "load_normalizers", "score_task", "write_suite_report",
            "difference", "probability_of_improvement", "RULESETS", "SuiteReport", "score", "resolve_candidate",
            "schedule_factory"]

@@ -39,7 +39,7 @@ import numpy as np
 import optax
 
 from metafam.benchmark.candidates import schedule_factory
-from metafam.benchmark.sweep import TUNABLE, train_lanes
+from metafam.benchmark.sweep import train_lanes
 from metafam.evaluation import tuning
 from metafam.evaluation.metrics import normalize
 from metafam.evaluation.scores import REFERENCE, REFERENCE_FACTOR
@@ -188,7 +188,7 @@ def tune_baseline(task: Task, name: str, horizon: int, *, task_name: Optional[st
   ``lane_chunk``: the lanes' updates in blocks of this many (`Runner`); "auto": `default_lane_chunk` of ``name``.
   """
   from metafam._registry import lookup
-  factory = factory if factory is not None else schedule_factory(lookup(TUNABLE, name, "tuned baseline"))
+  factory = factory if factory is not None else schedule_factory(lookup(OPTAX_FACTORIES, name, "tuned baseline"))
   if isinstance(lane_chunk, str) and lane_chunk == "auto":
     lane_chunk = default_lane_chunk(name)
   start = time.perf_counter()

@@ -155,7 +155,7 @@ class Candidate:
 
 def _registered(name: str) -> Any:
   from metafam._registry import lookup
-  from metafam.benchmark.sweep import TUNABLE
+  from metafam.optimizers.optax_zoo import OPTAX_FACTORIES
   from metafam.pretrained import PRETRAINED, optax_transform
   if name in PRETRAINED:
     def pretrained(learning_rate, num_steps):
@@ -164,8 +164,8 @@ def _registered(name: str) -> Any:
     return schedule_factory(pretrained)
   from metafam._registry import UnknownNameError
   try:
-    return schedule_factory(lookup(TUNABLE, name, "optimizer") if name in TUNABLE else
-                            lookup({**TUNABLE, **PRETRAINED}, name, "optimizer"))
+    return schedule_factory(lookup(OPTAX_FACTORIES, name, "optimizer") if name in OPTAX_FACTORIES else
+                            lookup({**OPTAX_FACTORIES, **PRETRAINED}, name, "optimizer"))
   except UnknownNameError as e:
     raise ValueError(f"{e}; or give a factory as module:function (e.g. optax.contrib:prodigy).") from None
 

@@ -16,7 +16,7 @@ which also holds the grid and the selection rule.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Dict, Mapping, Optional, Sequence, Union
+from typing import Callable, Mapping, Optional, Sequence, Union
 
 import jax
 import jax.numpy as jnp
@@ -26,23 +26,11 @@ import optax
 from metafam.evaluation.evaluate import train_between_evals
 from metafam.inner.runner import OptimizerLike, Runner, as_keys, as_optimizer
 from metafam.optimizers.base import OptaxOptimizer, OptimizerState
-from metafam.optimizers.optax_zoo import OPTAX_FACTORIES
 from metafam.tasks.base import Task
 
-__all__ = ["DEFAULT_SPLITS", "TUNABLE", "sgdm", "train_lanes"]
+__all__ = ["DEFAULT_SPLITS", "train_lanes"]
 
 DEFAULT_SPLITS = ("inner_valid", "test")
-
-
-def sgdm(learning_rate: float, momentum: float = 0.9) -> optax.GradientTransformation:
-  """SGD with heavy-ball momentum 0.9 (``optax.sgd(learning_rate, momentum=momentum)``), a sweepable factory."""
-  return optax.sgd(learning_rate, momentum=momentum)
-
-
-# Named optax factories ``f(learning_rate) -> GradientTransformation`` that `tune_learning_rate` can sweep.
-# The nine baselines of the heldout suite come from `metafam.optimizers.optax_zoo.OPTAX_FACTORIES`.
-TUNABLE: Dict[str, Callable[..., optax.GradientTransformation]] = {
-    **OPTAX_FACTORIES, "sgdm": sgdm, "sgd": optax.sgd}
 
 
 def _with_hyperparams(opt_state: OptimizerState, lane_values: Mapping[str, jax.Array]) -> OptimizerState:

@@ -1,10 +1,13 @@
 """Hand-designed optax optimizers as factories of one argument, the learning rate (a number or an optax schedule).
 
 `OPTAX_FACTORIES` maps a name to ``f(learning_rate) -> optax.GradientTransformation``; every other optimizer
-hyper-parameter is the optax default unless stated. These are the tuned baselines of the ``heldout``
-benchmark (`metafam.benchmark.baselines`) and the optax-backed entries of `metafam.optimizers.registry.HAND_DESIGNED`.
+hyper-parameter is the optax default unless stated. It is the one registry of hand-designed optimizers: every tuned
+baseline is one of its entries (`metafam.benchmark.baselines.tune_baseline`; each shipped suite names its own in
+`metafam.benchmark.baseline_files.SUITE_SPECS`), and `metafam.optimizers.registry.HAND_DESIGNED` is its entries as
+metafam `Optimizer` objects (``adam``, ``sgd`` and ``sgdm`` as metafam's `Adam`, `SGD`, `SGDM`, the same updates).
 
 * ``adam``, ``adamw`` (decoupled weight decay 1e-4), ``nadamw`` (Nesterov Adam, weight decay 1e-4).
+* ``sgd``: plain SGD; ``sgdm``: SGD with heavy-ball momentum 0.9.
 * ``sgd_nesterov``: SGD with Nesterov momentum 0.9.
 * ``rmsprop``: decay 0.9, eps 1e-8, no momentum.
 * ``lion``: sign of interpolated momenta (b1 0.9, b2 0.99), decoupled weight decay 1e-3.
@@ -31,6 +34,8 @@ OptaxFactory = Callable[..., optax.GradientTransformation]
 
 OPTAX_FACTORIES: Dict[str, OptaxFactory] = {
     "adam": optax.adam,
+    "sgd": optax.sgd,
+    "sgdm": functools.partial(optax.sgd, momentum=0.9),
     "adamw": optax.adamw,
     "nadamw": optax.nadamw,
     "sgd_nesterov": functools.partial(optax.sgd, momentum=0.9, nesterov=True),

@@ -77,12 +77,11 @@ def _optax(name: str) -> Callable[[float], Optimizer]:
   return build
 
 
-HAND_DESIGNED: Dict[str, Callable[[float], Optimizer]] = {
-    "adam": Adam,
-    "sgd": SGD,
-    "sgdm": SGDM,
-    **{name: _optax(name) for name in OPTAX_FACTORIES if name != "adam"},  # the heldout benchmark's baselines
-}
+_NATIVE = {"adam": Adam, "sgd": SGD, "sgdm": SGDM}  # metafam's own classes for these entries (the same updates)
+
+# `OPTAX_FACTORIES` as metafam `Optimizer` objects: ``lr -> Optimizer``.
+HAND_DESIGNED: Dict[str, Callable[[float], Optimizer]] = {name: _NATIVE.get(name) or _optax(name)
+                                                          for name in OPTAX_FACTORIES}
 
 
 def list_hand_optimizers() -> List[str]:
