@@ -21,7 +21,8 @@ import optax
 
 from metafam._registry import lookup
 from metafam.compat import flax_msgpack
-from metafam.optimizers.base import OptaxOptimizer, Optimizer
+from metafam.inner.runner import as_optimizer
+from metafam.optimizers.base import Optimizer
 from metafam.optimizers.learned import LearnedOptimizer
 from metafam.runs import checkpoint
 
@@ -121,11 +122,10 @@ def _is_learned_pair(obj: Any) -> bool:
 
 
 def resolve_optimizer(spec: OptimizerSpec) -> Tuple[str, Optimizer]:
-  """``(default name, Optimizer)`` for a metafam `Optimizer`, an optax transformation or ``(lopt, theta|path)``."""
-  if isinstance(spec, Optimizer):
-    return spec.name, spec
-  if isinstance(spec, optax.GradientTransformation):
-    return "optax", OptaxOptimizer(spec)
+  """``(default name, Optimizer)`` for a metafam `Optimizer`, an optax transformation (`as_optimizer` wraps both,
+  as every engine does) or ``(lopt, theta|path)``."""
+  if isinstance(spec, (Optimizer, optax.GradientTransformation)):
+    return (spec.name if isinstance(spec, Optimizer) else "optax"), as_optimizer(spec)
   if _is_learned_pair(spec):
     return spec[0].name, learned_optimizer(*spec)
   raise TypeError(f"an optimizer must be a metafam Optimizer, an optax.GradientTransformation or a "
