@@ -10,6 +10,13 @@ record, each array as its dtype, shape and SHA-256 of its bytes (the arrays them
 e012da3 (before the learned-optimizer contract and the run package; the main job's arrays were checked identical to
 056da22's) is ``tests/data/recipe_goldens.json``.
 
+The main job's ``summary.json`` (3 meta-steps, then its closing comparison with tuned Adam) is checked too, in every
+field that issue 61 did not redefine on purpose (it replaced the speedup and added the profile score, loss ratio and
+gain): the meta-losses, the step counts, the evaluation's setup, the learned optimizer's and tuned Adam's final and
+mean losses per instance, Adam's tuned rate and selection scores (`SUMMARY_FIELDS`). Its record,
+``tests/data/main_job_summary_golden.json``, was made on 056da22 itself: ``python -m metafam meta-train --num_steps 3
+--meta_lr_decay_steps 6000 --output_dir DIR`` at that commit, then ``python tests/recipe_goldens.py --summary_of DIR``.
+
     python tests/recipe_goldens.py            # records (run it with PYTHONPATH at the commit to record)
     python tests/recipe_goldens.py --check    # compares: exit status 1 and the differences if any
 """
@@ -27,6 +34,17 @@ from typing import Dict
 import numpy as np
 
 GOLDENS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "recipe_goldens.json")
+SUMMARY_GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "main_job_summary_golden.json")
+SUMMARY_STEPS = 3
+# summary.json's fields that must not change: paths of keys, "*" for each optimizer of the evaluation.
+SUMMARY_FIELDS = (
+    ("meta_steps",), ("inner_steps_total",), ("meta_loss_first_10",), ("meta_loss_last_10",),
+    ("eval", "family"), ("eval", "inner_steps"), ("eval", "select_split"), ("eval", "smoothing"), ("eval", "split"),
+    ("eval", "tasks"), ("eval", "adam", "lr"), ("eval", "adam", "select_scores"),
+    ("eval", "adam", "final_loss"), ("eval", "adam", "final_loss_per_instance"), ("eval", "adam", "mean_loss"),
+    ("eval", "learned", "*", "final_loss"), ("eval", "learned", "*", "final_loss_per_instance"),
+    ("eval", "learned", "*", "mean_loss"),
+)
 RUNS = {  # name -> (flags, meta-steps)
     "main_job": ((), 3),
     "generalist": (("--recipe=generalist",), 2),
@@ -58,6 +76,37 @@ def run(flags, num_steps: int) -> Dict[str, np.ndarray]:
     return arrays
 
 
+def summary_fields(summary: Dict) -> Dict[str, object]:
+  """``{"eval/adam/lr": value, ...}``: the `SUMMARY_FIELDS` of a summary.json's content."""
+  out = {}
+
+  def walk(node, path, done):
+    if not path:
+      out["/".join(done)] = node
+    elif path[0] == "*":
+      for key in sorted(node):
+        walk(node[key], path[1:], done + (key,))
+    else:
+      walk(node[path[0]], path[1:], done + (path[0],))
+
+  for field in SUMMARY_FIELDS:
+    walk(summary, field, ())
+  return out
+
+
+def main_job_summary() -> Dict[str, object]:
+  """`summary_fields` of the main job run for `SUMMARY_STEPS` meta-steps with its closing report."""
+  with tempfile.TemporaryDirectory() as tmp:
+    out = os.path.join(tmp, "run")
+    cmd = [sys.executable, "-m", "metafam", "meta-train", f"--num_steps={SUMMARY_STEPS}", "--meta_lr_decay_steps=6000",
+           "--progress=false", f"--output_dir={out}"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+      raise SystemExit(f"{' '.join(cmd)} failed:\n{done.stderr[-3000:]}")
+    with open(os.path.join(out, "summary.json")) as f:
+      return summary_fields(json.load(f))
+
+
 def record() -> Dict[str, Dict[str, str]]:
   """``{run: {array name: fingerprint}}``, the meta-losses also as their exact values (``meta_loss_values``)."""
   out = {}
@@ -69,6 +118,12 @@ def record() -> Dict[str, Dict[str, str]]:
 
 
 def main(argv) -> int:
+  if "--summary_of" in argv:  # records the summary golden from a run directory (made at the commit to record)
+    from metafam.io import write_json
+    with open(os.path.join(argv[argv.index("--summary_of") + 1], "summary.json")) as f:
+      write_json(SUMMARY_GOLDEN, summary_fields(json.load(f)))
+    print(f"wrote {SUMMARY_GOLDEN}")
+    return 0
   got = record()
   if "--check" not in argv:
     from metafam.io import write_json
@@ -83,7 +138,14 @@ def main(argv) -> int:
   for k in bad[:20]:
     print(f"differs: {k}")
   print(f"{sum(map(len, want.values()))} records, {len(bad)} differ")
-  return 1 if bad else 0
+  with open(SUMMARY_GOLDEN) as f:
+    want_summary = json.load(f)
+  got_summary = main_job_summary()
+  bad_summary = [k for k in sorted(set(want_summary) | set(got_summary)) if want_summary.get(k) != got_summary.get(k)]
+  for k in bad_summary[:20]:
+    print(f"summary.json differs: {k}: {want_summary.get(k)!r} != {got_summary.get(k)!r}"[:300])
+  print(f"summary.json: {len(want_summary)} fields, {len(bad_summary)} differ")
+  return 1 if bad or bad_summary else 0
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""The main job's and every shipped recipe's first meta-steps are bit-identical to those recorded before issue 63's
-refactors (the learned-optimizer contract, the run package): tests/recipe_goldens.py."""
+"""The main job's and every shipped recipe's first meta-steps, and the main job's summary.json (all but the fields
+issue 61 redefined), are bit-identical to those recorded before issue 63's refactors: tests/recipe_goldens.py."""
 
 import json
 
@@ -18,6 +18,23 @@ def test_every_shipped_recipe_has_a_record():
   assert set(record) == set(G.RUNS)
   for name, (_, steps) in G.RUNS.items():
     assert len(record[name]["meta_loss_values"]) == steps and len(record[name]) > 10, name
+  with open(G.SUMMARY_GOLDEN) as f:
+    summary = json.load(f)
+  assert summary["meta_steps"] == G.SUMMARY_STEPS and summary["eval/tasks"] == 16
+  assert set(summary) == set(G.summary_fields(_nest(summary)))  # every field recorded, and nothing else
+  assert {k.split("/")[2] for k in summary if k.startswith("eval/learned/")} == {"learned (init)", "learned (final)"}
+
+
+def _nest(flat):
+  """The nested summary.json content that `summary_fields` flattens to ``flat``."""
+  out = {}
+  for key, value in flat.items():
+    *parents, last = key.split("/")
+    node = out
+    for p in parents:
+      node = node.setdefault(p, {})
+    node[last] = value
+  return out
 
 
 @pytest.mark.slow  # three meta-training runs from the command line, compiled as in production (a few minutes)
