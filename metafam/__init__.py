@@ -7,6 +7,7 @@ an injected step, and `MetaTrainer` (`outer_trainers`) -> a meta-training run of
 here.
 """
 
+from metafam._registry import UnknownNameError
 from metafam.datasets.base import Datasets, dataset_lru_cache
 from metafam.inner import ConstantSchedule, LogUniformSchedule, NeverEndingSchedule, TruncatedStep
 from metafam.optimizers import (AdafacMLPLOpt, HyperV2, LearnableAdam, LearnableSGD, LearnableSGDM, LearnedOptimizer,
@@ -27,4 +28,5 @@ __all__ = ["Datasets", "dataset_lru_cache", "ConstantSchedule", "LogUniformSched
            "GradientEstimator", "MetaTrainer", "NoiseReuseES", "TruncatedBPTT", "TruncatedES", "make_estimator",
            "TaskFamily", "check_family", "single_task_to_family", "get_family", "Task", "get_task",
            "LearnedOptimizer", "LearnableSGD", "LearnableAdam", "LearnableSGDM", "MLPLOpt", "MLPNomLOpt", "AdafacMLPLOpt",
-           "MuonResidualLOpt", "NNAdam", "RNNMLPLOpt", "HyperV2", "MetaTrainingRun", "Recipe", "load_recipe", "train"]
+           "MuonResidualLOpt", "NNAdam", "RNNMLPLOpt", "HyperV2", "MetaTrainingRun", "Recipe", "load_recipe", "train",
+           "UnknownNameError"]
