@@ -61,6 +61,6 @@ class DataPytree:
                            "garbage-collected; flatten a live one.")
     obj = object.__new__(cls)
     obj.__dict__.update(owner.__dict__)
-    del obj.__dict__["_pytree_static"]  # the copy is keyed by its own identity
+    obj.__dict__.pop("_pytree_static", None)  # the copy is keyed by its own identity
     obj.__dict__.update(zip(cls._data_fields, children))
     return obj

@@ -7,6 +7,7 @@ import logging
 import weakref
 
 import jax
+import numpy as np
 
 from meta_setup import build_trainer
 
@@ -41,3 +42,18 @@ def test_engine_programs_are_reused_and_die_with_their_objects(caplog):
   del trainer, state, step, estimator, lanes, programs
   gc.collect()
   assert [r() for r in refs] == [None] * len(refs)
+
+
+def test_a_copy_outlives_its_original():
+  """`jax.tree.map` over an engine object makes a copy keyed by its own identity: it still runs after the original is
+  gone, with the same numbers."""
+  step = build_trainer(num_tasks=2, unroll_length=2, trajectory=6).estimators[0].step
+  theta = step.learned_opt.init(jax.random.key(1))
+  want = step.unroll(theta, step.init_step_state(theta, jax.random.key(2)), jax.random.key(3), 3)[1].loss
+  copy = jax.tree.map(lambda x: x, step)
+  ref = weakref.ref(step)
+  del step
+  gc.collect()
+  assert ref() is None
+  got = copy.unroll(theta, copy.init_step_state(theta, jax.random.key(2)), jax.random.key(3), 3)[1].loss
+  np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
