@@ -80,7 +80,8 @@ def main() -> None:
   parser.add_argument("--layouts", default="1x1,1x2,2x1", help="comma-separated PxD: P processes x D devices each")
   parser.add_argument("--steps", type=int, default=30, help="timed meta-steps per layout")
   parser.add_argument("--warmup", type=int, default=3, help="meta-steps before timing (compilation)")
-  parser.add_argument("--num_tasks", type=int, default=8, help="task instances, an antithetic pair of lanes each (lanes = 2 x tasks)")
+  parser.add_argument("--num_tasks", type=int, default=8,
+                      help="task instances, an antithetic pair of lanes each (lanes = 2 x tasks)")
   parser.add_argument("--unroll", type=int, default=10, help="inner steps per estimate")
   parser.add_argument("--pin", action="store_true", help="pin process i of a multi-process layout to core i")
   parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)

@@ -51,7 +51,8 @@ flags.DEFINE_string("optimizer", RUN_DEFAULTS["optimizer"], "Optimizer: a regist
 flags.DEFINE_string("estimator", RUN_DEFAULTS["estimator"], "Meta-gradient estimator (`metafam list` names them).",
                     flag_values=FLAGS)
 _int("num_steps", RUN_DEFAULTS["num_steps"], "Meta-training steps (total; a resumed run continues to this count).")
-_int("num_tasks", RUN_DEFAULTS["num_tasks"], "Task instances per family and meta-step (tbptt: a lane each; ES: an antithetic pair of lanes each).", upper=MAX_LANES)
+_int("num_tasks", RUN_DEFAULTS["num_tasks"], "Task instances per family and meta-step (tbptt: a lane each; ES: an "
+     "antithetic pair of lanes each).", upper=MAX_LANES)
 _int("unroll_length", RUN_DEFAULTS["unroll_length"], "Inner steps per truncation.")
 _int("trajectory_length", RUN_DEFAULTS["trajectory_length"], "Inner steps per trajectory (full_es: per estimate); "
      "train on the horizon you evaluate on (--eval_steps).")

@@ -148,7 +148,8 @@ def check_suite(name, task_names):
 
 def check_suite_spec(name, spec):
   """A suite with shipped baselines: a registered suite whose horizons are the suite's tasks, baselines that are
-  tuned baselines (`OPTAX_FACTORIES`' entries, each with a rate grid) led by the reference, and a shipped data file of that suite."""
+  tuned baselines (`OPTAX_FACTORIES`' entries, each with a rate grid) led by the reference, and a shipped data file
+  of that suite."""
   assert isinstance(spec, baseline_files.SuiteSpec) and spec.name == name
   assert list(spec.horizons) == suites.SUITES[name]
   assert spec.optimizers[0] == REFERENCE, f"{name}: the reference ({REFERENCE}) leads, got {spec.optimizers}"
@@ -564,7 +565,8 @@ NOT_REGISTRIES = {
     "metafam.benchmark.suites.TEST_HORIZONS": "TEST_SUITE's horizons by task (its row checks them)",
     "metafam.optimizers.registry._NATIVE": "metafam's own classes behind three HAND_DESIGNED entries (its row checks "
                                            "each against OPTAX_FACTORIES' entry of that name)",
-    "metafam.benchmark.baselines.GRIDS": "each tuned baseline's rate grid (OPTAX_FACTORIES' row checks every entry has one)",
+    "metafam.benchmark.baselines.GRIDS": "each tuned baseline's rate grid (OPTAX_FACTORIES' row checks every entry "
+                                         "has one)",
     "metafam._cli_spec.EXIT_CODES": "the command line's specification (tests/test_cli.py)",
     "metafam._cli_spec.COMMANDS": "the command line's specification (tests/test_cli.py)",
     "metafam._cli_spec.RUN_DEFAULTS": "the command line's specification (tests/test_cli.py)",

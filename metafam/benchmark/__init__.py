@@ -41,7 +41,8 @@ from metafam.evaluation.tuning import default_learning_rates, select_best
 
 __all__ = ["Aggregate", "RunCurves", "Speedup", "aggregate", "iqm", "median", "running_min", "speedup_over_baseline",
            "format_table", "learned_optimizer", "load_theta", "SUITES", "get_suite", "list_suites",
-           "resolve_tasks", "default_learning_rates", "select_best", "train_lanes", "SuiteEvaluation", "TaskScore", "baseline_evaluations", "evaluate_suite",
+           "resolve_tasks", "default_learning_rates", "select_best", "train_lanes", "SuiteEvaluation", "TaskScore",
+           "baseline_evaluations", "evaluate_suite",
            "format_suite", "load_cached_evaluation", "load_normalizers", "score_task", "write_suite_report",
            "difference", "probability_of_improvement", "RULESETS", "SuiteReport", "score", "resolve_candidate",
            "schedule_factory"]

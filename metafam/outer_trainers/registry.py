@@ -4,8 +4,8 @@
 
 is ``PES(TruncatedStep(family, learned_opt, 8, ConstantSchedule(200), random_initial_iteration=True,
 meta_loss_split="outer_valid"), unroll_length=20, sigma=0.01)``: the step's arguments go to the step, the rest to
-the estimator. ``num_tasks`` is the number of task instances per meta-step (TBPTT: a lane each; ES estimators: an antithetic
-pair of lanes each).
+the estimator. ``num_tasks`` is the number of task instances per meta-step (TBPTT: a lane each; ES estimators: an
+antithetic pair of lanes each).
 
 `make_estimator` is how a `metafam.runs.Recipe` builds its estimators, and its defaults are meta-training's, not
 the bare `TruncatedStep`'s: 8 tasks (``Recipe.num_tasks``), staggered lanes (``random_initial_iteration=True``) and
