@@ -396,6 +396,51 @@ def test_self_tuning_baselines_table(monkeypatch, capsys):
   assert code == 2
 
 
+def _tiny_residual_recipe(path):
+  """A recipe file with generalist_v3's learned optimizer on one small MLP family (8x8 images, 8 hidden units)."""
+  recipe = {"name": "tiny", "optimizer": "muon_residual_lopt", "step_mult": 0.0316,
+            "optimizer_kwargs": {"schedule_knots": 5, "learn_fan_exponents": False, "base_schedule": "warmup_cosine"},
+            "families": [{"kind": "image_mlp", "kwargs": {"hidden_sizes": [8], "image_size": 8, "batch_size": 8}}],
+            "estimator": "full_es", "num_tasks": 2, "trajectory_lengths": [10, 10]}
+  path.write_text(json.dumps(recipe))
+  return str(path)
+
+
+def test_scale_headroom_refuses_bad_points_before_any_work(tmp_path, monkeypatch, capsys):
+  recipe = _tiny_residual_recipe(tmp_path / "tiny.json")
+  for point, said in [("a", "expected NAME=PATH.npz"), ("a=log_gain[2]=1", "index 2 is out of range"),
+                      ("a=gain[0]=1", "no entry 'gain'"), ("a=log_gain[0]=nan", "must be finite"),
+                      ("a=log_gain[0]=x", "is not a number"), ("a=missing.npz", "neither a theta file")]:
+    monkeypatch.setattr(sys, "argv", ["scale_headroom.py", "--recipe", recipe, "--point", point, "--out",
+                                      str(tmp_path)])
+    with pytest.raises(SystemExit) as exit_info:
+      runpy.run_path(os.path.join(ROOT, "experiments", "scale_headroom.py"), run_name="__main__")
+    assert exit_info.value.code == 2
+    assert said in capsys.readouterr().err, point
+  code, _ = run_script("experiments/scale_headroom.py", ["--recipe", recipe, "--point", "a=log_gain[0]=1",
+                                                         "--seeds", 3, 3], monkeypatch, capsys)
+  assert code == 2
+  assert not (tmp_path / "headroom.json").exists()
+
+
+def test_scale_headroom_pairs_each_point_with_the_initial_theta(tmp_path, monkeypatch, capsys):
+  """A point equal to the initial theta differs from it by exactly 0 on every seed; a changed gain does not, and
+  the paired table is the mean and sd over seeds of the per-seed differences in the recorded scores."""
+  recipe = _tiny_residual_recipe(tmp_path / "tiny.json")
+  args = ["--recipe", recipe, "--point", "same=log_gain[0]=0", "--point", "slow=log_gain[0]=-2,log_gain[1]=-2",
+          "--eval_tasks", 2, "--eval_steps", 6, "--seeds", 5, 6, "--measure", "mean", "--out", tmp_path]
+  code, out = run_script("experiments/scale_headroom.py", args, monkeypatch, capsys)
+  assert code == 0 and "point - initial" in out, out
+  result = json.loads((tmp_path / "headroom.json").read_text())
+  assert result["measure"] == "mean" and result["seeds"] == [5, 6]
+  assert result["paired"]["same"]["all"] == [0.0, 0.0]
+  scores = result["scores"]
+  (family,) = scores["initial"]["5"]
+  diffs = [scores["slow"][s][family] - scores["initial"][s][family] for s in ("5", "6")]
+  assert all(d != 0 for d in diffs)
+  np.testing.assert_allclose(result["paired"]["slow"][family], [np.mean(diffs), np.std(diffs, ddof=1)], rtol=1e-6)
+
+
 # MetaValidation in the loop: tests/outer_trainers/test_meta_trainer.py; the planted run: tests/benchmark/test_planted.py
 @pytest.mark.slow
 def test_planted_validation_curve(tmp_path, monkeypatch, capsys):
