@@ -31,9 +31,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from metafam.benchmark.runner import load_theta
+from metafam.benchmark.runner import fit_theta, load_theta
 from metafam.io import atomic_write
 from metafam.runs import MetaValidation
+from metafam.runs.checkpoint import CheckpointError
 from metafam.runs.recipes import load_recipe
 from metafam.runs.validation import DEFAULT_SEED
 
@@ -41,20 +42,24 @@ KEYS = {"mean": "mean_loss", "final": "final_loss"}
 _SETTING = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\[(\d+)\]=(.+)$")
 
 
-def parse_point(text: str, initial, error):
-  """``NAME=SPEC`` -> (NAME, theta); SPEC is a comma-separated list of a theta file and ``LEAF[I]=VALUE`` settings."""
+def parse_point(text: str, lopt, initial, error):
+  """``NAME=SPEC`` -> (NAME, theta); SPEC is a comma-separated list: an optional theta file first, then
+  ``LEAF[I]=VALUE`` settings (``I`` indexes the leaf's entries in row-major order)."""
   name, sep, spec = text.partition("=")
   if not sep or not name or not spec:
     error(f"--point: expected NAME=PATH.npz or NAME=LEAF[I]=VALUE[,...], got {text!r}")
   theta = initial
-  for part in spec.split(","):
+  for position, part in enumerate(spec.split(",")):
     match = _SETTING.match(part)
     if match is None:
       if not part.endswith(".npz") or not os.path.isfile(part):
         error(f"--point {name}: {part!r} is neither a theta file (.npz) nor a setting LEAF[I]=VALUE")
-      theta = load_theta(part)
-      if jax.tree.structure(theta) != jax.tree.structure(initial):
-        error(f"--point {name}: {part} is not a theta of the recipe's learned optimizer")
+      if position:
+        error(f"--point {name}: the theta file {part} must come first (it would replace the settings before it)")
+      try:
+        theta = fit_theta(lopt, load_theta(part))
+      except (CheckpointError, ValueError) as e:
+        error(f"--point {name}: {part} is not a theta of the recipe's learned optimizer: {e}")
       continue
     leaf, index, value = match.group(1), int(match.group(2)), match.group(3)
     if not isinstance(theta, dict) or leaf not in theta:
@@ -65,10 +70,11 @@ def parse_point(text: str, initial, error):
       error(f"--point {name}: {value!r} is not a number")
     if not np.isfinite(number):
       error(f"--point {name}: {leaf}[{index}] must be finite, got {value!r}")
-    if not 0 <= index < np.size(theta[leaf]):
-      error(f"--point {name}: {leaf} has {np.size(theta[leaf])} entries, index {index} is out of range")
+    entries = jnp.asarray(theta[leaf])
+    if not 0 <= index < entries.size:
+      error(f"--point {name}: {leaf} has {entries.size} entries, index {index} is out of range")
     theta = dict(theta)
-    theta[leaf] = jnp.asarray(theta[leaf]).at[index].set(number)
+    theta[leaf] = entries.reshape(-1).at[index].set(number).reshape(entries.shape)
   return name, theta
 
 
@@ -94,7 +100,7 @@ def main():
     p.error(f"--recipe: {e}")
   lopt = recipe.build_learned_optimizer()
   initial = lopt.init(jax.random.key(0))
-  points = dict([("initial", initial)] + [parse_point(text, initial, p.error) for text in args.point])
+  points = dict([("initial", initial)] + [parse_point(text, lopt, initial, p.error) for text in args.point])
   families = [spec.build() for spec in recipe.families]
 
   scores = {name: {} for name in points}  # point -> seed -> {family: value}

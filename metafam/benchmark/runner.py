@@ -56,14 +56,19 @@ def learned_optimizer(lopt: LearnedOptimizer, theta_or_path: Any) -> Optimizer:
     theta = load_theta(theta_or_path)
   else:
     theta = theta_or_path
+  return lopt.opt_fn(fit_theta(lopt, theta))
+
+
+def fit_theta(lopt: LearnedOptimizer, theta: Any) -> Any:
+  """``theta`` as ``lopt``'s meta-parameters: the structure and leaf shapes of ``lopt.init``'s, leaves cast to its
+  dtypes. Raises ValueError if they differ (a theta of another learned optimizer or configuration)."""
   expected = jax.eval_shape(lopt.init, jax.random.key(0))
   got_leaves, got_def = jax.tree.flatten(theta)
   want_leaves, want_def = jax.tree.flatten(expected)
   if got_def != want_def or any(np.shape(g) != w.shape for g, w in zip(got_leaves, want_leaves)):
     raise ValueError(f"theta does not fit {lopt.name}: got structure {got_def} with shapes "
                      f"{[np.shape(g) for g in got_leaves]}, expected {want_def} with {[w.shape for w in want_leaves]}.")
-  theta = jax.tree.map(lambda x, w: jnp.asarray(x, w.dtype), theta, expected)
-  return lopt.opt_fn(theta)
+  return jax.tree.map(lambda x, w: jnp.asarray(x, w.dtype), theta, expected)
 
 
 def learned_optimizer_from_checkpoint(name: str, path: Union[str, os.PathLike]) -> Optimizer:

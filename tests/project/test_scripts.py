@@ -407,10 +407,18 @@ def _tiny_residual_recipe(path):
 
 
 def test_scale_headroom_refuses_bad_points_before_any_work(tmp_path, monkeypatch, capsys):
+  from metafam.runs import checkpoint
   recipe = _tiny_residual_recipe(tmp_path / "tiny.json")
+  good = {"log_gain": np.zeros(2, np.float32), "log_schedule": np.zeros(5, np.float32)}
+  files = {"good": good, "nan": dict(good, log_gain=np.array([0.0, np.nan], np.float32)),
+           "short": dict(good, log_schedule=np.zeros(3, np.float32))}
+  for stem, theta in files.items():
+    checkpoint.save(str(tmp_path / f"{stem}.npz"), theta, {})
   for point, said in [("a", "expected NAME=PATH.npz"), ("a=log_gain[2]=1", "index 2 is out of range"),
                       ("a=gain[0]=1", "no entry 'gain'"), ("a=log_gain[0]=nan", "must be finite"),
-                      ("a=log_gain[0]=x", "is not a number"), ("a=missing.npz", "neither a theta file")]:
+                      ("a=log_gain[0]=x", "is not a number"), ("a=missing.npz", "neither a theta file"),
+                      (f"a={tmp_path}/nan.npz", "non-finite"), (f"a={tmp_path}/short.npz", "does not fit"),
+                      (f"a=log_gain[0]=1,{tmp_path}/good.npz", "must come first")]:
     monkeypatch.setattr(sys, "argv", ["scale_headroom.py", "--recipe", recipe, "--point", point, "--out",
                                       str(tmp_path)])
     with pytest.raises(SystemExit) as exit_info:
