@@ -39,6 +39,9 @@ __all__ = ["ProcessGroup", "DistributedError", "PeerFailureError", "initialize",
            "is_peer_failure", "launch_local", "local_commands", "free_port", "exit_now", "parse_coordinator",
            "check_coordinator"]
 
+# A process stopped on a preemption signal after checkpointing (metafam.runs.preemption). EX_TEMPFAIL (sysexits.h): a
+# temporary condition; running the same command again continues.
+EXIT_PREEMPTED = 75
 DEFAULT_TIMEOUT_S = 60
 DEFAULT_HEARTBEAT_S = 20
 SHUTDOWN_TIMEOUT_S = 24 * 3600
@@ -312,7 +315,9 @@ def launch_local(argv: Sequence[str], num_processes: int, port: Optional[int] = 
   themselves (they stop at their next meta-step) before they are terminated; the first non-zero exit code is
   returned (0 when all succeed). SIGTERM or Ctrl-C (SIGINT) sent to the launcher is passed on to every process as
   SIGTERM: they agree on a meta-step, checkpoint it and exit (75, see `metafam.runs.preemption`), and the
-  launcher returns their code.
+  launcher returns their code. A process that exits 75 is not a failure: every other process stops at the same
+  agreed meta-step, however long its checkpoint takes, so the launcher waits for them (terminating one mid-write
+  would lose its report, and on a loaded machine a checkpoint can take longer than ``grace_s``).
   """
   procs = [subprocess.Popen(cmd) for cmd in local_commands(argv, num_processes, port)]
 
@@ -328,7 +333,9 @@ def launch_local(argv: Sequence[str], num_processes: int, port: Optional[int] = 
       for p in procs:
         rc = p.poll()
         if rc not in (None, 0) and code == 0:
-          code, failed_at = rc, time.monotonic()
+          code = rc
+        if rc not in (None, 0, EXIT_PREEMPTED) and failed_at is None:
+          failed_at = time.monotonic()
       if failed_at is not None and time.monotonic() - failed_at > grace_s:
         for p in procs:
           if p.poll() is None:

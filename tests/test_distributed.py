@@ -257,3 +257,37 @@ def test_cli_launch_runs_meta_train_on_two_processes(tmp_path):
   with open(out / "metrics.jsonl") as f:  # written once, with process 0's evaluation at the last step
     records = [json.loads(line) for line in f]
   assert [r["step"] for r in records] == [1, 2, 3] and "eval_final_loss" in records[-1]
+
+
+def _fake_processes(monkeypatch, tmp_path, scripts):
+  """`launch_local` runs ``python -c SCRIPT`` for each script instead of metafam (stdout to a file per process)."""
+  def commands(argv, num_processes, port=None):
+    assert num_processes == len(scripts)
+    return [[sys.executable, "-c", f"import sys; sys.stdout = open({str(tmp_path / str(i))!r}, 'w'); {s}"]
+            for i, s in enumerate(scripts)]
+  monkeypatch.setattr(distributed, "local_commands", commands)
+
+
+def test_launcher_waits_for_a_slow_checkpoint_after_a_preempted_exit(monkeypatch, tmp_path):
+  """Process 0 is preempted at once; process 1 takes longer than the grace period to write its checkpoint and
+  report. A preempted exit is no failure: process 1 is not terminated (it was, when 75 started the grace timer)."""
+  _fake_processes(monkeypatch, tmp_path, ["sys.exit(75)",
+                                          "import time; time.sleep(1.5); print('checkpointed'); sys.exit(75)"])
+  start = time.monotonic()
+  assert distributed.launch_local(["meta-train"], 2, grace_s=0.2) == 75
+  assert time.monotonic() - start >= 1.5
+  with open(tmp_path / "1") as f:
+    assert f.read() == "checkpointed\n"
+
+
+def test_launcher_terminates_the_others_a_grace_period_after_a_failure(monkeypatch, tmp_path):
+  _fake_processes(monkeypatch, tmp_path, ["sys.exit(1)", "import time; time.sleep(60)"])
+  start = time.monotonic()
+  assert distributed.launch_local(["meta-train"], 2, grace_s=0.5) == 1  # the first failure's code
+  assert 0.5 <= time.monotonic() - start < 30
+  # A failure after a preempted exit starts the timer too.
+  _fake_processes(monkeypatch, tmp_path, ["sys.exit(75)", "import time; time.sleep(0.3); sys.exit(3)",
+                                          "import time; time.sleep(60)"])
+  start = time.monotonic()
+  assert distributed.launch_local(["meta-train"], 3, grace_s=0.5) == 75
+  assert 0.8 <= time.monotonic() - start < 30

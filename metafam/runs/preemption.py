@@ -26,9 +26,9 @@ from typing import Any, Optional
 
 import jax
 
-__all__ = ["EXIT_PREEMPTED", "Preempted", "StopRequests"]
+from metafam.distributed import EXIT_PREEMPTED  # defined beside the launcher, which must tell it from a failure
 
-EXIT_PREEMPTED = 75  # EX_TEMPFAIL (sysexits.h): a temporary condition; running the same command again continues
+__all__ = ["EXIT_PREEMPTED", "Preempted", "StopRequests"]
 
 
 class Preempted(Exception):

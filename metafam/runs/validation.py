@@ -54,12 +54,12 @@ class MetaValidation:
     mesh: the trainer's device mesh (`MetaTrainer.mesh`); the instances are spread over this process's devices of
       it when ``num_tasks`` divides evenly, else they run on one device (same numbers up to float rounding).
 
-  Calling it with ``(theta, step)`` returns, for each family ``F`` (`family_names`), ``eval/F/final_loss`` (mean
-  over instances of the loss after the last step), ``eval/F/final_loss_sd`` (its standard deviation over instances)
-  and ``eval/F/mean_loss`` (the mean over steps and instances), and their means over families as
-  ``eval_final_loss``, ``eval_final_loss_sd`` and ``eval_mean_loss``. A non-finite loss (a diverged instance)
-  counts as inf. ``step`` is not used: every check sees the same instances, which is what makes the values of two
-  checks comparable.
+  Calling it with ``theta`` (and, as the run's validation hook does, the meta-step: ``(theta, step)``) returns, for
+  each family ``F`` (`family_names`), ``eval/F/final_loss`` (mean over instances of the loss after the last step),
+  ``eval/F/final_loss_sd`` (its standard deviation over instances) and ``eval/F/mean_loss`` (the mean over steps and
+  instances), and their means over families as ``eval_final_loss``, ``eval_final_loss_sd`` and ``eval_mean_loss``. A
+  non-finite loss (a diverged instance) counts as inf. ``step`` is optional and not used: every check sees the same
+  instances, which is what makes the values of two checks comparable.
   """
 
   def __init__(self, learned_opt: Any, families: Sequence[Any], *, num_tasks: int = 8, num_steps: int = 100,

@@ -103,13 +103,11 @@ def _null_run(bias=None):
   ``log_gain[1]`` (the gain of non-matrix tensors: there are none) and the residual MLP's output bias (the residual
   is centred over each tensor, which removes it exactly)."""
   family = planted.MatrixQuadraticFamily(SHAPE)
-  estimator = None
-  if bias is not None:
-    def estimator(recipe, lopt):
-      step = TruncatedStep(family, lopt, recipe.num_tasks, recipe.schedule(), random_initial_iteration=True,
-                           meta_loss_split="outer_valid")
-      return _BiasedNRES(step, bias, unroll_length=recipe.unroll_length, sigma=recipe.sigma)
-  lopt, trainer = _trainer(family, 1.2, NULL_STEPS, estimator=estimator)
+  def biased(recipe, lopt):
+    step = TruncatedStep(family, lopt, recipe.num_tasks, recipe.schedule(), random_initial_iteration=True,
+                         meta_loss_split="outer_valid")
+    return _BiasedNRES(step, bias, unroll_length=recipe.unroll_length, sigma=recipe.sigma)
+  lopt, trainer = _trainer(family, 1.2, NULL_STEPS, estimator=None if bias is None else biased)
   record = lambda s, m: (planted.adam_first_moment(s.opt_state)["log_gain"][1],
                          planted.adam_first_moment(s.opt_state)["mlp"]["b1"][0], s.theta["log_gain"][1],
                          m["grad_norm"])
